@@ -1,0 +1,78 @@
+//===- MoeDialect.td - the moe dialect ---------------------*- tablegen -*-===//
+//
+// The `moe` dialect: Mixture-of-Experts transformer semantics (attention,
+// routing, expert FFNs, all-to-all dispatch/combine, gradient all-reduce) and
+// the scheduling vocabulary the FlowMoE-family passes need (streams, events,
+// micro-batches, gradient chunks). Device grids and groups reuse the upstream
+// `shard` dialect: collectives name a `shard.grid` symbol and grid axes.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_DIALECT_TD
+#define MOE_DIALECT_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Moe_Dialect : Dialect {
+  let name = "moe";
+  let cppNamespace = "::mlir::moe";
+  let summary = "Mixture-of-Experts training steps and their schedules";
+  let description = [{
+    The `moe` dialect describes a Mixture-of-Experts (MoE) transformer and,
+    after the scheduling passes, the distributed training step that runs it.
+
+    A model is a `func.func` carrying a `moe.model` attribute (the
+    hyper-parameters L, B, N, M, H, E, k, f of FlowMoE Table 2 and the device
+    grid with its expert-parallel, data-parallel and intra-node groups). Its
+    body holds one `moe.block` per transformer block; inside a block,
+    `moe.attention`, `moe.gate`, `moe.dispatch`, `moe.expert`, `moe.combine`
+    (and `moe.shared_expert` for DeepSeek-style shared experts) are chained
+    with `arith`/`tensor` plumbing for residuals.
+
+    Collectives (`moe.dispatch`, `moe.combine`, `moe.all_reduce`) name a
+    `shard.grid` and the grid axes of their group, exactly as upstream
+    `shard` collectives do, so that a 2 x 8 grid reads as 2 nodes x 8 GPUs
+    per node, axis 1 being the intra-node group.
+
+    Scheduling adds a `moe.stream` attribute to every task op (compute or
+    communication stream), `moe.record_event` / `moe.wait_event` for
+    cross-stream dependencies, `moe.split` / `moe.merge` for micro-batches and
+    byte ranges on `moe.all_reduce` for gradient chunks. Program order within
+    one stream is issue order.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::func::FuncDialect",
+    "::mlir::shard::ShardDialect",
+    "::mlir::tensor::TensorDialect"
+  ];
+  let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
+  // Verifies the discardable `moe.model` and `moe.stream` attributes.
+  let hasOperationAttrVerify = 1;
+  // Verifies `moe.param` names on function arguments.
+  let hasRegionArgAttrVerify = 1;
+  let extraClassDeclaration = [{
+    void registerAttributes();
+    void registerTypes();
+
+    /// Name of the function attribute that holds a `#moe.model`.
+    static constexpr ::llvm::StringLiteral getModelAttrName() {
+      return ::llvm::StringLiteral("moe.model");
+    }
+    /// Name of the discardable attribute that puts a task on a stream.
+    static constexpr ::llvm::StringLiteral getStreamAttrName() {
+      return ::llvm::StringLiteral("moe.stream");
+    }
+    /// Name of the argument attribute naming a parameter (e.g. "block0.wq").
+    static constexpr ::llvm::StringLiteral getParamAttrName() {
+      return ::llvm::StringLiteral("moe.param");
+    }
+  }];
+}
+
+class Moe_Op<string mnemonic, list<Trait> traits = []> :
+    Op<Moe_Dialect, mnemonic, traits>;
+
+#endif // MOE_DIALECT_TD

@@ -1,0 +1,14 @@
+//===- MoeAttrs.h - moe dialect attributes and enums ------------*- C++ -*-===//
+#ifndef MOE_DIALECT_MOE_MOEATTRS_H
+#define MOE_DIALECT_MOE_MOEATTRS_H
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include "Moe/MoeEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "Moe/MoeAttrs.h.inc"
+
+#endif // MOE_DIALECT_MOE_MOEATTRS_H

@@ -1,0 +1,40 @@
+//===- MoeOps.h - moe dialect operations ------------------------*- C++ -*-===//
+#ifndef MOE_DIALECT_MOE_MOEOPS_H
+#define MOE_DIALECT_MOE_MOEOPS_H
+
+#include "moe/Dialect/Moe/MoeAttrs.h"
+#include "moe/Dialect/Moe/MoeDialect.h"
+#include "moe/Dialect/Moe/MoeTypes.h"
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "Moe/MoeInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "Moe/MoeOps.h.inc"
+
+
+
+namespace mlir::moe {
+
+/// The `shard.grid` that `grid` names, seen from `from`, or an error on
+/// `from` if there is none.
+FailureOr<shard::GridOp> lookupGrid(Operation *from, FlatSymbolRefAttr grid,
+                                    SymbolTableCollection &symbolTable);
+
+/// The number of ranks in the group spanned by `axes` of `grid`: the product
+/// of the grid's sizes along them. Emits an error on `from` if an axis is out
+/// of range, repeated, or has a dynamic size.
+FailureOr<int64_t> verifyGroupSize(Operation *from, shard::GridOp grid,
+                                   ArrayRef<int16_t> axes);
+
+/// Verifies a `#moe.model` attribute against the body of `funcOp`.
+LogicalResult verifyModel(Operation *funcOp, ModelAttr model);
+
+} // namespace mlir::moe
+#endif // MOE_DIALECT_MOE_MOEOPS_H

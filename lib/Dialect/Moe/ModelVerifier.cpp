@@ -1,0 +1,170 @@
+//===- ModelVerifier.cpp - check #moe.model against the model body --------===//
+//
+// A model function states its hyper-parameters once, in `moe.model`; every
+// op in its body must agree with them, so that passes and the cost model can
+// read L, B, N, M, H, E, k, f from the attribute alone.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/Moe/MoeOps.h"
+
+#include "ShapeDiagnostics.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::detail;
+
+namespace {
+/// Attaches a note that points at the function holding the model attribute,
+/// so that a user sees both ends of the disagreement.
+InFlightDiagnostic disagree(Operation *op, Operation *func) {
+  InFlightDiagnostic diag = op->emitOpError();
+  diag.attachNote(func->getLoc()) << "model declared here";
+  return diag;
+}
+
+struct ModelChecker {
+  Operation *func;
+  ModelAttr model;
+  int64_t epSize = 0;
+
+  LogicalResult checkGrid() {
+    SymbolTableCollection table;
+    FailureOr<shard::GridOp> grid = lookupGrid(func, model.getGrid(), table);
+    if (failed(grid))
+      return failure();
+    FailureOr<int64_t> ep = verifyGroupSize(func, *grid, model.getEpAxes());
+    if (failed(ep) ||
+        failed(verifyGroupSize(func, *grid, model.getDpAxes())) ||
+        failed(verifyGroupSize(func, *grid, model.getIntraAxes())))
+      return failure();
+    epSize = *ep;
+    if (model.getExperts() % epSize != 0)
+      return func->emitError()
+             << "model has " << model.getExperts()
+             << " experts, which do not divide evenly over the "
+             << epSize << " ranks of the expert-parallel group";
+    return success();
+  }
+
+  LogicalResult checkBlocks() {
+    int64_t next = 0;
+    for (Block &block : cast<FunctionOpInterface>(func).getFunctionBody())
+      for (auto op : block.getOps<BlockOp>()) {
+        if (static_cast<int64_t>(op.getIndex()) != next)
+          return disagree(op, func)
+                 << "is block " << op.getIndex() << " but block " << next
+                 << " was expected next (blocks are numbered 0..L-1 in order)";
+        ++next;
+      }
+    if (next != model.getLayers())
+      return func->emitError() << "model declares " << model.getLayers()
+                               << " layers but its body has " << next
+                               << " moe.block ops";
+    return success();
+  }
+
+  LogicalResult checkGroup(Operation *op, FlatSymbolRefAttr grid,
+                           ArrayRef<int16_t> axes, ArrayRef<int16_t> expected,
+                           StringRef groupName) {
+    if (grid != model.getGrid() || axes != expected)
+      return disagree(op, func)
+             << "must run on the model's " << groupName << " group ("
+             << model.getGrid() << " axes [" << expected << "])";
+    return success();
+  }
+
+  LogicalResult checkGate(GateOp gate) {
+    if (gate.getNumExperts() != model.getExperts())
+      return disagree(gate, func)
+             << "routes to " << gate.getNumExperts()
+             << " experts but the model has " << model.getExperts();
+    if (gate.getTopK() != model.getTopK())
+      return disagree(gate, func) << "has top_k = " << gate.getTopK()
+                                  << " but the model has k = "
+                                  << model.getTopK();
+    std::optional<double> f;
+    if (auto attr = gate.getCapacityFactor())
+      f = attr->convertToDouble();
+    if (model.isDropless() ? f.has_value()
+                           : (!f || *f != model.getF()))
+      return disagree(gate, func)
+             << "has capacity factor "
+             << (f ? formatDouble(*f) : std::string("dropless"))
+             << " but the model has "
+             << (model.isDropless()
+                     ? std::string("dropless")
+                     : formatDouble(model.getF()));
+    auto input = cast<ShapedType>(gate.getInput().getType());
+    return verifyShape(gate, "input", input,
+                       {ShapedType::kDynamic, model.getSeq(),
+                        model.getEmbed()})
+               .succeeded()
+               ? checkBatch(gate, input.getDimSize(0))
+               : failure();
+  }
+
+  /// Micro-batching divides B by R, so a gate may see B/R samples.
+  LogicalResult checkBatch(Operation *op, int64_t batch) {
+    if (ShapedType::isDynamic(batch) ||
+        (batch > 0 && model.getBatch() % batch == 0))
+      return success();
+    return disagree(op, func) << "sees a batch of " << batch
+                              << " samples, which is not the model's B = "
+                              << model.getBatch() << " or a micro-batch of it";
+  }
+
+  LogicalResult checkExpert(ExpertOp expert) {
+    int64_t localExperts = model.getExperts() / epSize;
+    auto input = cast<ShapedType>(expert.getInput().getType());
+    if (!sameOrDynamic(input.getDimSize(0), localExperts))
+      return disagree(expert, func)
+             << "holds " << input.getDimSize(0) << " local experts but the "
+             << "model spreads " << model.getExperts() << " experts over "
+             << epSize << " ranks (" << localExperts << " per rank)";
+    if (!sameOrDynamic(expert.getHiddenSize(), model.getHidden()))
+      return disagree(expert, func)
+             << "has hidden size " << expert.getHiddenSize()
+             << " but the model has H = " << model.getHidden();
+    return success();
+  }
+
+  LogicalResult checkBody() {
+    WalkResult result = func->walk([&](Operation *op) -> WalkResult {
+      LogicalResult ok = success();
+      if (auto gate = dyn_cast<GateOp>(op))
+        ok = checkGate(gate);
+      else if (auto expert = dyn_cast<ExpertOp>(op))
+        ok = checkExpert(expert);
+      else if (auto dispatch = dyn_cast<DispatchOp>(op))
+        ok = checkRouted(dispatch);
+      else if (auto combine = dyn_cast<CombineOp>(op))
+        ok = checkRouted(combine);
+      else if (auto reduce = dyn_cast<AllReduceOp>(op))
+        ok = checkGroup(op, reduce.getGridAttr(), reduce.getAxes(),
+                        model.getDpAxes(), "data-parallel");
+      return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
+    });
+    return failure(result.wasInterrupted());
+  }
+
+  template <typename RoutedOp> LogicalResult checkRouted(RoutedOp op) {
+    if (op.getNumExperts() != model.getExperts())
+      return disagree(op, func)
+             << "routes to " << op.getNumExperts()
+             << " experts but the model has " << model.getExperts();
+    return checkGroup(op, op.getGridAttr(), op.getAxes(), model.getEpAxes(),
+                      "expert-parallel");
+  }
+};
+} // namespace
+
+LogicalResult mlir::moe::verifyModel(Operation *funcOp, ModelAttr model) {
+  ModelChecker checker{funcOp, model};
+  if (failed(checker.checkGrid()) || failed(checker.checkBlocks()) ||
+      failed(checker.checkBody()))
+    return failure();
+  return success();
+}

@@ -1,0 +1,168 @@
+//===- MoeAttrs.cpp - moe dialect attributes ------------------------------===//
+
+#include "moe/Dialect/Moe/MoeAttrs.h"
+#include "moe/Dialect/Moe/MoeDialect.h"
+
+#include "ShapeDiagnostics.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/SmallSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+#include "Moe/MoeEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "Moe/MoeAttrs.cpp.inc"
+
+void MoeDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "Moe/MoeAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// StreamAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult StreamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 StreamKind kind, int64_t index) {
+  if (index < 0)
+    return emitError() << "stream index must be non-negative, got " << index;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ModelAttr
+//===----------------------------------------------------------------------===//
+
+int64_t ModelAttr::getCapacity() const {
+  if (isDropless())
+    return ShapedType::kDynamic;
+  return detail::expertCapacity(getF(), getTopK(),
+                                getBatch() * getSeq(), getExperts());
+}
+
+static LogicalResult verifyAxes(function_ref<InFlightDiagnostic()> emitError,
+                                StringRef name, ArrayRef<int16_t> axes) {
+  llvm::SmallSet<int16_t, 4> seen;
+  for (int16_t axis : axes) {
+    if (axis < 0)
+      return emitError() << name << " has negative grid axis " << axis;
+    if (!seen.insert(axis).second)
+      return emitError() << name << " repeats grid axis " << axis;
+  }
+  return success();
+}
+
+LogicalResult ModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t layers, int64_t batch, int64_t seq,
+                                int64_t embed, int64_t hidden, int64_t experts,
+                                int64_t topK, APFloat capacityFactorAttr,
+                                FlatSymbolRefAttr grid,
+                                ArrayRef<int16_t> epAxes,
+                                ArrayRef<int16_t> dpAxes,
+                                ArrayRef<int16_t> intraAxes) {
+  double capacityFactor = capacityFactorAttr.convertToDouble();
+  std::pair<StringRef, int64_t> positives[] = {
+      {"layers", layers}, {"batch", batch},     {"seq", seq},
+      {"embed", embed},   {"hidden", hidden},   {"experts", experts},
+      {"top_k", topK}};
+  for (auto [name, value] : positives)
+    if (value <= 0)
+      return emitError() << "model field '" << name
+                         << "' must be positive, got " << value;
+  if (topK > experts)
+    return emitError() << "top_k (" << topK << ") exceeds the number of experts ("
+                       << experts << ")";
+  if (!(capacityFactor >= 0.0) || std::isinf(capacityFactor))
+    return emitError() << "capacity_factor must be a positive number, got "
+                       << detail::formatDouble(capacityFactor);
+  if (!grid)
+    return emitError() << "model needs a device grid";
+  if (failed(verifyAxes(emitError, "ep_axes", epAxes)) ||
+      failed(verifyAxes(emitError, "dp_axes", dpAxes)) ||
+      failed(verifyAxes(emitError, "intra_axes", intraAxes)))
+    return failure();
+  return success();
+}
+
+// Fixed-order keyword syntax; see MoeAttrs.td for an example.
+Attribute ModelAttr::parse(AsmParser &parser, Type) {
+  int64_t ints[7];
+  const char *names[7] = {"layers", "batch",   "seq",  "embed",
+                          "hidden", "experts", "top_k"};
+  if (parser.parseLess())
+    return {};
+  for (int i = 0; i < 7; ++i) {
+    if (i && parser.parseComma())
+      return {};
+    if (parser.parseKeyword(names[i]) || parser.parseEqual() ||
+        parser.parseInteger(ints[i]))
+      return {};
+  }
+  double capacityFactor = 0.0;
+  if (parser.parseComma())
+    return {};
+  if (failed(parser.parseOptionalKeyword("dropless"))) {
+    if (parser.parseKeyword("capacity_factor") || parser.parseEqual() ||
+        parser.parseFloat(capacityFactor))
+      return {};
+    if (capacityFactor <= 0.0) {
+      parser.emitError(parser.getCurrentLocation(),
+                       "capacity_factor must be positive; write `dropless` "
+                       "for no capacity limit");
+      return {};
+    }
+  }
+  FlatSymbolRefAttr grid;
+  if (parser.parseComma() || parser.parseKeyword("grid") ||
+      parser.parseEqual() || parser.parseAttribute(grid))
+    return {};
+  SmallVector<int16_t> axes[3];
+  const char *axisNames[3] = {"ep_axes", "dp_axes", "intra_axes"};
+  for (int i = 0; i < 3; ++i) {
+    if (parser.parseComma() || parser.parseKeyword(axisNames[i]) ||
+        parser.parseEqual() ||
+        parser.parseCommaSeparatedList(
+            AsmParser::Delimiter::Square, [&]() -> ParseResult {
+              int16_t axis;
+              if (parser.parseInteger(axis))
+                return failure();
+              axes[i].push_back(axis);
+              return success();
+            }))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<ModelAttr>(
+      parser.getContext(), ints[0], ints[1], ints[2], ints[3], ints[4],
+      ints[5], ints[6], APFloat(capacityFactor), grid, axes[0], axes[1], axes[2]);
+}
+
+void ModelAttr::print(AsmPrinter &printer) const {
+  printer << "<layers = " << getLayers() << ", batch = " << getBatch()
+          << ", seq = " << getSeq() << ", embed = " << getEmbed()
+          << ", hidden = " << getHidden() << ", experts = " << getExperts()
+          << ", top_k = " << getTopK() << ", ";
+  if (isDropless())
+    printer << "dropless";
+  else
+    printer << "capacity_factor = "
+            << detail::formatDouble(getF());
+  printer << ", grid = " << getGrid();
+  auto printAxes = [&](StringRef name, ArrayRef<int16_t> axes) {
+    printer << ", " << name << " = [";
+    llvm::interleaveComma(axes, printer);
+    printer << "]";
+  };
+  printAxes("ep_axes", getEpAxes());
+  printAxes("dp_axes", getDpAxes());
+  printAxes("intra_axes", getIntraAxes());
+  printer << ">";
+}

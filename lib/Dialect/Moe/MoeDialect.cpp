@@ -1,0 +1,81 @@
+//===- MoeDialect.cpp - the moe dialect -----------------------------------===//
+
+#include "moe/Dialect/Moe/MoeDialect.h"
+#include "moe/Dialect/Moe/MoeOps.h"
+
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+#include "Moe/MoeDialect.cpp.inc"
+
+void MoeDialect::initialize() {
+  registerAttributes();
+  registerTypes();
+  addOperations<
+#define GET_OP_LIST
+#include "Moe/MoeOps.cpp.inc"
+      >();
+}
+
+/// A task may sit on a communication stream iff it communicates. Upstream
+/// `shard` collectives (FSMoE's intra-node all-gather / reduce-scatter) count
+/// as communication too.
+static bool isCommunicationTask(Operation *op) {
+  if (auto task = dyn_cast<TaskOpInterface>(op))
+    return task.isCommunication();
+  return isa<shard::AllGatherOp, shard::AllReduceOp, shard::AllToAllOp,
+             shard::ReduceScatterOp, shard::BroadcastOp, shard::SendOp,
+             shard::RecvOp, shard::ShiftOp>(op);
+}
+
+static bool isTask(Operation *op) {
+  return isa<TaskOpInterface>(op) || isCommunicationTask(op);
+}
+
+LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
+                                                   NamedAttribute attr) {
+  if (attr.getName() == getModelAttrName()) {
+    auto model = dyn_cast<ModelAttr>(attr.getValue());
+    if (!model)
+      return op->emitError() << "'" << getModelAttrName()
+                             << "' must be a #moe.model attribute";
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << getModelAttrName()
+                             << "' belongs on a function";
+    return verifyModel(op, model);
+  }
+  if (attr.getName() == getStreamAttrName()) {
+    auto stream = dyn_cast<StreamAttr>(attr.getValue());
+    if (!stream)
+      return op->emitError() << "'" << getStreamAttrName()
+                             << "' must be a #moe.stream attribute";
+    if (!isTask(op))
+      return op->emitError() << "only tasks (compute ops and collectives) "
+                                "can be put on a stream";
+    bool comm = stream.getKind() == StreamKind::comm;
+    if (comm != isCommunicationTask(op))
+      return op->emitError()
+             << (comm ? "a compute task cannot run on a communication stream"
+                      : "a collective cannot run on a compute stream");
+    return success();
+  }
+  return op->emitError() << "unknown moe dialect attribute '"
+                         << attr.getName().getValue() << "'";
+}
+
+LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
+                                                   unsigned regionIndex,
+                                                   unsigned argIndex,
+                                                   NamedAttribute attr) {
+  if (attr.getName() == getParamAttrName()) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return op->emitError() << "'" << getParamAttrName() << "' of argument #"
+                             << argIndex << " must be a non-empty string";
+    return success();
+  }
+  return op->emitError() << "unknown moe dialect argument attribute '"
+                         << attr.getName().getValue() << "'";
+}

@@ -1,0 +1,637 @@
+//===- MoeOps.cpp - moe dialect operations --------------------------------===//
+//
+// Local verifiers: each op checks that its operand and result shapes chain
+// (FlowMoE's B, N, M, H, E, k, C notation) and names the offending operand.
+// Checks that need the device grid live in verifySymbolTable; checks against
+// the model's hyper-parameters live in ModelVerifier.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/Moe/MoeOps.h"
+
+#include "ShapeDiagnostics.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::detail;
+
+#include "Moe/MoeInterfaces.cpp.inc"
+
+static ShapedType shapeOf(Value value) {
+  return cast<ShapedType>(value.getType());
+}
+
+//===----------------------------------------------------------------------===//
+// Custom assembly directives
+//===----------------------------------------------------------------------===//
+
+/// `capacity_factor = 1.2` in short decimal form (F64Attr would print
+/// 1.200000e+00), or nothing when absent.
+static ParseResult parseCapacityFactor(OpAsmParser &parser, FloatAttr &attr) {
+  if (failed(parser.parseOptionalKeyword("capacity_factor")))
+    return success();
+  double value;
+  if (parser.parseEqual() || parser.parseFloat(value))
+    return failure();
+  attr = parser.getBuilder().getF64FloatAttr(value);
+  return success();
+}
+
+static void printCapacityFactor(OpAsmPrinter &printer, Operation *,
+                                FloatAttr attr) {
+  if (attr)
+    printer << "capacity_factor = " << formatDouble(attr.getValueAsDouble());
+}
+
+//===----------------------------------------------------------------------===//
+// Groups
+//===----------------------------------------------------------------------===//
+
+FailureOr<shard::GridOp> mlir::moe::lookupGrid(
+    Operation *from, FlatSymbolRefAttr grid,
+    SymbolTableCollection &symbolTable) {
+  auto gridOp = symbolTable.lookupNearestSymbolFrom<shard::GridOp>(from, grid);
+  if (!gridOp)
+    return from->emitError() << "device grid " << grid
+                             << " is not defined (expected a shard.grid)";
+  return gridOp;
+}
+
+FailureOr<int64_t> mlir::moe::verifyGroupSize(Operation *from,
+                                              shard::GridOp grid,
+                                              ArrayRef<int16_t> axes) {
+  ArrayRef<int64_t> shape = grid.getShape();
+  llvm::SmallSet<int16_t, 4> seen;
+  int64_t size = 1;
+  for (int16_t axis : axes) {
+    if (axis < 0 || axis >= static_cast<int64_t>(shape.size()))
+      return from->emitError()
+             << "grid axis " << axis << " is out of range for grid @"
+             << grid.getSymName() << " of shape " << formatShape(shape);
+    if (!seen.insert(axis).second)
+      return from->emitError() << "grid axis " << axis << " is repeated";
+    if (ShapedType::isDynamic(shape[axis]))
+      return from->emitError()
+             << "grid @" << grid.getSymName() << " has a dynamic size on axis "
+             << axis << "; a group needs a static size";
+    size *= shape[axis];
+  }
+  return size;
+}
+
+/// Group size of a collective, or failure with an error already emitted.
+static FailureOr<int64_t> collectiveGroupSize(CollectiveOpInterface op,
+                                              SymbolTableCollection &table) {
+  FailureOr<shard::GridOp> grid =
+      lookupGrid(op.getOperation(), op.getGridAttr(), table);
+  if (failed(grid))
+    return failure();
+  if (op.getAxes().empty())
+    return op->emitOpError() << "needs at least one grid axis for its group";
+  return verifyGroupSize(op.getOperation(), *grid, op.getAxes());
+}
+
+/// Shared by dispatch and combine: the expert-side tensor is
+/// E_l x (G*C) x M with E_l = E / G.
+static LogicalResult verifyExpertSideLayout(Operation *op, StringRef name,
+                                            ShapedType expertSide,
+                                            int64_t numExperts,
+                                            std::optional<int64_t> capacity,
+                                            int64_t groupSize) {
+  if (numExperts % groupSize != 0)
+    return op->emitOpError() << numExperts << " experts cannot be spread "
+                             << "evenly over a group of " << groupSize
+                             << " ranks";
+  if (failed(verifyDim(op, name, expertSide, 0, numExperts / groupSize,
+                       "local experts E/G")))
+    return failure();
+  if (capacity &&
+      failed(verifyDim(op, name, expertSide, 1, groupSize * *capacity,
+                       "G x capacity slots")))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// BlockOp
+//===----------------------------------------------------------------------===//
+
+void BlockOp::build(OpBuilder &builder, OperationState &state, int64_t index,
+                    ValueRange inputs, TypeRange resultTypes) {
+  state.addOperands(inputs);
+  state.getOrAddProperties<Properties>().index =
+      builder.getI64IntegerAttr(index);
+  state.addTypes(resultTypes);
+  Region *body = state.addRegion();
+  Block *block = new Block();
+  body->push_back(block);
+  for (Value input : inputs)
+    block->addArgument(input.getType(), input.getLoc());
+}
+
+// moe.block <index> (%arg = %operand : type, ...) -> (types) attributes {..} {
+ParseResult BlockOp::parse(OpAsmParser &parser, OperationState &result) {
+  int64_t index;
+  if (parser.parseInteger(index))
+    return failure();
+  result.getOrAddProperties<Properties>().index =
+      parser.getBuilder().getI64IntegerAttr(index);
+
+  SmallVector<OpAsmParser::Argument> args;
+  SmallVector<OpAsmParser::UnresolvedOperand> operands;
+  if (parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
+            OpAsmParser::Argument arg;
+            OpAsmParser::UnresolvedOperand operand;
+            if (parser.parseArgument(arg) || parser.parseEqual() ||
+                parser.parseOperand(operand) || parser.parseColon() ||
+                parser.parseType(arg.type))
+              return failure();
+            args.push_back(arg);
+            operands.push_back(operand);
+            return success();
+          }))
+    return failure();
+  for (auto [arg, operand] : llvm::zip(args, operands))
+    if (parser.resolveOperand(operand, arg.type, result.operands))
+      return failure();
+
+  if (parser.parseOptionalArrowTypeList(result.types) ||
+      parser.parseOptionalAttrDictWithKeyword(result.attributes))
+    return failure();
+  Region *body = result.addRegion();
+  if (parser.parseRegion(*body, args))
+    return failure();
+  BlockOp::ensureTerminator(*body, parser.getBuilder(), result.location);
+  return success();
+}
+
+void BlockOp::print(OpAsmPrinter &p) {
+  p << " " << getIndex() << " (";
+  llvm::interleaveComma(
+      llvm::zip(getBody().getArguments(), getInputs()), p, [&](auto pair) {
+        p << std::get<0>(pair) << " = " << std::get<1>(pair) << " : "
+          << std::get<1>(pair).getType();
+      });
+  p << ")";
+  if (getNumResults()) {
+    p << " -> ";
+    if (getNumResults() == 1)
+      p << getResult(0).getType();
+    else {
+      p << "(";
+      llvm::interleaveComma(getResultTypes(), p);
+      p << ")";
+    }
+  }
+  p.printOptionalAttrDictWithKeyword((*this)->getAttrs(), {"index"});
+  p << " ";
+  p.printRegion(getBody(), /*printEntryBlockArgs=*/false,
+                /*printBlockTerminators=*/getNumResults() > 0);
+}
+
+LogicalResult BlockOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "has " << getInputs().size()
+                         << " inputs but its region takes "
+                         << body.getNumArguments() << " arguments";
+  for (auto [i, arg, input] :
+       llvm::enumerate(body.getArguments(), getInputs()))
+    if (arg.getType() != input.getType())
+      return emitOpError() << "region argument #" << i << " has type "
+                           << arg.getType() << " but input #" << i
+                           << " has type " << input.getType();
+  return success();
+}
+
+LogicalResult YieldOp::verify() {
+  auto block = cast<BlockOp>((*this)->getParentOp());
+  if (getOperandTypes() != block.getResultTypes())
+    return emitOpError() << "yields " << getNumOperands()
+                         << " values whose types do not match the "
+                         << block.getNumResults()
+                         << " results of the enclosing moe.block";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Dense layers
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  ShapedType ids = shapeOf(getIds()), table = shapeOf(getTable()),
+             result = shapeOf(getResult());
+  if (failed(verifyRank(*this, "table", table, 2)))
+    return failure();
+  SmallVector<int64_t> expected(ids.getShape());
+  expected.push_back(table.getDimSize(1));
+  return verifyShape(*this, "result", result, expected);
+}
+
+LogicalResult NormOp::verify() {
+  ShapedType input = shapeOf(getInput());
+  if (input.getRank() < 1)
+    return emitOpError() << "'input' must have rank >= 1";
+  int64_t features = input.getDimSize(input.getRank() - 1);
+  if (failed(verifyShape(*this, "scale", shapeOf(getScale()), {features})))
+    return failure();
+  if (getBias()) {
+    if (getKind() == NormKind::rms)
+      return emitOpError() << "rms norm takes no bias";
+    if (failed(verifyShape(*this, "bias", shapeOf(getBias()), {features})))
+      return failure();
+  }
+  if (getEpsilon().convertToDouble() <= 0.0)
+    return emitOpError() << "epsilon must be positive";
+  if (getResult().getType() != getInput().getType())
+    return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  ShapedType input = shapeOf(getInput()), weight = shapeOf(getWeight());
+  if (input.getRank() < 1)
+    return emitOpError() << "'input' must have rank >= 1";
+  if (failed(verifyRank(*this, "weight", weight, 2)) ||
+      failed(verifyDim(*this, "weight", weight, 0,
+                       input.getDimSize(input.getRank() - 1),
+                       "input features")))
+    return failure();
+  if (getBias() && failed(verifyShape(*this, "bias", shapeOf(getBias()),
+                                      {weight.getDimSize(1)})))
+    return failure();
+  SmallVector<int64_t> expected(input.getShape().drop_back());
+  expected.push_back(weight.getDimSize(1));
+  return verifyShape(*this, "result", shapeOf(getResult()), expected);
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  ShapedType logits = shapeOf(getLogits()), labels = shapeOf(getLabels());
+  if (logits.getRank() < 2)
+    return emitOpError() << "'logits' must have rank >= 2 (tokens x vocab)";
+  return verifyShape(*this, "labels", labels, logits.getShape().drop_back());
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  ShapedType input = shapeOf(getInput());
+  if (failed(verifyRank(*this, "input", input, 3)))
+    return failure();
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(),
+          dim = getHeadDim();
+  if (heads % kvHeads != 0)
+    return emitOpError() << "num_heads (" << heads
+                         << ") must be a multiple of num_kv_heads (" << kvHeads
+                         << ")";
+  int64_t m = input.getDimSize(2);
+  if (failed(verifyShape(*this, "wq", shapeOf(getWq()), {m, heads * dim})) ||
+      failed(verifyShape(*this, "wk", shapeOf(getWk()), {m, kvHeads * dim})) ||
+      failed(verifyShape(*this, "wv", shapeOf(getWv()), {m, kvHeads * dim})) ||
+      failed(verifyShape(*this, "wo", shapeOf(getWo()), {heads * dim, m})))
+    return failure();
+
+  auto params = getNormParams();
+  std::optional<NormKind> norm = getNorm();
+  if (!norm && !params.empty())
+    return emitOpError() << "has norm parameters but no prenorm kind";
+  if (norm) {
+    size_t maxParams = *norm == NormKind::layer ? 2 : 1;
+    if (params.empty() || params.size() > maxParams)
+      return emitOpError() << stringifyNormKind(*norm)
+                           << " prenorm takes a scale"
+                           << (maxParams == 2 ? " and an optional bias" : "")
+                           << ", got " << params.size() << " parameters";
+    for (Value param : params)
+      if (failed(verifyShape(*this, "prenorm parameter", shapeOf(param), {m})))
+        return failure();
+  }
+  if (getEpsilon().convertToDouble() <= 0.0)
+    return emitOpError() << "epsilon must be positive";
+  if (getResult().getType() != getInput().getType())
+    return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GateOp::verify() {
+  ShapedType input = shapeOf(getInput()), weight = shapeOf(getWeight());
+  if (failed(verifyRank(*this, "input", input, 3)) ||
+      failed(verifyRank(*this, "weight", weight, 2)))
+    return failure();
+  int64_t b = input.getDimSize(0), n = input.getDimSize(1),
+          m = input.getDimSize(2), e = getNumExperts(), k = getTopK();
+  if (k > e)
+    return emitOpError() << "top_k (k = " << k
+                         << ") exceeds the number of experts (" << e << ")";
+
+  // Router weights per kind (FSMoE §2.1).
+  GateKind kind = getKind();
+  Value aux = getAuxWeight();
+  if (kind == GateKind::cosine) {
+    if (!aux)
+      return emitOpError() << "cosine gate needs the projection W_proj "
+                              "(M x d) as aux";
+    ShapedType proj = shapeOf(aux);
+    if (failed(verifyRank(*this, "aux", proj, 2)) ||
+        failed(verifyDim(*this, "aux", proj, 0, m, "embedding M")) ||
+        failed(verifyShape(*this, "weight", weight,
+                           {proj.getDimSize(1), e})))
+      return failure();
+  } else {
+    if (failed(verifyShape(*this, "weight", weight, {m, e})))
+      return failure();
+    if (kind == GateKind::noisy_topk) {
+      if (!aux)
+        return emitOpError() << "noisy_topk gate needs the noise weight "
+                                "W_noise (M x E) as aux";
+      if (failed(verifyShape(*this, "aux", shapeOf(aux), {m, e})))
+        return failure();
+    } else if (aux) {
+      return emitOpError() << stringifyGateKind(kind)
+                           << " gate takes no aux weight";
+    }
+  }
+  if (getNormalize() && kind != GateKind::softmax_topk &&
+      kind != GateKind::noisy_topk)
+    return emitOpError() << "normalize applies to softmax_topk and "
+                            "noisy_topk gates only";
+
+  // Capacity: C = ceil(f * k * B * N / E), FlowMoE §2.2.
+  std::optional<double> factor;
+  if (auto f = getCapacityFactor())
+    factor = f->convertToDouble();
+  std::optional<int64_t> capacity = getCapacity();
+  if (factor.has_value() != capacity.has_value())
+    return emitOpError() << "capacity_factor and capacity must be given "
+                            "together (or neither, for dropless routing)";
+  if (factor) {
+    if (!(*factor > 0.0))
+      return emitOpError() << "capacity_factor must be positive";
+    if (!ShapedType::isDynamic(b) && !ShapedType::isDynamic(n)) {
+      int64_t expected = expertCapacity(*factor, k, b * n, e);
+      if (*capacity != expected)
+        return emitOpError()
+               << "capacity " << *capacity << " does not match ceil(f*k*B*N/E)"
+               << " = ceil(" << formatDouble(*factor) << "*" << k << "*" << b
+               << "*" << n << "/" << e << ") = " << expected;
+    }
+  } else if (isExpertChoice()) {
+    return emitOpError() << "expert_choice gate needs a capacity_factor";
+  }
+
+  ShapedType indices = shapeOf(getIndices()), weights = shapeOf(getWeights());
+  SmallVector<int64_t> routeShape =
+      isExpertChoice() ? SmallVector<int64_t>{e, *capacity}
+                       : SmallVector<int64_t>{b, n, k};
+  if (failed(verifyShape(*this, "indices", indices, routeShape)) ||
+      failed(verifyShape(*this, "weights", weights, routeShape)) ||
+      failed(verifyShape(*this, "counts", shapeOf(getCounts()), {e})))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch / combine
+//===----------------------------------------------------------------------===//
+
+/// Token-side routing tensors: B x N x k (token choice) or E x C (expert
+/// choice, the tokens each expert picked).
+static LogicalResult verifyRouting(Operation *op, ShapedType tokens,
+                                   ShapedType indices, ShapedType counts,
+                                   int64_t numExperts,
+                                   std::optional<int64_t> capacity) {
+  if (failed(verifyShape(op, "counts", counts, {numExperts})))
+    return failure();
+  if (indices.getRank() == 3)
+    return success(succeeded(verifyDim(op, "indices", indices, 0,
+                                       tokens.getDimSize(0), "batch B")) &&
+                   succeeded(verifyDim(op, "indices", indices, 1,
+                                       tokens.getDimSize(1), "tokens N")));
+  if (indices.getRank() == 2) {
+    if (!capacity)
+      return op->emitOpError() << "expert-choice routing (E x C indices) "
+                                  "needs a capacity";
+    return verifyShape(op, "indices", indices, {numExperts, *capacity});
+  }
+  return op->emitOpError() << "'indices' must be B x N x k (token choice) or "
+                              "E x C (expert choice), got "
+                           << formatShape(indices.getShape());
+}
+
+static LogicalResult verifyCapacityMatchesSlots(Operation *op,
+                                                ShapedType expertSide,
+                                                std::optional<int64_t> cap) {
+  if (cap && *cap <= 0)
+    return op->emitOpError() << "capacity must be positive, got " << *cap;
+  if (!cap && !expertSide.isDynamicDim(1))
+    return op->emitOpError() << "dropless routing needs a dynamic slot "
+                                "dimension (E_l x ? x M)";
+  return success();
+}
+
+LogicalResult DispatchOp::verify() {
+  ShapedType input = shapeOf(getInput()), result = shapeOf(getResult());
+  if (failed(verifyRank(*this, "input", input, 3)) ||
+      failed(verifyRank(*this, "result", result, 3)) ||
+      failed(verifyRouting(*this, input, shapeOf(getIndices()),
+                           shapeOf(getCounts()), getNumExperts(),
+                           getCapacity())) ||
+      failed(verifyCapacityMatchesSlots(*this, result, getCapacity())))
+    return failure();
+  return verifyDim(*this, "result", result, 2, input.getDimSize(2),
+                   "embedding M");
+}
+
+LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> groupSize = collectiveGroupSize(*this, table);
+  if (failed(groupSize))
+    return failure();
+  return verifyExpertSideLayout(*this, "result", shapeOf(getResult()),
+                                getNumExperts(), getCapacity(), *groupSize);
+}
+
+LogicalResult CombineOp::verify() {
+  ShapedType input = shapeOf(getInput()), result = shapeOf(getResult()),
+             indices = shapeOf(getIndices());
+  if (failed(verifyRank(*this, "input", input, 3)) ||
+      failed(verifyRank(*this, "result", result, 3)) ||
+      failed(verifyRouting(*this, result, indices, shapeOf(getCounts()),
+                           getNumExperts(), getCapacity())) ||
+      failed(verifyCapacityMatchesSlots(*this, input, getCapacity())))
+    return failure();
+  if (getWeights().getType().getShape() != indices.getShape())
+    return emitOpError() << "'weights' must have the shape of 'indices' ("
+                         << formatShape(indices.getShape()) << "), got "
+                         << formatShape(getWeights().getType().getShape());
+  return verifyDim(*this, "result", result, 2, input.getDimSize(2),
+                   "embedding M");
+}
+
+LogicalResult CombineOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<int64_t> groupSize = collectiveGroupSize(*this, table);
+  if (failed(groupSize))
+    return failure();
+  return verifyExpertSideLayout(*this, "input", shapeOf(getInput()),
+                                getNumExperts(), getCapacity(), *groupSize);
+}
+
+//===----------------------------------------------------------------------===//
+// Experts
+//===----------------------------------------------------------------------===//
+
+/// `act(x·up) [⊙ x·gate] · down` weight shapes, with `lead` the leading
+/// (local expert) dimensions of the weights: {E_l} for moe.expert, {} for
+/// moe.shared_expert.
+static LogicalResult verifyFfnWeights(Operation *op, ArrayRef<int64_t> lead,
+                                      int64_t m, ShapedType up, Value gate,
+                                      ShapedType down) {
+  if (failed(verifyRank(op, "up", up, lead.size() + 2)))
+    return failure();
+  int64_t h = up.getDimSize(lead.size() + 1);
+  SmallVector<int64_t> upShape(lead), downShape(lead);
+  upShape.append({m, h});
+  downShape.append({h, m});
+  if (failed(verifyShape(op, "up", up, upShape)) ||
+      failed(verifyShape(op, "down", down, downShape)))
+    return failure();
+  if (gate && failed(verifyShape(op, "gate", shapeOf(gate), upShape)))
+    return failure();
+  return success();
+}
+
+LogicalResult ExpertOp::verify() {
+  ShapedType input = shapeOf(getInput());
+  if (failed(verifyRank(*this, "input", input, 3)))
+    return failure();
+  if (failed(verifyFfnWeights(*this, {input.getDimSize(0)},
+                              input.getDimSize(2), shapeOf(getUp()),
+                              getGateProj(), shapeOf(getDown()))))
+    return failure();
+  if (getResult().getType() != getInput().getType())
+    return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+LogicalResult SharedExpertOp::verify() {
+  ShapedType input = shapeOf(getInput());
+  if (input.getRank() < 1)
+    return emitOpError() << "'input' must have rank >= 1";
+  if (failed(verifyFfnWeights(*this, {},
+                              input.getDimSize(input.getRank() - 1),
+                              shapeOf(getUp()), getGateProj(),
+                              shapeOf(getDown()))))
+    return failure();
+  if (getResult().getType() != getInput().getType())
+    return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AllReduceOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, ValueRange operands,
+    DictionaryAttr, OpaqueProperties, RegionRange,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  // A (chunked) all-reduce returns tensors of its operands' types.
+  llvm::append_range(inferredReturnTypes, operands.getTypes());
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one tensor to reduce";
+  if (getResultTypes() != getInputs().getTypes())
+    return emitOpError() << "result types must equal the operand types";
+  std::optional<ArrayRef<int64_t>> bytes = getBytes();
+  if (!bytes)
+    return success();
+  if (getInputs().size() != 1)
+    return emitOpError() << "a byte-range (chunk) all-reduce takes exactly "
+                            "one tensor, got "
+                         << getInputs().size();
+  if (bytes->size() != 2)
+    return emitOpError() << "bytes must be [offset, size]";
+  auto type = cast<RankedTensorType>(getInputs().front().getType());
+  if (!type.hasStaticShape())
+    return emitOpError() << "a chunk needs a static-shaped tensor";
+  int64_t elemBytes = (type.getElementTypeBitWidth() + 7) / 8;
+  int64_t total = type.getNumElements() * elemBytes;
+  int64_t offset = (*bytes)[0], size = (*bytes)[1];
+  if (offset < 0 || size <= 0 || offset > total - size)
+    return emitOpError() << "chunk [" << offset << ", " << offset + size
+                         << ") is outside the tensor's " << total << " bytes";
+  if (offset % elemBytes || size % elemBytes)
+    return emitOpError() << "chunk [" << offset << ", " << offset + size
+                         << ") must align to whole " << elemBytes
+                         << "-byte elements";
+  return success();
+}
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &table) {
+  return success(succeeded(collectiveGroupSize(*this, table)));
+}
+
+bool DispatchOp::isCommunication() { return true; }
+bool CombineOp::isCommunication() { return true; }
+bool AllReduceOp::isCommunication() { return true; }
+
+//===----------------------------------------------------------------------===//
+// Scheduling
+//===----------------------------------------------------------------------===//
+
+/// `whole` is `parts` equal pieces of `part` along dimension 0.
+static LogicalResult verifyEqualSplit(Operation *op, ShapedType whole,
+                                      TypeRange parts) {
+  if (parts.empty())
+    return op->emitOpError() << "needs at least one micro-batch";
+  Type first = parts.front();
+  if (!llvm::all_equal(parts))
+    return op->emitOpError() << "micro-batches must all have one type";
+  auto part = cast<ShapedType>(first);
+  if (whole.getRank() < 1 || part.getRank() != whole.getRank() ||
+      part.getElementType() != whole.getElementType())
+    return op->emitOpError() << "micro-batch type " << first
+                             << " does not match " << whole;
+  if (!whole.getShape().drop_front().equals(part.getShape().drop_front()))
+    return op->emitOpError() << "micro-batches may only differ in dimension 0";
+  int64_t r = parts.size();
+  if (!whole.isDynamicDim(0) && !part.isDynamicDim(0) &&
+      whole.getDimSize(0) != r * part.getDimSize(0))
+    return op->emitOpError() << "dimension 0 of size " << whole.getDimSize(0)
+                             << " does not split into " << r
+                             << " micro-batches of " << part.getDimSize(0);
+  return success();
+}
+
+LogicalResult SplitOp::verify() {
+  return verifyEqualSplit(*this, shapeOf(getInput()), getResultTypes());
+}
+
+LogicalResult MergeOp::verify() {
+  return verifyEqualSplit(*this, shapeOf(getResult()),
+                          getInputs().getTypes());
+}
+
+LogicalResult WaitEventOp::verify() {
+  if (auto record = getEvent().getDefiningOp<RecordEventOp>())
+    if (record.getStream() == getStream())
+      return emitOpError() << "waits on an event recorded on the same stream "
+                           << getStream() << "; stream order already implies it";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "Moe/MoeOps.cpp.inc"

@@ -1,0 +1,33 @@
+# -*- Python -*-
+# lit configuration for moe-mlir: FileCheck tests of moe-opt on .mlir files,
+# plus the GoogleTest unit tests (run through lit's googletest format).
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "MOE"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.moe_obj_root, "test")
+config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py",
+                   "lit.site.cfg.py", "unittests", "Inputs"]
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%moe_src_root", config.moe_src_root))
+config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%moe_obj_root", config.moe_obj_root))
+
+llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
+llvm_config.use_default_substitutions()
+
+tool_dirs = [config.moe_tools_dir, config.llvm_tools_dir]
+tools = ["moe-opt", "mlir-tblgen"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+if config.moe_have_cuda:
+    config.available_features.add("cuda")
+if config.moe_have_mpi:
+    config.available_features.add("mpi")
