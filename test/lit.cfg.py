@@ -24,6 +24,9 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.moe_tools_dir, config.llvm_tools_dir]
+# `not`, `count`, FileCheck and split-file live beside the LLVM tools.
+for d in tool_dirs:
+    llvm_config.with_environment("PATH", d, append_path=True)
 tools = ["moe-opt", "mlir-tblgen"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 

@@ -42,8 +42,10 @@ void printText(raw_ostream &os, StringRef name, const ModelStats &s) {
      << "expert-parallel " << s.epSize << ", data-parallel " << s.dpSize
      << ", intra-node " << s.intraSize << "; E/P="
      << m.getExperts() / s.epSize << "\n";
-  os << "  params: dense (replicated) " << s.totalDenseParams()
-     << ", experts (all ranks) " << s.totalExpertParams() << "\n";
+  os << "  params: replicated " << s.totalDenseParams() << " (blocks "
+     << s.totalDenseParams() - s.outerDenseParams << ", outside blocks "
+     << s.outerDenseParams << "), experts on all ranks "
+     << s.totalExpertParams() << "\n";
   for (const BlockStats &b : s.blocks) {
     os << "  block " << b.index << ": dense " << b.denseParams
        << " params, all-reduce " << b.allReduceBytes << " B, local experts "
@@ -84,6 +86,7 @@ llvm::json::Value toJson(StringRef name, const ModelStats &s) {
       {"dp_size", s.dpSize},
       {"intra_size", s.intraSize},
       {"dense_params", s.totalDenseParams()},
+      {"outer_dense_params", s.outerDenseParams},
       {"expert_params", s.totalExpertParams()},
       {"blocks", std::move(blocks)}};
 }

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Write a GPT-style MoE transformer as `moe` dialect IR.
+
+The shipped examples (examples/*.mlir) are this script's output; a lit test
+regenerates them and fails if they drift. Presets follow FlowMoE Table 2
+(L, B, N, M, H, E/P, k, f on Cluster 1: 2 nodes x 8 GPUs), plus small models
+for tests. Only the Python standard library is used.
+
+  python3 python/gen_model_mlir.py --list
+  python3 python/gen_model_mlir.py gpt2-tiny-moe > examples/gpt2-tiny-moe.mlir
+"""
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field, replace
+
+CLUSTER1 = (2, 8)  # FlowMoE Cluster 1: 2 nodes x 8 RTX3090
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    layers: int            # L
+    batch: int             # B, samples per GPU
+    seq: int               # N, tokens per sample
+    embed: int             # M
+    hidden: int            # H, expert FFN hidden size
+    experts_per_rank: int  # E/P
+    top_k: int             # k
+    capacity_factor: float | None  # f; None = dropless
+    grid: tuple = CLUSTER1  # nodes x GPUs per node
+    vocab: int = 50257
+    head_dim: int = 64
+    kv_heads: int | None = None  # None = same as heads (MHA)
+    causal: bool = True
+    rotary: bool = False
+    norm: str = "layer"     # layer | rms
+    activation: str = "gelu"
+    gated: bool = False     # SwiGLU-style experts
+    gate: str = "softmax_topk"
+    normalize: bool = False  # renormalise top-k weights (Mixtral)
+    note: str = ""
+
+    @property
+    def ranks(self):
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def experts(self):
+        return self.experts_per_rank * self.ranks
+
+    @property
+    def heads(self):
+        return self.embed // self.head_dim
+
+    @property
+    def capacity(self):
+        f = self.capacity_factor
+        tokens = self.batch * self.seq
+        # ceil(f*k*B*N/E), FlowMoE §2.2; round f*10^6 to avoid binary noise.
+        num = round(f * 1_000_000) * self.top_k * tokens
+        return -(-num // (1_000_000 * self.experts))
+
+
+def table2(name, L, B, N, M, H, epr, k, f, **kw):
+    return Config(name, L, B, N, M, H, epr, k, f,
+                  note="FlowMoE Table 2", **kw)
+
+
+PRESETS = {c.name: c for c in [
+    table2("gpt2-tiny-moe", 12, 4, 256, 256, 512, 1, 2, 1.0),
+    table2("bert-large-moe", 24, 4, 512, 512, 1024, 2, 1, 1.0,
+           vocab=30522, causal=False),
+    table2("llama2-moe", 32, 4, 512, 1024, 4096, 1, 1, 1.0, vocab=32000,
+           norm="rms", rotary=True, activation="silu"),
+    table2("llama2-moe-l", 64, 4, 512, 1024, 4096, 1, 1, 1.0, vocab=32000,
+           norm="rms", rotary=True, activation="silu"),
+    table2("deepseek-v2-s", 4, 4, 256, 5120, 1536, 2, 8, 1.0,
+           vocab=102400, norm="rms", rotary=True, activation="silu",
+           head_dim=128),
+    table2("deepseek-v2-m", 7, 4, 256, 5120, 1536, 2, 1, 1.0,
+           vocab=102400, norm="rms", rotary=True, activation="silu",
+           head_dim=128),
+    Config("gpt-moe-2block", 2, 4, 64, 128, 256, 2, 2, 1.2, grid=(2, 2),
+           vocab=1024, head_dim=32,
+           note="2-block GPT-style MoE: LayerNorm, GELU experts, top-2, f=1.2"),
+    Config("mixtral-style-2block", 2, 2, 32, 64, 128, 2, 2, None,
+           grid=(1, 4), vocab=512, head_dim=16, kv_heads=2, rotary=True,
+           norm="rms", activation="silu", gated=True, normalize=True,
+           note="2-block Mixtral-style MoE: RMSNorm, rotary, GQA, SwiGLU, "
+                "dropless renormalised top-2"),
+]}
+
+
+def tensor(shape, elem="f32"):
+    return "tensor<" + "x".join(str(d) for d in shape) + "x" + elem + ">"
+
+
+class Writer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.args = []  # (ssa name, type, param name or None)
+        self.body = []
+        self.tmp = 0
+
+    def arg(self, name, shape, elem="f32", param=True):
+        ssa = "%" + name.replace(".", "_")
+        self.args.append((ssa, tensor(shape, elem), name if param else None))
+        return ssa
+
+    def fresh(self, hint):
+        self.tmp += 1
+        return f"%{hint}{self.tmp}"
+
+    def emit(self, line, indent=2):
+        self.body.append(" " * indent + line)
+
+
+def write(cfg):
+    c = cfg
+    B, N, M, H, E, k = c.batch, c.seq, c.embed, c.hidden, c.experts, c.top_k
+    kv = c.kv_heads or c.heads
+    El = c.experts_per_rank
+    act = tensor([B, N, M])
+    w = Writer(c)
+    tokens = w.arg("tokens", [B, N], "i64", param=False)
+    labels = w.arg("labels", [B, N], "i64", param=False)
+    wte = w.arg("embed.table", [c.vocab, M])
+    axes = "[0, 1]"
+    dropless = c.capacity_factor is None
+    slots = "?" if dropless else c.ranks * c.capacity
+    cap = "" if dropless else f" capacity = {c.capacity}"
+    cap_gate = "" if dropless else \
+        f" capacity_factor = {c.capacity_factor!r} capacity = {c.capacity}"
+    norm_params = (lambda p: [w.arg(p + ".scale", [M])] +
+                   ([w.arg(p + ".bias", [M])] if c.norm == "layer" else []))
+
+    h = w.fresh("h")
+    w.emit(f"{h} = moe.embedding {tokens}, {wte} : "
+           f"({tensor([B, N], 'i64')}, {tensor([c.vocab, M])}) -> {act}")
+    for l in range(c.layers):
+        p = f"block{l}"
+        wq = w.arg(p + ".attn.wq", [M, c.heads * c.head_dim])
+        wk = w.arg(p + ".attn.wk", [M, kv * c.head_dim])
+        wv = w.arg(p + ".attn.wv", [M, kv * c.head_dim])
+        wo = w.arg(p + ".attn.wo", [c.heads * c.head_dim, M])
+        ln1 = norm_params(p + ".attn_norm")
+        ln2 = norm_params(p + ".moe_norm")
+        wg = w.arg(p + ".gate.weight", [M, E])
+        up = w.arg(p + ".experts.up", [El, M, H])
+        gp = w.arg(p + ".experts.gate", [El, M, H]) if c.gated else None
+        down = w.arg(p + ".experts.down", [El, H, M])
+        out = w.fresh("h")
+        x = f"%x{l}"
+        w.emit(f"{out} = moe.block {l} ({x} = {h} : {act}) -> {act} {{")
+        flags = (" causal" if c.causal else "") + (" rotary" if c.rotary else "")
+        attn_types = ", ".join([act, tensor([M, c.heads * c.head_dim]),
+                                tensor([M, kv * c.head_dim]),
+                                tensor([M, kv * c.head_dim]),
+                                tensor([c.heads * c.head_dim, M])] +
+                               [tensor([M])] * len(ln1))
+        a = w.fresh("attn")
+        w.emit(f"{a} = moe.attention {x} weights({wq}, {wk}, {wv}, {wo}) "
+               f"heads = {c.heads} kv_heads = {kv} head_dim = {c.head_dim}"
+               f"{flags} prenorm {c.norm}({', '.join(ln1)}) : "
+               f"({attn_types}) -> {act}", 4)
+        r1 = w.fresh("res")
+        w.emit(f"{r1} = arith.addf {x}, {a} : {act}", 4)
+        n = w.fresh("norm")
+        w.emit(f"{n} = moe.norm {c.norm} {r1}, {', '.join(ln2)} : "
+               f"({', '.join([act] + [tensor([M])] * len(ln2))}) -> {act}", 4)
+        t = l
+        route = tensor([B, N, k], "i32")
+        w.emit(f"%idx{t}, %wts{t}, %cnt{t} = moe.gate {c.gate} {n}, {wg} "
+               f"experts = {E} top_k = {k}{cap_gate}"
+               f"{' normalize' if c.normalize else ''} : "
+               f"({act}, {tensor([M, E])}) -> ({route}, "
+               f"{tensor([B, N, k])}, {tensor([E], 'i32')})", 4)
+        exp_in = tensor([El, slots, M])
+        d = w.fresh("disp")
+        w.emit(f"{d} = moe.dispatch {n}, %idx{t}, %cnt{t} on @cluster axes = "
+               f"{axes} experts = {E}{cap} : ({act}, {route}, "
+               f"{tensor([E], 'i32')}) -> {exp_in}", 4)
+        e = w.fresh("exp")
+        ffn_w = [up] + ([gp] if gp else []) + [down]
+        ffn_t = [tensor([El, M, H])] * (2 if gp else 1) + [tensor([El, H, M])]
+        gate_txt = f" gate({gp})" if gp else ""
+        w.emit(f"{e} = moe.expert {c.activation} {d} up({up}){gate_txt} "
+               f"down({down}) : ({', '.join([exp_in] + ffn_t)}) -> {exp_in}",
+               4)
+        cmb = w.fresh("comb")
+        w.emit(f"{cmb} = moe.combine {e}, %idx{t}, %wts{t}, %cnt{t} on @cluster "
+               f"axes = {axes} experts = {E}{cap} : ({exp_in}, {route}, "
+               f"{tensor([B, N, k])}, {tensor([E], 'i32')}) -> {act}", 4)
+        r2 = w.fresh("res")
+        w.emit(f"{r2} = arith.addf {r1}, {cmb} : {act}", 4)
+        w.emit(f"moe.yield {r2} : {act}", 4)
+        w.emit("}")
+        h = out
+    lnf = norm_params("final_norm")
+    head = w.arg("lm_head.weight", [M, c.vocab])
+    hf = w.fresh("norm")
+    w.emit(f"{hf} = moe.norm {c.norm} {h}, {', '.join(lnf)} : "
+           f"({', '.join([act] + [tensor([M])] * len(lnf))}) -> {act}")
+    logits = w.fresh("logits")
+    w.emit(f"{logits} = moe.linear {hf}, {head} : ({act}, "
+           f"{tensor([M, c.vocab])}) -> {tensor([B, N, c.vocab])}")
+    w.emit(f"%loss = moe.cross_entropy {logits}, {labels} : "
+           f"({tensor([B, N, c.vocab])}, {tensor([B, N], 'i64')}) -> "
+           f"tensor<f32>")
+    w.emit("return %loss : tensor<f32>")
+
+    f = "dropless" if dropless else f"capacity_factor = {c.capacity_factor!r}"
+    model = (f"#moe.model<layers = {c.layers}, batch = {B}, seq = {N}, "
+             f"embed = {M}, hidden = {H}, experts = {E}, top_k = {k}, {f}, "
+             f"grid = @cluster, ep_axes = {axes}, dp_axes = {axes}, "
+             f"intra_axes = [1]>")
+    lines = [f"// {c.name}: {c.note}",
+             f"// Generated by python/gen_model_mlir.py {c.name}; "
+             "do not edit by hand.",
+             f"// {c.grid[0]} nodes x {c.grid[1]} GPUs per node, "
+             f"E/P = {c.experts_per_rank}.",
+             f"shard.grid @cluster(shape = {c.grid[0]}x{c.grid[1]})",
+             f"func.func @{c.name.replace('-', '_')}("]
+    for i, (ssa, ty, param) in enumerate(w.args):
+        attr = f' {{moe.param = "{param}"}}' if param else ""
+        sep = "," if i + 1 < len(w.args) else ""
+        lines.append(f"    {ssa}: {ty}{attr}{sep}")
+    lines.append(f"  ) -> tensor<f32> attributes {{moe.model = {model}}} {{")
+    lines += w.body
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("preset", nargs="?", help="model preset (see --list)")
+    ap.add_argument("--list", action="store_true", help="list presets")
+    ap.add_argument("--layers", type=int, help="override L")
+    ap.add_argument("--experts-per-rank", type=int, help="override E/P")
+    ap.add_argument("--grid", help="override the grid, NODESxGPUS (e.g. 1x4)")
+    ap.add_argument("-o", "--output", help="output file (default stdout)")
+    args = ap.parse_args(argv)
+    if args.list:
+        for c in PRESETS.values():
+            print(f"{c.name:22s} L={c.layers} B={c.batch} N={c.seq} "
+                  f"M={c.embed} H={c.hidden} E/P={c.experts_per_rank} "
+                  f"k={c.top_k} f={c.capacity_factor or 'dropless'}  {c.note}")
+        return 0
+    if args.preset not in PRESETS:
+        ap.error(f"unknown preset {args.preset!r}; --list shows the presets")
+    cfg = PRESETS[args.preset]
+    if args.layers is not None:
+        if args.layers < 1:
+            ap.error("--layers must be >= 1")
+        cfg = replace(cfg, layers=args.layers)
+    if args.experts_per_rank is not None:
+        if args.experts_per_rank < 1:
+            ap.error("--experts-per-rank must be >= 1")
+        cfg = replace(cfg, experts_per_rank=args.experts_per_rank)
+    if args.grid:
+        try:
+            nodes, gpus = (int(v) for v in args.grid.lower().split("x"))
+            assert nodes > 0 and gpus > 0
+        except (ValueError, AssertionError):
+            ap.error(f"--grid must be NODESxGPUS with positive sizes, "
+                     f"got {args.grid!r}")
+        cfg = replace(cfg, grid=(nodes, gpus))
+    if cfg.top_k > cfg.experts:
+        ap.error(f"top_k {cfg.top_k} exceeds {cfg.experts} experts")
+    text = write(cfg)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
