@@ -1,0 +1,62 @@
+//===- Backend.h - what a stream/event backend implements ---------*- C++ -*-===//
+//
+// The C API in moe_rt.h dispatches to these interfaces; the CPU backend
+// (src/cpu) and the CUDA backend (src/cuda) implement them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_SRC_BACKEND_H
+#define MOE_RT_SRC_BACKEND_H
+
+#include "moe_rt/moe_rt.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+struct moe_rt_stream_impl;
+
+namespace moe_rt {
+
+class EventImpl {
+public:
+  virtual ~EventImpl() = default;
+  virtual moe_rt_backend backend() const = 0;
+  virtual bool query() = 0;
+};
+
+class StreamImpl {
+public:
+  virtual ~StreamImpl() = default;
+  virtual moe_rt_backend backend() const = 0;
+  virtual moe_rt_status enqueue(moe_rt_task_fn fn, void *arg) = 0;
+  /// A host task that reports failure through its status and message.
+  using HostTask = std::function<moe_rt_status(std::string &message)>;
+  virtual moe_rt_status enqueueHost(HostTask task) = 0;
+  virtual moe_rt_status synchronize(double timeoutSeconds) = 0;
+  virtual moe_rt_status record(EventImpl &event) = 0;
+  virtual moe_rt_status wait(EventImpl &event, double timeoutSeconds) = 0;
+};
+
+std::unique_ptr<StreamImpl> createCpuStream();
+std::unique_ptr<EventImpl> createCpuEvent();
+
+/// CUDA factories: fail with MOE_RT_UNAVAILABLE (and a message) when the
+/// runtime was built without CUDA or no device is present.
+moe_rt_status createCudaStream(std::unique_ptr<StreamImpl> &out);
+moe_rt_status createCudaEvent(std::unique_ptr<EventImpl> &out);
+moe_rt_status cudaAllocZeroed(size_t bytes, void **out);
+moe_rt_status cudaFree(void *ptr);
+moe_rt_status cudaScale(struct ::moe_rt_stream_impl *stream, float *data,
+                        int64_t n, float factor);
+
+} // namespace moe_rt
+
+struct moe_rt_stream_impl {
+  std::unique_ptr<moe_rt::StreamImpl> impl;
+};
+
+struct moe_rt_event_impl {
+  std::unique_ptr<moe_rt::EventImpl> impl;
+};
+
+#endif // MOE_RT_SRC_BACKEND_H
