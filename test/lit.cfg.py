@@ -19,6 +19,7 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%moe_src_root", config.moe_src_root))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%moe_obj_root", config.moe_obj_root))
+config.substitutions.append(("%mlir_include", config.mlir_include_dir))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# README command (a): set up, build, and run the main job on a shipped
+# example: FlowMoE's GPT2-Tiny-MoE (Table 2) through the moe passes.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${MOE_BUILD_DIR:-$ROOT/build}"
+"$ROOT/scripts/setup.sh"
+MODEL="${1:-$ROOT/examples/gpt2-tiny-moe.mlir}"
+OUT="$BUILD_DIR/examples/$(basename "${MODEL%.mlir}").out.mlir"
+mkdir -p "$(dirname "$OUT")"
+echo "== moe-opt $MODEL --moe-model-summary"
+"$BUILD_DIR/bin/moe-opt" "$MODEL" --moe-model-summary -o "$OUT"
+echo "== verified IR written to $OUT ($(wc -l < "$OUT") lines)"

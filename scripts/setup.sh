@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Set-up for a fresh Debian 12 machine: install the pinned packages that are
+# missing, then configure and build moe-mlir with CMake + Ninja (+ ccache).
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#
+#   scripts/setup.sh            # install + configure + build into build/
+#   MOE_BUILD_DIR=out scripts/setup.sh
+#   MOE_SKIP_INSTALL=1 scripts/setup.sh   # build only
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${MOE_BUILD_DIR:-$ROOT/build}"
+LLVM_VERSION=22
+
+# name=version pins (the versions CI was last green with). If the archive has
+# moved on, the candidate version is installed with a warning rather than
+# failing a fresh machine; the pin is then the one to update.
+PACKAGES=(
+  "cmake=3.25.1-1"
+  "ninja-build=1.11.1-2~deb12u1"
+  "ccache=4.8+really4.7.5-1"
+  "g++=4:12.2.0-3"
+  "python3=3.11.2-1+b1"
+  "libgtest-dev=1.12.1-0.2"
+  "llvm-${LLVM_VERSION}-dev=1:22.1.8-1~deb12u1"
+  "llvm-${LLVM_VERSION}-tools=1:22.1.8-1~deb12u1"
+  "libmlir-${LLVM_VERSION}-dev=1:22.1.8-1~deb12u1"
+  "mlir-${LLVM_VERSION}-tools=1:22.1.8-1~deb12u1"
+)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+installed_version() {
+  dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null |
+    awk '$1 == "installed" { print $2 }'
+}
+
+install_missing() {
+  local missing=() spec name version
+  for spec in "${PACKAGES[@]}"; do
+    name="${spec%%=*}"
+    [[ -n "$(installed_version "$name")" ]] || missing+=("$spec")
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    log "all ${#PACKAGES[@]} pinned packages are installed"
+    return
+  fi
+  local sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { log "need root (or sudo) to install: ${missing[*]}"; exit 1; }
+    sudo="sudo"
+  fi
+  log "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  local resolved=()
+  for spec in "${missing[@]}"; do
+    name="${spec%%=*}"; version="${spec#*=}"
+    if apt-cache madison "$name" | awk -F'|' '{gsub(/ /,"",$2); print $2}' | grep -qxF "$version"; then
+      resolved+=("$spec")
+    else
+      log "WARNING: $name $version is no longer in the archive; installing the candidate"
+      resolved+=("$name")
+    fi
+  done
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${resolved[@]}"
+}
+
+check_cuda() {
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    log "CUDA: $(/usr/local/cuda/bin/nvcc --version | tail -1) (the runtime's CUDA backend is compiled and linked, not run)"
+  else
+    log "CUDA: nvcc not found; the runtime is built without its CUDA backend"
+  fi
+}
+
+configure_and_build() {
+  local llvm_prefix="/usr/lib/llvm-${LLVM_VERSION}"
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    log "configuring $BUILD_DIR"
+    cmake -G Ninja -S "$ROOT" -B "$BUILD_DIR" \
+      -DCMAKE_BUILD_TYPE=Release \
+      -DMOE_ENABLE_ASSERTIONS=ON \
+      -DMLIR_DIR="$llvm_prefix/lib/cmake/mlir" \
+      -DLLVM_DIR="$llvm_prefix/lib/cmake/llvm" \
+      -DLLVM_EXTERNAL_LIT="$llvm_prefix/bin/lit"
+  fi
+  log "building (ninja, $(nproc) jobs)"
+  cmake --build "$BUILD_DIR" -- -j"$(nproc)"
+}
+
+if [[ "${MOE_SKIP_INSTALL:-0}" != 1 ]]; then
+  install_missing
+fi
+check_cuda
+# ccache keeps rebuilds of a fresh clone fast; bound its size.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+command -v ccache >/dev/null && ccache -M 2G >/dev/null
+configure_and_build
+log "done: $BUILD_DIR/bin/moe-opt"
