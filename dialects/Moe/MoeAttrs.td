@@ -55,9 +55,61 @@ def Moe_StreamKindAttr : EnumAttr<Moe_Dialect, Moe_StreamKind, "stream_kind"> {
   let assemblyFormat = "$value";
 }
 
+def Moe_TaskKind : I32EnumAttr<"TaskKind", "FlowMoE task kind", [
+    I32EnumAttrCase<"PRE", 0>,
+    I32EnumAttrCase<"AT", 1>,
+    I32EnumAttrCase<"D", 2>,
+    I32EnumAttrCase<"E", 3>,
+    I32EnumAttrCase<"C", 4>,
+    I32EnumAttrCase<"HEAD", 5>,
+    I32EnumAttrCase<"AR", 6>,
+    I32EnumAttrCase<"OPT", 7>]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
+def Moe_Phase : I32EnumAttr<"Phase", "forward or backward", [
+    I32EnumAttrCase<"fwd", 0>,
+    I32EnumAttrCase<"bwd", 1>]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
+
+def Moe_TaskAttr : AttrDef<Moe_Dialect, "Task"> {
+  let mnemonic = "task";
+  let summary = "which FlowMoE task an op belongs to";
+  let description = [{
+    `#moe.task<AT, fwd, block = 1, micro = 2>` labels an op of a training
+    step with its task in FlowMoE's model (§3.2): the kind (AT = MHA +
+    gate, D = dispatch, E = experts, C = combine, AR = gradient all-reduce;
+    PRE = embeddings, HEAD = final norm, LM head and loss, OPT = optimizer
+    update), the phase, the block l (0-based) and the micro-batch r
+    (0-based). AR tasks carry `chunk` (0-based) once sliced into S_p
+    chunks. Several ops (e.g. attention, residual add, norm and gate) form
+    one task. Set by `moe-build-train-step` and `moe-microbatch`; read by
+    `moe-schedule`, the schedule verifier and the simulator.
+  }];
+  let parameters = (ins
+    EnumParameter<Moe_TaskKind>:$kind,
+    EnumParameter<Moe_Phase>:$phase,
+    DefaultValuedParameter<"int64_t", "-1">:$block,
+    DefaultValuedParameter<"int64_t", "0">:$micro,
+    DefaultValuedParameter<"int64_t", "-1">:$chunk);
+  let assemblyFormat = [{
+    `<` $kind `,` $phase (`,` `block` `=` $block^)? (`,` `micro` `=` $micro^)?
+    (`,` `chunk` `=` $chunk^)? `>`
+  }];
+  let extraClassDeclaration = [{
+    /// "AT_2^(1)"-style name used in schedules and diagnostics, 1-based as
+    /// in the paper.
+    std::string getLabel() const;
+  }];
+}
+
 
 class Moe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<Moe_Dialect, name, traits> {

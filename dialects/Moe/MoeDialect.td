@@ -65,6 +65,14 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getStreamAttrName() {
       return ::llvm::StringLiteral("moe.stream");
     }
+    /// Name of the discardable attribute labelling an op's FlowMoE task.
+    static constexpr ::llvm::StringLiteral getTaskAttrName() {
+      return ::llvm::StringLiteral("moe.task");
+    }
+    /// Name of the function attribute recording the scheduling policy.
+    static constexpr ::llvm::StringLiteral getScheduleAttrName() {
+      return ::llvm::StringLiteral("moe.schedule");
+    }
     /// Name of the argument attribute naming a parameter (e.g. "block0.wq").
     static constexpr ::llvm::StringLiteral getParamAttrName() {
       return ::llvm::StringLiteral("moe.param");

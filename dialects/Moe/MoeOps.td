@@ -72,8 +72,8 @@ def Moe_BlockOp : Moe_Op<"block", [
 }
 
 def Moe_YieldOp : Moe_Op<"yield", [
-    Pure, Terminator, HasParent<"BlockOp">]> {
-  let summary = "returns the results of a `moe.block`";
+    Pure, Terminator, ParentOneOf<["BlockOp", "VjpOp"]>]> {
+  let summary = "returns the results of a `moe.block` or `moe.vjp` body";
   let arguments = (ins Variadic<AnyType>:$operands);
   let builders = [OpBuilder<(ins), [{ /* nothing to yield */ }]>];
   let assemblyFormat = "attr-dict ($operands^ `:` type($operands))?";
@@ -389,6 +389,70 @@ def Moe_AllReduceOp : Moe_CollectiveOp<"all_reduce",
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     bool isChunk() { return getBytes().has_value(); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Training
+//===----------------------------------------------------------------------===//
+
+def Moe_VjpOp : Moe_Op<"vjp", [
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects,
+    AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Moe_TaskOpInterface, ["isCommunication"]>]> {
+  let summary = "vector-Jacobian product (backward) of one op";
+  let description = [{
+    The backward task of the single op in its body: given the op's inputs
+    (`primals`, bound to the body's arguments) and one cotangent per
+    floating-point result of the op, returns one gradient per
+    floating-point operand, in operand order (integer operands such as
+    routing indices and token ids get none).
+
+    ```mlir
+    %dx, %dup, %ddown = moe.vjp (%a = %x : tensor<1x32x16xf32>,
+                                 %b = %up : tensor<1x16x32xf32>,
+                                 %c = %down : tensor<1x32x16xf32>)
+        cotangents(%dy : tensor<1x32x16xf32>)
+        -> (tensor<1x32x16xf32>, tensor<1x16x32xf32>, tensor<1x32x16xf32>) {
+      %y = moe.expert relu %a up(%b) down(%c) : (...) -> tensor<1x32x16xf32>
+      moe.yield %y : tensor<1x32x16xf32>
+    }
+    ```
+
+    One generic op rather than one `*_grad` op per forward op: every
+    backward task has the same shape (primals, cotangents → gradients),
+    the verifier checks it once, and the runtime maps the body op's name to
+    its backward kernel. The vjp of a collective is a collective: the
+    adjoint of `moe.dispatch` is a combine-direction all-to-all and vice
+    versa (FlowMoE Eqs. 4–5), so `moe.vjp` of `moe.dispatch`/`moe.combine`
+    runs on a communication stream. How activations are obtained (saved or
+    recomputed from the primals) is the runtime's choice.
+  }];
+  let arguments = (ins Variadic<AnyType>:$primals,
+                       Variadic<AnyType>:$cotangents);
+  let results = (outs Variadic<AnyType>:$gradients);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The op whose backward this is.
+    ::mlir::Operation *getForwardOp();
+    /// Grid and axes of the collective this vjp is the adjoint of, if any.
+    ::mlir::moe::CollectiveOpInterface getCollective();
+  }];
+}
+
+def Moe_SgdOp : Moe_ComputeOp<"sgd", [AllTypesMatch<["param", "grad", "result"]>]> {
+  let summary = "optimizer update: param - lr * grad";
+  let description = [{
+    The step's parameter update (plain SGD). Returns the new value of the
+    parameter; the training step returns all of them.
+  }];
+  let arguments = (ins Moe_FloatTensor:$param, Moe_FloatTensor:$grad,
+                       F64Attr:$lr);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $param `,` $grad `lr` `=` $lr attr-dict `:` type($result)
   }];
 }
 

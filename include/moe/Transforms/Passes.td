@@ -30,4 +30,30 @@ def MoeModelSummary : Pass<"moe-model-summary", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeMicrobatch : Pass<"moe-microbatch", "::mlir::ModuleOp"> {
+  let summary = "Split every block's tasks into R micro-batches (FlowMoE §3.2)";
+  let description = [{
+    In every `moe.block` of every model function, splits the block's input
+    along the batch dimension into `degree` equal micro-batches with
+    `moe.split`, clones the block body once per micro-batch — so that the
+    MHA + gate (AT), dispatch (D), expert (E) and combine (C) tasks all come
+    in R independent copies, in the MHA layer as well as the MoE layer — and
+    merges the R outputs with `moe.merge`. Each cloned op is labelled with
+    its task `#moe.task<kind, fwd, block = l, micro = r>`.
+
+    Capacity is per micro-batch: C_r = ceil(f·k·(B/R)·N/E). Without token
+    dropping (dropless routing, or no expert over capacity) the step computes
+    exactly what the unsplit one does; when tokens are dropped, which ones
+    can differ, as in Tutel/ScheMoE's pipelining.
+
+    The loss needs no explicit 1/R factor (FlowMoE App. H): the loss is the
+    mean over the merged batch, which equals the mean of the R micro-batch
+    losses scaled by 1/R, so accumulated gradients equal the unsplit ones.
+  }];
+  let options = [
+    Option<"degree", "degree", "int64_t", /*default=*/"2",
+           "Pipelining degree R (number of micro-batches); must divide B">
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

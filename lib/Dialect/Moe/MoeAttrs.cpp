@@ -2,6 +2,7 @@
 
 #include "moe/Dialect/Moe/MoeAttrs.h"
 #include "moe/Dialect/Moe/MoeDialect.h"
+#include "moe/Dialect/Moe/MoeOps.h"
 
 #include "ShapeDiagnostics.h"
 
@@ -43,7 +44,7 @@ LogicalResult StreamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 int64_t ModelAttr::getCapacity() const {
   if (isDropless())
     return ShapedType::kDynamic;
-  return detail::expertCapacity(getF(), getTopK(),
+  return expertCapacity(getF(), getTopK(),
                                 getBatch() * getSeq(), getExperts());
 }
 
@@ -165,4 +166,23 @@ void ModelAttr::print(AsmPrinter &printer) const {
   printAxes("dp_axes", getDpAxes());
   printAxes("intra_axes", getIntraAxes());
   printer << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// TaskAttr
+//===----------------------------------------------------------------------===//
+
+std::string TaskAttr::getLabel() const {
+  std::string label = stringifyTaskKind(getKind()).str();
+  if (getKind() == TaskKind::AT || getKind() == TaskKind::D ||
+      getKind() == TaskKind::E || getKind() == TaskKind::C)
+    label += "_" + std::to_string(getMicro() + 1);
+  if (getBlock() >= 0)
+    label += "^" + std::to_string(getBlock() + 1);
+  if (getChunk() >= 0)
+    label += "." + std::to_string(getChunk());
+  if (getPhase() == Phase::bwd && getKind() != TaskKind::AR &&
+      getKind() != TaskKind::OPT)
+    label += "'";
+  return label;
 }

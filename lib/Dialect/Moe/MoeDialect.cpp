@@ -22,7 +22,7 @@ void MoeDialect::initialize() {
 /// A task may sit on a communication stream iff it communicates. Upstream
 /// `shard` collectives (FSMoE's intra-node all-gather / reduce-scatter) count
 /// as communication too.
-static bool isCommunicationTask(Operation *op) {
+bool mlir::moe::isCommunicationTask(Operation *op) {
   if (auto task = dyn_cast<TaskOpInterface>(op))
     return task.isCommunication();
   return isa<shard::AllGatherOp, shard::AllReduceOp, shard::AllToAllOp,
@@ -30,8 +30,15 @@ static bool isCommunicationTask(Operation *op) {
              shard::RecvOp, shard::ShiftOp>(op);
 }
 
+/// Anything that does work can be issued on a stream: moe tasks, upstream
+/// collectives and plumbing such as residual adds (a kernel on the compute
+/// stream). Structure (blocks, functions), terminators and the event ops,
+/// which name their stream explicitly, cannot.
 static bool isTask(Operation *op) {
-  return isa<TaskOpInterface>(op) || isCommunicationTask(op);
+  if (isa<TaskOpInterface>(op) || isCommunicationTask(op))
+    return true;
+  return op->getNumRegions() == 0 && !op->hasTrait<OpTrait::IsTerminator>() &&
+         !isa<RecordEventOp, WaitEventOp>(op);
 }
 
 LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
@@ -52,13 +59,26 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
       return op->emitError() << "'" << getStreamAttrName()
                              << "' must be a #moe.stream attribute";
     if (!isTask(op))
-      return op->emitError() << "only tasks (compute ops and collectives) "
-                                "can be put on a stream";
+      return op->emitError() << "only tasks (compute ops, plumbing and "
+                                "collectives) can be put on a stream";
     bool comm = stream.getKind() == StreamKind::comm;
     if (comm != isCommunicationTask(op))
       return op->emitError()
              << (comm ? "a compute task cannot run on a communication stream"
                       : "a collective cannot run on a compute stream");
+    return success();
+  }
+  if (attr.getName() == getTaskAttrName()) {
+    if (!isa<TaskAttr>(attr.getValue()))
+      return op->emitError() << "'" << getTaskAttrName()
+                             << "' must be a #moe.task attribute";
+    return success();
+  }
+  if (attr.getName() == getScheduleAttrName()) {
+    auto policy = dyn_cast<StringAttr>(attr.getValue());
+    if (!policy || !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << getScheduleAttrName()
+                             << "' must be a policy name on a function";
     return success();
   }
   return op->emitError() << "unknown moe dialect attribute '"

@@ -210,7 +210,10 @@ LogicalResult BlockOp::verify() {
 }
 
 LogicalResult YieldOp::verify() {
-  auto block = cast<BlockOp>((*this)->getParentOp());
+  // A moe.vjp checks its own yield (it must return its op's results).
+  auto block = dyn_cast<BlockOp>((*this)->getParentOp());
+  if (!block)
+    return success();
   if (getOperandTypes() != block.getResultTypes())
     return emitOpError() << "yields " << getNumOperands()
                          << " values whose types do not match the "
@@ -582,6 +585,148 @@ LogicalResult AllReduceOp::verify() {
 
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &table) {
   return success(succeeded(collectiveGroupSize(*this, table)));
+}
+
+//===----------------------------------------------------------------------===//
+// VjpOp
+//===----------------------------------------------------------------------===//
+
+static bool isFloatTensor(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  return tensor && isa<FloatType>(tensor.getElementType());
+}
+
+Operation *VjpOp::getForwardOp() {
+  Block &body = getBody().front();
+  return body.empty() || &body.front() == body.getTerminator()
+             ? nullptr
+             : &body.front();
+}
+
+CollectiveOpInterface VjpOp::getCollective() {
+  return dyn_cast_or_null<CollectiveOpInterface>(getForwardOp());
+}
+
+bool VjpOp::isCommunication() {
+  Operation *forward = getForwardOp();
+  return forward && isCommunicationTask(forward);
+}
+
+// moe.vjp (%a = %x : T, ...) cotangents(%dy : T, ...) -> (T, ...) attrs {body}
+ParseResult VjpOp::parse(OpAsmParser &parser, OperationState &result) {
+  SmallVector<OpAsmParser::Argument> args;
+  SmallVector<OpAsmParser::UnresolvedOperand> primals, cotangents;
+  SmallVector<Type> cotangentTypes;
+  if (parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
+            OpAsmParser::Argument arg;
+            OpAsmParser::UnresolvedOperand operand;
+            if (parser.parseArgument(arg) || parser.parseEqual() ||
+                parser.parseOperand(operand) || parser.parseColon() ||
+                parser.parseType(arg.type))
+              return failure();
+            args.push_back(arg);
+            primals.push_back(operand);
+            return success();
+          }) ||
+      parser.parseKeyword("cotangents") ||
+      parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
+            OpAsmParser::UnresolvedOperand operand;
+            Type type;
+            if (parser.parseOperand(operand) || parser.parseColon() ||
+                parser.parseType(type))
+              return failure();
+            cotangents.push_back(operand);
+            cotangentTypes.push_back(type);
+            return success();
+          }))
+    return failure();
+  for (auto [arg, operand] : llvm::zip(args, primals))
+    if (parser.resolveOperand(operand, arg.type, result.operands))
+      return failure();
+  if (parser.resolveOperands(cotangents, cotangentTypes,
+                             parser.getCurrentLocation(), result.operands))
+    return failure();
+  result.getOrAddProperties<Properties>().operandSegmentSizes = {
+      static_cast<int32_t>(primals.size()),
+      static_cast<int32_t>(cotangents.size())};
+  if (parser.parseOptionalArrowTypeList(result.types) ||
+      parser.parseOptionalAttrDictWithKeyword(result.attributes))
+    return failure();
+  Region *body = result.addRegion();
+  if (parser.parseRegion(*body, args))
+    return failure();
+  VjpOp::ensureTerminator(*body, parser.getBuilder(), result.location);
+  return success();
+}
+
+void VjpOp::print(OpAsmPrinter &p) {
+  p << " (";
+  llvm::interleaveComma(
+      llvm::zip(getBody().getArguments(), getPrimals()), p, [&](auto pair) {
+        p << std::get<0>(pair) << " = " << std::get<1>(pair) << " : "
+          << std::get<1>(pair).getType();
+      });
+  p << ") cotangents(";
+  llvm::interleaveComma(getCotangents(), p, [&](Value v) {
+    p << v << " : " << v.getType();
+  });
+  p << ")";
+  if (getNumResults()) {
+    p << " -> (";
+    llvm::interleaveComma(getResultTypes(), p);
+    p << ")";
+  }
+  p.printOptionalAttrDictWithKeyword((*this)->getAttrs(),
+                                     {"operandSegmentSizes"});
+  p << " ";
+  p.printRegion(getBody(), /*printEntryBlockArgs=*/false,
+                /*printBlockTerminators=*/true);
+}
+
+LogicalResult VjpOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getPrimals().size())
+    return emitOpError() << "has " << getPrimals().size()
+                         << " primals but its body takes "
+                         << body.getNumArguments() << " arguments";
+  for (auto [i, arg, primal] :
+       llvm::enumerate(body.getArguments(), getPrimals()))
+    if (arg.getType() != primal.getType())
+      return emitOpError() << "body argument #" << i << " has type "
+                           << arg.getType() << " but primal #" << i
+                           << " has type " << primal.getType();
+  Operation *forward = getForwardOp();
+  if (!forward || std::next(forward->getIterator()) !=
+                      body.getTerminator()->getIterator())
+    return emitOpError() << "body must hold exactly one op and moe.yield";
+  if (forward->getNumRegions() != 0)
+    return emitOpError() << "cannot differentiate an op with regions";
+  if (!llvm::equal(forward->getOperands(), body.getArguments()))
+    return emitOpError() << "the body op must take the body arguments, in "
+                            "order, as its operands";
+  if (!llvm::equal(body.getTerminator()->getOperands(),
+                   forward->getResults()))
+    return emitOpError() << "the body must yield the results of its op";
+
+  SmallVector<Type> expectedCotangents, expectedGradients;
+  for (Type t : forward->getResultTypes())
+    if (isFloatTensor(t))
+      expectedCotangents.push_back(t);
+  for (Type t : forward->getOperandTypes())
+    if (isFloatTensor(t))
+      expectedGradients.push_back(t);
+  if (TypeRange(getCotangents()) != TypeRange(expectedCotangents))
+    return emitOpError() << "needs one cotangent per floating-point result of '"
+                         << forward->getName() << "' ("
+                         << expectedCotangents.size() << "), with its type";
+  if (getResultTypes() != TypeRange(expectedGradients))
+    return emitOpError() << "returns one gradient per floating-point operand "
+                            "of '"
+                         << forward->getName() << "' ("
+                         << expectedGradients.size() << "), with its type";
+  return success();
 }
 
 bool DispatchOp::isCommunication() { return true; }

@@ -2,6 +2,8 @@
 
 #include "ShapeDiagnostics.h"
 
+#include "moe/Dialect/Moe/MoeOps.h"
+
 #include "mlir/IR/Diagnostics.h"
 #include <charconv>
 #include <cmath>
@@ -51,7 +53,9 @@ LogicalResult verifyShape(Operation *op, StringRef name, ShapedType type,
   return success();
 }
 
-int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
+} // namespace mlir::moe::detail
+
+int64_t mlir::moe::expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
                        int64_t experts) {
   // Compute in long double and nudge down by a relative epsilon so that
   // f = 1.1 (not exactly representable) with an integral product does not
@@ -61,6 +65,8 @@ int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
   long double nudged = exact * (1.0L - 1e-12L);
   return static_cast<int64_t>(std::ceil(nudged));
 }
+
+namespace mlir::moe::detail {
 
 std::string formatDouble(double value) {
   char buf[64];

@@ -33,10 +33,6 @@ inline bool sameOrDynamic(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }
 
-/// ceil(f * k * tokens / experts): FlowMoE's C (§2.2), FSMoE's T (§3.3).
-int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
-                       int64_t experts);
-
 /// Shortest decimal form that round-trips, always with a '.' or exponent.
 std::string formatDouble(double value);
 

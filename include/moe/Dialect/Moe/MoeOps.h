@@ -33,6 +33,15 @@ FailureOr<shard::GridOp> lookupGrid(Operation *from, FlatSymbolRefAttr grid,
 FailureOr<int64_t> verifyGroupSize(Operation *from, shard::GridOp grid,
                                    ArrayRef<int16_t> axes);
 
+/// C = ceil(f * k * tokens / experts): FlowMoE's capacity per expert per
+/// rank (§2.2), FSMoE's T (§3.3). Exact for decimal f such as 1.1.
+int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
+                       int64_t experts);
+
+/// Whether `op` occupies a communication stream: moe collectives, their
+/// vjps, and upstream `shard` collectives.
+bool isCommunicationTask(Operation *op);
+
 /// Verifies a `#moe.model` attribute against the body of `funcOp`.
 LogicalResult verifyModel(Operation *funcOp, ModelAttr model);
 

@@ -1,0 +1,37 @@
+//===- Tasks.h - FlowMoE task labels of ops ---------------------*- C++ -*-===//
+//
+// Which FlowMoE task (§3.2) an op belongs to: AT (MHA + gate), D, E, C, AR,
+// and the PRE / HEAD / OPT work around the blocks. Shared by the passes that
+// set labels (moe-microbatch, moe-build-train-step) and those that read them
+// (moe-schedule, moe-chunk-gradients, the schedule verifier).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_ANALYSIS_TASKS_H
+#define MOE_ANALYSIS_TASKS_H
+
+#include "moe/Dialect/Moe/MoeOps.h"
+
+namespace mlir::moe {
+
+/// The kind of a forward op inside a block: D for dispatch, E for experts,
+/// C for combine, AT for attention, norms, gates and shared experts;
+/// std::nullopt for plumbing (residual adds, splits, merges), which takes
+/// the label of the task it feeds.
+std::optional<TaskKind> blockTaskKind(Operation *op);
+
+/// The op's task label, or null.
+TaskAttr getTask(Operation *op);
+void setTask(Operation *op, TaskAttr task);
+
+/// Labels the forward ops `ops` (in program order) as block `block`'s tasks for
+/// micro-batch `micro`: task ops by blockTaskKind; plumbing before the
+/// combine (a residual add feeding a norm) joins the task it feeds; plumbing
+/// after the combine (the residual add of the block output) starts the next
+/// block's AT task, or HEAD after the last of `numBlocks` blocks, as in
+/// FlowMoE where AT^(l+1) consumes C^(l)'s output. Existing labels stay.
+void labelBlockForward(ArrayRef<Operation *> ops, int64_t block,
+                       int64_t micro, int64_t numBlocks);
+
+} // namespace mlir::moe
+
+#endif // MOE_ANALYSIS_TASKS_H

@@ -1,0 +1,69 @@
+//===- Tasks.cpp - FlowMoE task labels of ops -----------------------------===//
+
+#include "moe/Analysis/Tasks.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
+  if (isa<DispatchOp>(op))
+    return TaskKind::D;
+  if (isa<ExpertOp>(op))
+    return TaskKind::E;
+  if (isa<CombineOp>(op))
+    return TaskKind::C;
+  if (isa<AttentionOp, NormOp, GateOp, SharedExpertOp, LinearOp>(op))
+    return TaskKind::AT;
+  return std::nullopt;
+}
+
+TaskAttr mlir::moe::getTask(Operation *op) {
+  return op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName());
+}
+
+void mlir::moe::setTask(Operation *op, TaskAttr task) {
+  op->setAttr(MoeDialect::getTaskAttrName(), task);
+}
+
+void mlir::moe::labelBlockForward(ArrayRef<Operation *> ops, int64_t block,
+                                  int64_t micro, int64_t numBlocks) {
+  if (ops.empty())
+    return;
+  MLIRContext *ctx = ops.front()->getContext();
+  auto make = [&](TaskKind kind, int64_t b) {
+    return TaskAttr::get(ctx, kind, Phase::fwd, b, micro, /*chunk=*/-1);
+  };
+  TaskAttr next = block + 1 < numBlocks ? make(TaskKind::AT, block + 1)
+                                        : make(TaskKind::HEAD, -1);
+  SmallVector<Operation *> plumbing;
+  for (Operation *op : ops) {
+    if (getTask(op) || isa<YieldOp, MergeOp, SplitOp>(op) ||
+        op->getNumRegions() != 0)
+      continue;
+    if (std::optional<TaskKind> kind = blockTaskKind(op)) {
+      setTask(op, make(*kind, block));
+      continue;
+    }
+    // After the combine: part of the next block's first task.
+    bool afterCombine = llvm::any_of(op->getOperands(), [&](Value v) {
+      TaskAttr t = v.getDefiningOp() ? getTask(v.getDefiningOp()) : nullptr;
+      return t && (t.getKind() == TaskKind::C || t == next);
+    });
+    if (afterCombine)
+      setTask(op, next);
+    else
+      plumbing.push_back(op);
+  }
+  // Before the combine: join the task it feeds. Walk backwards so chains of
+  // plumbing resolve from their end.
+  for (Operation *op : llvm::reverse(plumbing)) {
+    // The first labelled user in program order: a residual add feeds both
+    // this block's norm and, later, the post-combine add.
+    Operation *first = nullptr;
+    for (Operation *user : op->getUsers())
+      if (getTask(user) && user->getBlock() == op->getBlock() &&
+          (!first || user->isBeforeInBlock(first)))
+        first = user;
+    setTask(op, first ? getTask(first) : make(TaskKind::AT, block));
+  }
+}
