@@ -471,6 +471,8 @@ def Moe_SplitOp : Moe_Op<"split", [Pure]> {
   let results = (outs Variadic<AnyRankedTensor>:$results);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
   let hasVerifier = 1;
+  // split(merge(a, b)) -> a, b: micro-batches flow across block boundaries.
+  let hasFolder = 1;
 }
 
 def Moe_MergeOp : Moe_Op<"merge", [Pure]> {

@@ -56,4 +56,40 @@ def MoeMicrobatch : Pass<"moe-microbatch", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
+  let summary = "Build the training step: forward, loss, backward, gradient "
+                "all-reduce and optimizer update";
+  let description = [{
+    Turns every model function (one with `moe.model`) into one training
+    step, in place:
+
+    1. Labels every forward op with its FlowMoE task (`#moe.task`) and
+       inlines the `moe.block` ops; `moe.split` of a `moe.merge` folds, so
+       micro-batches flow from block to block.
+    2. Reverse-mode differentiation from the returned loss: each forward op
+       gets a `moe.vjp` backward task with the same label in phase `bwd`
+       (the vjp of a dispatch or combine is a communication task, FlowMoE
+       Eqs. 4–5); residual adds fan cotangents out; a value used several
+       times — a weight used by R micro-batches — accumulates its gradient
+       with `arith.addf` (gradient accumulation across micro-batches).
+       The seed is 1/P, P the data-parallel group size, so that summed
+       gradients are those of the mean loss over all ranks.
+    3. One `moe.all_reduce` per block (`#moe.task<AR, bwd, block = l>`) of
+       the gradients of the block's replicated weights (MHA, norms, gate),
+       plus one for the weights outside blocks (embeddings, head) on the
+       data-parallel group; expert weights stay local under expert
+       parallelism.
+    4. `moe.sgd` per parameter (`#moe.task<OPT, bwd>`); the function returns
+       the loss followed by the updated parameters, in argument order.
+
+    The result is in program order forward → backward → all-reduce →
+    update; `moe-schedule` reorders it.
+  }];
+  let options = [
+    Option<"learningRate", "lr", "double", /*default=*/"0.01",
+           "SGD learning rate">
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

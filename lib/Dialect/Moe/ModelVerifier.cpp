@@ -11,6 +11,7 @@
 #include "ShapeDiagnostics.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -59,6 +60,24 @@ struct ModelChecker {
                  << " was expected next (blocks are numbered 0..L-1 in order)";
         ++next;
       }
+    if (next == 0) {
+      // A training step has its blocks inlined: count the blocks its
+      // forward dispatch tasks are labelled with instead.
+      llvm::SmallDenseSet<int64_t> labelled;
+      func->walk([&](DispatchOp op) {
+        if (auto task = op->getAttrOfType<TaskAttr>(
+                MoeDialect::getTaskAttrName()))
+          labelled.insert(task.getBlock());
+      });
+      if (!labelled.empty()) {
+        if (static_cast<int64_t>(labelled.size()) != model.getLayers())
+          return func->emitError()
+                 << "model declares " << model.getLayers()
+                 << " layers but its step has dispatch tasks of "
+                 << labelled.size() << " blocks";
+        return success();
+      }
+    }
     if (next != model.getLayers())
       return func->emitError() << "model declares " << model.getLayers()
                                << " layers but its body has " << next

@@ -765,6 +765,14 @@ LogicalResult SplitOp::verify() {
   return verifyEqualSplit(*this, shapeOf(getInput()), getResultTypes());
 }
 
+LogicalResult SplitOp::fold(FoldAdaptor, SmallVectorImpl<OpFoldResult> &results) {
+  auto merge = getInput().getDefiningOp<MergeOp>();
+  if (!merge || merge.getInputs().getTypes() != getResultTypes())
+    return failure();
+  llvm::append_range(results, merge.getInputs());
+  return success();
+}
+
 LogicalResult MergeOp::verify() {
   return verifyEqualSplit(*this, shapeOf(getResult()),
                           getInputs().getTypes());
