@@ -92,4 +92,95 @@ def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def MoeSchedule : Pass<"moe-schedule", "::mlir::ModuleOp"> {
+  let summary = "Order a training step's tasks on the compute and "
+                "communication streams by a scheduling policy";
+  let description = [{
+    Puts every task of a training step (after `moe-build-train-step`) on the
+    compute stream or, for collectives and their vjps, the communication
+    stream, and reorders the step into the policy's issue order (a
+    priority-driven topological order, so every value is still defined
+    before use). Policies:
+
+    | policy | compute / A2A order | all-reduce | extra |
+    |---|---|---|---|
+    | `vanilla` | vanillaEP, R = 1 | after the backward | the update waits for all communication: no overlap |
+    | `pipe-moe` | Tutel / ScheMoE: only D, E, C pipelined | after the backward | D_1 waits for all AT_r (forward); AT'_R waits for D'_1 (backward) |
+    | `flowmoe-at` | FlowMoE Eqs. 2–5 (AT pipelined too) | after the backward | |
+    | `flowmoe` | FlowMoE Eqs. 2–5 | AR^(l) right after block l's backward A2As (Theorem 1), low priority | |
+    | `centralized-ar` | FlowMoE Eqs. 2–5 | after the backward, in the order `flowmoe` issues them | |
+
+    Forward, block by block: compute AT_1..AT_R, E_1..E_R; communication
+    D_1..D_R, C_1..C_R. Backward, blocks L..1: compute E_R..E_1,
+    AT_R..AT_1; communication C_R..C_1, D_R..D_1. The function records its
+    policy in `moe.schedule`.
+  }];
+  let options = [
+    Option<"policy", "policy", "std::string", /*default=*/"\"flowmoe\"",
+           "vanilla | pipe-moe | flowmoe-at | flowmoe | centralized-ar">
+  ];
+}
+
+def MoeChunkGradients : Pass<"moe-chunk-gradients", "::mlir::ModuleOp"> {
+  let summary = "Slice each block's gradient all-reduce into S_p-byte chunks "
+                "(FlowMoE §3.3)";
+  let description = [{
+    Replaces every whole-tensor `moe.all_reduce` of a scheduled step (an
+    AR^(l) task) by a sequence of chunk tasks of at most `chunk-bytes` bytes
+    (S_p), in place and on the same stream. A tensor of at least S_p bytes
+    becomes ceil(bytes / S_p) byte-range chunks (`bytes [offset, size]`, the
+    last one shorter); smaller tensors are packed whole, in order, into
+    chunks of at most S_p bytes. Chunks are labelled
+    `#moe.task<AR, bwd, block = l, chunk = i>`. Each chunk consumes the
+    gradient it carries, so no chunk can start before that gradient is
+    complete (the sync pass makes the wait explicit).
+  }];
+  let options = [
+    Option<"chunkBytes", "chunk-bytes", "std::string", /*default=*/"\"2MiB\"",
+           "S_p: bytes per chunk, e.g. 1048576, 512KiB, 2MiB, 4MB">
+  ];
+}
+
+def MoeInsertSyncs : Pass<"moe-insert-syncs", "::mlir::ModuleOp"> {
+  let summary = "Make every cross-stream dependency an explicit event "
+                "record/wait, with no redundant wait";
+  let description = [{
+    For every op of a scheduled step that uses a value produced on another
+    stream, inserts `moe.record_event` right after the producer and
+    `moe.wait_event` right before the consumer — unless stream order or an
+    earlier wait already guarantees the producer has completed (tracked with
+    vector clocks, so transitive chains count). When a consumer needs
+    several producers of one stream, it waits only for the last of them.
+  }];
+}
+
+def MoeVerifySchedule : Pass<"moe-verify-schedule", "::mlir::ModuleOp"> {
+  let summary = "Reject a schedule that breaks a dependency, can hang, or "
+                "orders collectives differently across ranks";
+  let description = [{
+    Checks every scheduled step (a function with `moe.schedule`):
+    every task is on a stream; every value used on one stream and produced
+    on another is waited for (an event recorded after the producer, waited
+    before the consumer, directly or through a chain); every wait refers to
+    an event recorded earlier in the step (else the stream could wait
+    forever); and any two collectives on the same group and communicator
+    class are ordered by stream order or events — otherwise ranks may issue
+    them in different orders and deadlock. Each error names both ops.
+  }];
+}
+
+def MoePrintSchedule : Pass<"moe-print-schedule", "::mlir::ModuleOp"> {
+  let summary = "Print the task order of each stream of a scheduled step";
+  let description = [{
+    Prints, per phase and stream, the sequence of tasks in issue order using
+    FlowMoE's names (AT_r^l, D_r^l, E_r^l, C_r^l, AR^l; a prime marks the
+    backward task), with consecutive ops of one task collapsed. Used by the
+    tests to compare against FlowMoE Fig. 2.
+  }];
+  let options = [
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write ('-' for stdout)">
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

@@ -1,0 +1,92 @@
+//===- ScheduleVerifier.cpp - is a scheduled step safe to run? ------------===//
+
+#include "moe/Analysis/ScheduleVerifier.h"
+#include "moe/Analysis/StreamOrder.h"
+
+#include "llvm/ADT/MapVector.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+static std::string describe(Operation *op, const StreamOrder &order) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "'" << op->getName() << "'";
+  if (auto task =
+          op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
+    os << " (" << task.getLabel() << ")";
+  int s = order.streamOf(op);
+  if (s >= 0)
+    os << " on " << order.streamAttr(s);
+  return text;
+}
+
+LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
+  FailureOr<StreamOrder> built = StreamOrder::build(func, true);
+  if (failed(built))
+    return failure();
+  const StreamOrder &order = *built;
+  Block &entry = func.getFunctionBody().front();
+
+  // Data dependencies across streams.
+  for (Operation &op : entry) {
+    if (order.streamOf(&op) < 0)
+      continue;
+    WalkResult result = op.walk([&](Operation *nested) {
+      for (Value v : nested->getOperands()) {
+        Operation *def = v.getDefiningOp();
+        if (!def || def->getBlock() != &entry || def == &op)
+          continue;
+        if (!order.happensBefore(def, &op)) {
+          InFlightDiagnostic diag =
+              op.emitOpError() << "uses a value produced by "
+                               << describe(def, order)
+                               << " without waiting for it (no event orders "
+                                  "the producer before this op)";
+          diag.attachNote(def->getLoc()) << "producer: " << describe(def, order);
+          return WalkResult::interrupt();
+        }
+      }
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted())
+      return failure();
+  }
+
+  // Collectives of one group and class must be totally ordered: consecutive
+  // ones in program order must be ordered by happens-before.
+  struct GroupKey {
+    Attribute grid;
+    SmallVector<int16_t> axes;
+    bool allReduce;
+    bool operator<(const GroupKey &o) const {
+      return std::tie(allReduce, axes) < std::tie(o.allReduce, o.axes) ||
+             (std::tie(allReduce, axes) == std::tie(o.allReduce, o.axes) &&
+              grid.getAsOpaquePointer() < o.grid.getAsOpaquePointer());
+    }
+  };
+  std::map<GroupKey, Operation *> last;
+  for (Operation &op : entry) {
+    std::optional<CollectiveKey> key = getCollectiveKey(&op);
+    if (!key)
+      continue;
+    GroupKey group{key->grid, key->axes, key->allReduceClass};
+    auto [it, inserted] = last.try_emplace(group, &op);
+    if (!inserted) {
+      Operation *previous = it->second;
+      if (!order.happensBefore(previous, &op)) {
+        InFlightDiagnostic diag =
+            op.emitOpError()
+            << "is a collective on the same group as "
+            << describe(previous, order)
+            << " but nothing orders the two; ranks may issue them in "
+               "different orders and deadlock";
+        diag.attachNote(previous->getLoc())
+            << "other collective: " << describe(previous, order);
+        return failure();
+      }
+      it->second = &op;
+    }
+  }
+  return success();
+}

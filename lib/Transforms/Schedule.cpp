@@ -1,0 +1,276 @@
+//===- Schedule.cpp - order a step's tasks by a scheduling policy ---------===//
+//
+// FlowMoE §3.2 (Eqs. 2–5) and §3.3 (Theorem 1), and the baselines it is
+// measured against (Fig. 2, Table 5): every policy is a priority on task
+// labels, applied as a topological order so that the result stays valid SSA,
+// plus the few event barriers a policy needs to forbid overlap.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Analysis/Tasks.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+#include <queue>
+#include <tuple>
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOESCHEDULE
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+enum class Policy { Vanilla, PipeMoe, FlowMoeAT, FlowMoe, CentralizedAR };
+
+std::optional<Policy> parsePolicy(StringRef name) {
+  return llvm::StringSwitch<std::optional<Policy>>(name)
+      .Case("vanilla", Policy::Vanilla)
+      .Case("pipe-moe", Policy::PipeMoe)
+      .Case("flowmoe-at", Policy::FlowMoeAT)
+      .Case("flowmoe", Policy::FlowMoe)
+      .Case("centralized-ar", Policy::CentralizedAR)
+      .Default(std::nullopt);
+}
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+
+/// Issue priority of a task: (phase, block position, kind rank, micro-batch
+/// position), smaller first.
+Key keyOf(TaskAttr t, Policy policy, int64_t L, int64_t R) {
+  bool fwd = t.getPhase() == Phase::fwd;
+  int64_t l = t.getBlock(), r = t.getMicro();
+  switch (t.getKind()) {
+  case TaskKind::PRE:
+    return fwd ? Key{0, -1, 0, r} : Key{1, L, 0, r};
+  case TaskKind::HEAD:
+    return fwd ? Key{0, L, 0, r} : Key{1, -1, 0, R - 1 - r};
+  case TaskKind::OPT:
+    return Key{3, 0, 0, 0};
+  case TaskKind::AR: {
+    // AR^(l) of the weights outside blocks (l = -1) completes with PRE'.
+    int64_t position = l < 0 ? L : L - 1 - l;
+    if (policy == Policy::FlowMoe)
+      return Key{1, position, 2, t.getChunk()};
+    return Key{2, position, 0, t.getChunk()};
+  }
+  case TaskKind::AT:
+  case TaskKind::D:
+  case TaskKind::E:
+  case TaskKind::C:
+    break;
+  }
+  if (policy == Policy::PipeMoe) {
+    // Tutel / ScheMoE: all of a block's AT before its first D (forward),
+    // all of its D' before its first AT' (backward).
+    TaskKind k = t.getKind();
+    if (fwd)
+      return Key{0, l, k == TaskKind::AT ? 0 : k == TaskKind::D ? 1 : 2, r};
+    return Key{1, L - 1 - l, k == TaskKind::AT ? 2 : k == TaskKind::D ? 1 : 0,
+               R - 1 - r};
+  }
+  // Eqs. 2-3 (forward): AT, D before E, C; Eqs. 4-5 (backward): E, C
+  // before AT, D, micro-batches in reverse.
+  bool first = t.getKind() == TaskKind::AT || t.getKind() == TaskKind::D;
+  if (fwd)
+    return Key{0, l, first ? 0 : 1, r};
+  return Key{1, L - 1 - l, first ? 1 : 0, R - 1 - r};
+}
+
+struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
+  using MoeScheduleBase::MoeScheduleBase;
+
+  LogicalResult schedule(FunctionOpInterface func, ModelAttr model,
+                         Policy policy) {
+    MLIRContext *ctx = &getContext();
+    Block &entry = func.getFunctionBody().front();
+    int64_t R = 1;
+    bool labelled = false;
+    for (Operation &op : entry) {
+      if (isa<RecordEventOp, WaitEventOp>(op))
+        return op.emitOpError() << "is already a sync: run moe-schedule "
+                                   "before moe-insert-syncs";
+      if (TaskAttr t = getTask(&op)) {
+        labelled = true;
+        R = std::max(R, t.getMicro() + 1);
+        if (t.getPhase() == Phase::bwd && t.getKind() == TaskKind::AR &&
+            t.getChunk() >= 0)
+          return op.emitOpError() << "is already a chunk: run moe-schedule "
+                                     "before moe-chunk-gradients";
+      }
+    }
+    if (!labelled || !llvm::any_of(entry, [](Operation &op) {
+          return isa<VjpOp>(op);
+        }))
+      return func.emitError() << "moe-schedule: not a training step (run "
+                                 "moe-build-train-step first)";
+    if (policy == Policy::Vanilla && R != 1)
+      return func.emitError()
+             << "moe-schedule: policy vanilla is vanillaEP without "
+                "pipelining; the step has "
+             << R << " micro-batches (use moe-microbatch degree=1)";
+
+    // Kahn's algorithm, ready ops by (key, original position).
+    Operation *terminator = entry.getTerminator();
+    SmallVector<Operation *> ops;
+    DenseMap<Operation *, unsigned> index;
+    for (Operation &op : entry.without_terminator()) {
+      index[&op] = ops.size();
+      ops.push_back(&op);
+    }
+    std::vector<unsigned> pending(ops.size(), 0);
+    std::vector<SmallVector<unsigned>> users(ops.size());
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      llvm::SmallDenseSet<unsigned> deps;
+      op->walk([&](Operation *nested) {
+        for (Value v : nested->getOperands())
+          if (Operation *def = v.getDefiningOp();
+              def && def->getBlock() == &entry && def != op)
+            deps.insert(index.lookup(def));
+      });
+      pending[i] = deps.size();
+      for (unsigned d : deps)
+        users[d].push_back(i);
+    }
+    int64_t L = model.getLayers();
+    auto keyAt = [&](unsigned i) {
+      TaskAttr t = getTask(ops[i]);
+      Key k = t ? keyOf(t, policy, L, R) : Key{-1, 0, 0, 0};
+      return std::make_pair(k, i);
+    };
+    using Item = std::pair<Key, unsigned>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+    for (unsigned i = 0; i < ops.size(); ++i)
+      if (!pending[i])
+        ready.push(keyAt(i));
+    SmallVector<Operation *> order;
+    while (!ready.empty()) {
+      unsigned i = ready.top().second;
+      ready.pop();
+      order.push_back(ops[i]);
+      for (unsigned u : users[i])
+        if (--pending[u] == 0)
+          ready.push(keyAt(u));
+    }
+    if (order.size() != ops.size())
+      return func.emitError() << "moe-schedule: the step has a dependency "
+                                 "cycle";
+    for (Operation *op : order)
+      op->moveBefore(terminator);
+
+    StreamAttr compute = StreamAttr::get(ctx, StreamKind::compute, 0);
+    StreamAttr comm = StreamAttr::get(ctx, StreamKind::comm, 0);
+    for (Operation *op : order)
+      if (!op->hasTrait<OpTrait::ConstantLike>())
+        op->setAttr(MoeDialect::getStreamAttrName(),
+                    isCommunicationTask(op) ? comm : compute);
+
+    if (policy == Policy::PipeMoe)
+      insertPipeMoeBarriers(entry, L, R, compute, comm);
+    if (policy == Policy::Vanilla)
+      insertVanillaBarrier(entry, compute, comm);
+    func->setAttr(MoeDialect::getScheduleAttrName(),
+                  StringAttr::get(ctx, this->policy));
+    return success();
+  }
+
+  /// `waiter` does not start before the last op matching `after` completes.
+  void barrier(Block &entry, function_ref<bool(TaskAttr)> after,
+               function_ref<bool(TaskAttr)> before, StreamAttr from,
+               StreamAttr to) {
+    Operation *last = nullptr, *first = nullptr;
+    for (Operation &op : entry)
+      if (TaskAttr t = getTask(&op)) {
+        if (after(t))
+          last = &op;
+        if (!first && before(t))
+          first = &op;
+      }
+    if (!last || !first)
+      return;
+    assert(last->isBeforeInBlock(first) &&
+           "the policy's key must order the barrier's two sides");
+    OpBuilder builder(last->getContext());
+    builder.setInsertionPointAfter(last);
+    auto record = RecordEventOp::create(builder, last->getLoc(), from);
+    builder.setInsertionPoint(first);
+    WaitEventOp::create(builder, first->getLoc(), record.getEvent(), to);
+  }
+
+  /// Tutel / ScheMoE pipeline only the MoE layer: the MHA + gate of a block
+  /// finishes for the whole batch before its first dispatch (forward), and
+  /// starts only after its last dispatch-adjoint (backward).
+  void insertPipeMoeBarriers(Block &entry, int64_t L, int64_t R,
+                             StreamAttr compute, StreamAttr comm) {
+    for (int64_t l = 0; l < L; ++l) {
+      barrier(
+          entry,
+          [&](TaskAttr t) {
+            return t.getKind() == TaskKind::AT && t.getPhase() == Phase::fwd &&
+                   t.getBlock() == l;
+          },
+          [&](TaskAttr t) {
+            return t.getKind() == TaskKind::D && t.getPhase() == Phase::fwd &&
+                   t.getBlock() == l;
+          },
+          compute, comm);
+      barrier(
+          entry,
+          [&](TaskAttr t) {
+            return t.getKind() == TaskKind::D && t.getPhase() == Phase::bwd &&
+                   t.getBlock() == l;
+          },
+          [&](TaskAttr t) {
+            return t.getKind() == TaskKind::AT && t.getPhase() == Phase::bwd &&
+                   t.getBlock() == l;
+          },
+          comm, compute);
+    }
+  }
+
+  /// vanillaEP overlaps nothing: the update starts after all communication.
+  void insertVanillaBarrier(Block &entry, StreamAttr compute,
+                            StreamAttr comm) {
+    barrier(
+        entry,
+        [](TaskAttr t) {
+          return t.getKind() == TaskKind::AR ||
+                 (t.getPhase() == Phase::bwd &&
+                  (t.getKind() == TaskKind::D || t.getKind() == TaskKind::C));
+        },
+        [](TaskAttr t) { return t.getKind() == TaskKind::OPT; }, comm,
+        compute);
+  }
+
+  void runOnOperation() override {
+    std::optional<Policy> parsed = parsePolicy(policy);
+    if (!parsed) {
+      getOperation().emitError()
+          << "moe-schedule: unknown policy '" << policy
+          << "' (expected vanilla, pipe-moe, flowmoe-at, flowmoe or "
+             "centralized-ar)";
+      return signalPassFailure();
+    }
+    bool any = false;
+    for (auto func : getOperation().getOps<FunctionOpInterface>()) {
+      auto model =
+          func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
+      if (!model)
+        continue;
+      any = true;
+      if (failed(schedule(func, model, *parsed)))
+        return signalPassFailure();
+    }
+    if (!any) {
+      getOperation().emitError()
+          << "moe-schedule: no function carries a #moe.model";
+      return signalPassFailure();
+    }
+  }
+};
+} // namespace
