@@ -240,6 +240,11 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, help="override L")
     ap.add_argument("--experts-per-rank", type=int, help="override E/P")
     ap.add_argument("--grid", help="override the grid, NODESxGPUS (e.g. 1x4)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=N",
+                    help="override an integer field: batch, seq, embed, "
+                         "hidden, top_k, head_dim, vocab, kv_heads")
+    ap.add_argument("--capacity-factor",
+                    help="override f (a number, or 'dropless')")
     ap.add_argument("-o", "--output", help="output file (default stdout)")
     args = ap.parse_args(argv)
     if args.list:
@@ -267,6 +272,28 @@ def main(argv=None):
             ap.error(f"--grid must be NODESxGPUS with positive sizes, "
                      f"got {args.grid!r}")
         cfg = replace(cfg, grid=(nodes, gpus))
+    settable = {"batch", "seq", "embed", "hidden", "top_k", "head_dim",
+                "vocab", "kv_heads"}
+    for item in args.set:
+        field_name, _, value = item.partition("=")
+        if field_name not in settable or not value.isdigit() or int(value) < 1:
+            ap.error(f"--set {item!r}: expected FIELD=N with N >= 1 and "
+                     f"FIELD one of {', '.join(sorted(settable))}")
+        cfg = replace(cfg, **{field_name: int(value)})
+    if args.capacity_factor is not None:
+        if args.capacity_factor == "dropless":
+            cfg = replace(cfg, capacity_factor=None)
+        else:
+            try:
+                f = float(args.capacity_factor)
+                assert f > 0
+            except (ValueError, AssertionError):
+                ap.error("--capacity-factor must be a positive number or "
+                         "'dropless'")
+            cfg = replace(cfg, capacity_factor=f)
+    if cfg.embed % cfg.head_dim:
+        ap.error(f"embed {cfg.embed} is not a multiple of head_dim "
+                 f"{cfg.head_dim}")
     if cfg.top_k > cfg.experts:
         ap.error(f"top_k {cfg.top_k} exceeds {cfg.experts} experts")
     text = write(cfg)

@@ -99,10 +99,10 @@ def Moe_TaskAttr : AttrDef<Moe_Dialect, "Task"> {
     DefaultValuedParameter<"int64_t", "-1">:$block,
     DefaultValuedParameter<"int64_t", "0">:$micro,
     DefaultValuedParameter<"int64_t", "-1">:$chunk);
-  let assemblyFormat = [{
-    `<` $kind `,` $phase (`,` `block` `=` $block^)? (`,` `micro` `=` $micro^)?
-    (`,` `chunk` `=` $chunk^)? `>`
-  }];
+  // `<AT, fwd, block = 1, micro = 2>`; defaults (block -1, micro 0,
+  // chunk -1) are omitted. Custom because declarative optional groups that
+  // all start with `,` cannot be told apart while parsing.
+  let hasCustomAssemblyFormat = 1;
   let extraClassDeclaration = [{
     /// "AT_2^(1)"-style name used in schedules and diagnostics, 1-based as
     /// in the paper.

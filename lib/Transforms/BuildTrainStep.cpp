@@ -215,15 +215,15 @@ struct BuildTrainStepPass
       return func.emitError() << "moe-build-train-step: the model must be one "
                                  "block of straight-line code";
     Block &entry = func.getFunctionBody().front();
+    if (llvm::any_of(entry, [](Operation &op) { return isa<VjpOp>(op); }))
+      return func.emitError() << "moe-build-train-step: the function is "
+                                 "already a training step";
     auto ret = dyn_cast<func::ReturnOp>(entry.getTerminator());
     if (!ret || ret.getNumOperands() != 1 ||
         ret.getOperand(0).getType() !=
             RankedTensorType::get({}, Float32Type::get(ctx)))
       return func.emitError() << "moe-build-train-step: the model must return "
                                  "its loss as one tensor<f32>";
-    if (llvm::any_of(entry, [](Operation &op) { return isa<VjpOp>(op); }))
-      return func.emitError() << "moe-build-train-step: the function is "
-                                 "already a training step";
     labelAndFlatten(func, model);
 
     SymbolTableCollection table;

@@ -106,7 +106,7 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
 
   LogicalResult splitBlock(BlockOp block, int64_t numBlocks) {
     auto fail = [&](const Twine &why) {
-      return block.emitOpError() << "cannot split into " << degree
+      return block.emitOpError() << "cannot split into " << static_cast<int64_t>(degree)
                                  << " micro-batches: " << why;
     };
     if (block.getInputs().empty())
@@ -177,7 +177,7 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
   void runOnOperation() override {
     if (degree < 1) {
       getOperation().emitError() << "moe-microbatch: degree must be >= 1, got "
-                                 << degree;
+                                 << static_cast<int64_t>(degree);
       return signalPassFailure();
     }
     for (auto func : getOperation().getOps<FunctionOpInterface>()) {
@@ -186,7 +186,7 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
       if (!model)
         continue;
       if (model.getBatch() % degree != 0) {
-        func.emitError() << "moe-microbatch: degree " << degree
+        func.emitError() << "moe-microbatch: degree " << static_cast<int64_t>(degree)
                          << " does not divide the batch B = "
                          << model.getBatch();
         return signalPassFailure();

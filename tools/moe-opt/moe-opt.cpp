@@ -27,6 +27,7 @@ int main(int argc, char **argv) {
 
   mlir::registerTransformsPasses();
   mlir::moe::registerMoePasses();
+  mlir::moe::registerMoePipelines();
 
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "moe-mlir optimizer: MoE training-step compiler\n",

@@ -15,6 +15,9 @@ namespace mlir::moe {
 #define GEN_PASS_REGISTRATION
 #include "moe/Transforms/Passes.h.inc"
 
+/// Registers moe-flowmoe-pipeline.
+void registerMoePipelines();
+
 } // namespace mlir::moe
 
 #endif // MOE_TRANSFORMS_PASSES_H

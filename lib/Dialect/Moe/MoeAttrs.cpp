@@ -186,3 +186,49 @@ std::string TaskAttr::getLabel() const {
     label += "'";
   return label;
 }
+
+Attribute TaskAttr::parse(AsmParser &parser, Type) {
+  StringRef kindName, phaseName;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseLess() || parser.parseKeyword(&kindName) ||
+      parser.parseComma() || parser.parseKeyword(&phaseName))
+    return {};
+  std::optional<TaskKind> kind = symbolizeTaskKind(kindName);
+  std::optional<Phase> phase = symbolizePhase(phaseName);
+  if (!kind || !phase) {
+    parser.emitError(loc, "expected a task kind (PRE, AT, D, E, C, HEAD, AR, "
+                          "OPT) and a phase (fwd, bwd)");
+    return {};
+  }
+  int64_t fields[3] = {-1, 0, -1}; // block, micro, chunk
+  const char *names[3] = {"block", "micro", "chunk"};
+  while (succeeded(parser.parseOptionalComma())) {
+    StringRef name;
+    SMLoc at = parser.getCurrentLocation();
+    if (parser.parseKeyword(&name))
+      return {};
+    auto *it = llvm::find(names, name);
+    if (it == std::end(names)) {
+      parser.emitError(at, "expected block, micro or chunk");
+      return {};
+    }
+    if (parser.parseEqual() || parser.parseInteger(fields[it - names]))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return TaskAttr::get(parser.getContext(), *kind, *phase, fields[0],
+                       fields[1], fields[2]);
+}
+
+void TaskAttr::print(AsmPrinter &printer) const {
+  printer << "<" << stringifyTaskKind(getKind()) << ", "
+          << stringifyPhase(getPhase());
+  if (getBlock() != -1)
+    printer << ", block = " << getBlock();
+  if (getMicro() != 0)
+    printer << ", micro = " << getMicro();
+  if (getChunk() != -1)
+    printer << ", chunk = " << getChunk();
+  printer << ">";
+}

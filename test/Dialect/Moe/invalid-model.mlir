@@ -237,9 +237,31 @@ module attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed 
 // -----
 
 func.func @f(%x: tensor<2xf32>) {
-  // expected-error @+1 {{only tasks (compute ops and collectives) can be put on a stream}}
+  // expected-error @+1 {{only tasks (compute ops, plumbing and collectives) can be put on a stream}}
+  moe.block 0 () attributes {moe.stream = #moe.stream<compute>} {
+  }
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2xf32>) {
+  // Plumbing (a residual add) runs on the compute stream.
   %y = arith.addf %x, %x {moe.stream = #moe.stream<compute>} : tensor<2xf32>
   return
+}
+
+// -----
+
+// expected-error @+1 {{'moe.task' must be a #moe.task attribute}}
+func.func @f() attributes {moe.task = 1 : i64} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'moe.schedule' must be a policy name on a function}}
+module attributes {moe.schedule = "flowmoe"} {
 }
 
 // -----

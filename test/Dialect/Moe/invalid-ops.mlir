@@ -519,6 +519,86 @@ func.func @block_arg_count(%x: tensor<2xf32>) {
 // -----
 
 func.func @yield_outside() {
-  // expected-error @+1 {{expects parent op 'moe.block'}}
+  // expected-error @+1 {{expects parent op to be one of 'moe.block, moe.vjp'}}
   moe.yield
+}
+
+// -----
+
+func.func @vjp_two_ops(%x: tensor<4xf32>, %dy: tensor<4xf32>) {
+  // expected-error @+1 {{body must hold exactly one op and moe.yield}}
+  %dx = moe.vjp (%a = %x : tensor<4xf32>) cotangents(%dy : tensor<4xf32>) -> (tensor<4xf32>) {
+    %b = arith.addf %a, %a : tensor<4xf32>
+    %c = arith.addf %b, %b : tensor<4xf32>
+    moe.yield %c : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @vjp_operands(%x: tensor<4xf32>, %dy: tensor<4xf32>) {
+  // expected-error @+1 {{the body op must take the body arguments, in order, as its operands}}
+  %dx:2 = moe.vjp (%a = %x : tensor<4xf32>, %b = %x : tensor<4xf32>) cotangents(%dy : tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+    %c = arith.addf %b, %a : tensor<4xf32>
+    moe.yield %c : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @vjp_cotangents(%x: tensor<4xf32>, %dy: tensor<8xf32>) {
+  // expected-error @+1 {{needs one cotangent per floating-point result of 'arith.addf' (1), with its type}}
+  %dx:2 = moe.vjp (%a = %x : tensor<4xf32>, %b = %x : tensor<4xf32>) cotangents(%dy : tensor<8xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+    %c = arith.addf %a, %b : tensor<4xf32>
+    moe.yield %c : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @vjp_gradients(%x: tensor<4xf32>, %dy: tensor<4xf32>) {
+  // expected-error @+1 {{returns one gradient per floating-point operand of 'arith.addf' (2), with its type}}
+  %dx = moe.vjp (%a = %x : tensor<4xf32>, %b = %x : tensor<4xf32>) cotangents(%dy : tensor<4xf32>) -> (tensor<4xf32>) {
+    %c = arith.addf %a, %b : tensor<4xf32>
+    moe.yield %c : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @vjp_yield(%x: tensor<4xf32>, %dy: tensor<4xf32>) {
+  // expected-error @+1 {{the body must yield the results of its op}}
+  %dx:2 = moe.vjp (%a = %x : tensor<4xf32>, %b = %x : tensor<4xf32>) cotangents(%dy : tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+    %c = arith.addf %a, %b : tensor<4xf32>
+    moe.yield %a : tensor<4xf32>
+  }
+  return
+}
+
+// -----
+
+func.func @task_kind() {
+  // expected-error @+1 {{expected a task kind (PRE, AT, D, E, C, HEAD, AR, OPT) and a phase (fwd, bwd)}}
+  %e = moe.record_event on <comm> {moe.task = #moe.task<XY, fwd>}
+  return
+}
+
+// -----
+
+func.func @task_field() {
+  // expected-error @+1 {{expected block, micro or chunk}}
+  %e = moe.record_event on <comm> {moe.task = #moe.task<AT, fwd, layer = 2>}
+  return
+}
+
+// -----
+
+func.func @sgd_types(%p: tensor<4xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{failed to verify that all of {param, grad, result} have same type}}
+  %n = "moe.sgd"(%p, %g) <{lr = 1.0 : f64}> : (tensor<4xf32>, tensor<8xf32>) -> tensor<4xf32>
+  return
 }

@@ -121,3 +121,23 @@ func.func @event_type(%e: !moe.event) {
   moe.wait_event %e on <comm>
   return
 }
+
+// CHECK-LABEL: func.func @training
+func.func @training(%x: tensor<1x32x16xf32>, %up: tensor<1x16x32xf32>,
+                    %down: tensor<1x32x16xf32>, %dy: tensor<1x32x16xf32>)
+    -> tensor<1x16x32xf32> {
+  // CHECK: %{{.*}}:3 = moe.vjp (%[[A:.*]] = %{{.*}} : tensor<1x32x16xf32>, %[[B:.*]] = %{{.*}} : tensor<1x16x32xf32>, %[[C:.*]] = %{{.*}} : tensor<1x32x16xf32>) cotangents(%{{.*}} : tensor<1x32x16xf32>) -> (tensor<1x32x16xf32>, tensor<1x16x32xf32>, tensor<1x32x16xf32>) attributes {moe.task = #moe.task<E, bwd, block = 3, micro = 1>} {
+  // CHECK-NEXT: moe.expert relu %[[A]] up(%[[B]]) down(%[[C]])
+  // CHECK-NEXT: moe.yield
+  %g:3 = moe.vjp (%a = %x : tensor<1x32x16xf32>, %b = %up : tensor<1x16x32xf32>, %c = %down : tensor<1x32x16xf32>) cotangents(%dy : tensor<1x32x16xf32>) -> (tensor<1x32x16xf32>, tensor<1x16x32xf32>, tensor<1x32x16xf32>) attributes {moe.task = #moe.task<E, bwd, block = 3, micro = 1>} {
+    %y = moe.expert relu %a up(%b) down(%c) : (tensor<1x32x16xf32>, tensor<1x16x32xf32>, tensor<1x32x16xf32>) -> tensor<1x32x16xf32>
+    moe.yield %y : tensor<1x32x16xf32>
+  }
+  // CHECK: moe.sgd %{{.*}}, %{{.*}}#1 lr = 1.000000e-01 {moe.task = #moe.task<OPT, bwd>} : tensor<1x16x32xf32>
+  %n = moe.sgd %up, %g#1 lr = 0.1 {moe.task = #moe.task<OPT, bwd>} : tensor<1x16x32xf32>
+  // CHECK: moe.task = #moe.task<AR, bwd, block = 0, chunk = 2>
+  %e = moe.record_event on <comm> {moe.task = #moe.task<AR, bwd, block = 0, chunk = 2>}
+  // CHECK: moe.task = #moe.task<HEAD, fwd, micro = 1>
+  %f = moe.record_event on <comm> {moe.task = #moe.task<HEAD, fwd, micro = 1>}
+  return %n : tensor<1x16x32xf32>
+}

@@ -1,0 +1,91 @@
+// RUN: moe-opt %s --split-input-file --moe-verify-schedule --verify-diagnostics
+// Every policy's output of the pipeline verifies:
+// RUN: for p in pipe-moe flowmoe-at flowmoe centralized-ar; do moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-flowmoe-pipeline="degree=2 chunk-bytes=64KiB policy=$p" -o /dev/null || exit 1; done
+// RUN: moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-flowmoe-pipeline="degree=1 policy=vanilla" -o /dev/null
+// RUN: moe-opt %moe_src_root/examples/mixtral-style-2block.mlir --moe-flowmoe-pipeline="degree=2" -o /dev/null
+// Without syncs, a scheduled step is rejected.
+// RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-microbatch --moe-build-train-step --moe-schedule --moe-verify-schedule 2>&1 | FileCheck %s --check-prefix=NOSYNC
+// NOSYNC: error: 'moe.dispatch' op uses a value produced by 'moe.norm' (AT_1^1) on #moe.stream<compute> without waiting for it
+// NOSYNC: note: producer: 'moe.norm' (AT_1^1) on #moe.stream<compute>
+// RUN: echo 'func.func @f() { return }' | not moe-opt --moe-verify-schedule 2>&1 | FileCheck %s --check-prefix=NONE
+// NONE: no scheduled step
+
+shard.grid @g(shape = 4)
+func.func @missing_wait(%x: tensor<8xf32>) -> tensor<8xf32> attributes {moe.schedule = "test"} {
+  // expected-note @+1 {{producer: 'arith.addf' on #moe.stream<compute>}}
+  %a = arith.addf %x, %x {moe.stream = #moe.stream<compute>} : tensor<8xf32>
+  // expected-error @+1 {{uses a value produced by 'arith.addf' on #moe.stream<compute> without waiting for it}}
+  %r = moe.all_reduce %a on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+shard.grid @g(shape = 4)
+// A wait recorded before the producer does not order it.
+func.func @early_record(%x: tensor<8xf32>) -> tensor<8xf32> attributes {moe.schedule = "test"} {
+  %e = moe.record_event on <compute>
+  // expected-note @+1 {{producer}}
+  %a = arith.addf %x, %x {moe.stream = #moe.stream<compute>} : tensor<8xf32>
+  moe.wait_event %e on <comm>
+  // expected-error @+1 {{without waiting for it}}
+  %r = moe.all_reduce %a on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+shard.grid @g(shape = 4)
+func.func @ok(%x: tensor<8xf32>) -> tensor<8xf32> attributes {moe.schedule = "test"} {
+  %a = arith.addf %x, %x {moe.stream = #moe.stream<compute>} : tensor<8xf32>
+  %e = moe.record_event on <compute>
+  moe.wait_event %e on <comm>
+  %r = moe.all_reduce %a on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+shard.grid @g(shape = 4)
+func.func @unrecorded(%x: tensor<8xf32>, %e: !moe.event) -> tensor<8xf32> attributes {moe.schedule = "test"} {
+  // expected-error @+1 {{waits on an event that is not recorded before it in this step; the stream could wait forever}}
+  moe.wait_event %e on <comm>
+  %r = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<8xf32>
+  return %r : tensor<8xf32>
+}
+
+// -----
+
+shard.grid @g(shape = 4)
+func.func @no_stream(%x: tensor<8xf32>) -> tensor<8xf32> attributes {moe.schedule = "test"} {
+  // expected-error @+1 {{is not on a stream in a scheduled step}}
+  %a = arith.addf %x, %x : tensor<8xf32>
+  return %a : tensor<8xf32>
+}
+
+// -----
+
+shard.grid @g(shape = 4)
+// Two all-reduces of one group on two communication streams with nothing
+// ordering them: ranks may issue them in different orders.
+func.func @unordered(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) attributes {moe.schedule = "test"} {
+  // expected-note @+1 {{other collective: 'moe.all_reduce' on #moe.stream<comm>}}
+  %a = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<8xf32>
+  // expected-error @+1 {{is a collective on the same group as 'moe.all_reduce' on #moe.stream<comm> but nothing orders the two; ranks may issue them in different orders and deadlock}}
+  %b = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm, 1>} : tensor<8xf32>
+  return %a, %b : tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+shard.grid @g(shape = 4)
+// Ordered by an event: fine. Different groups: no constraint.
+func.func @ordered(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) attributes {moe.schedule = "test"} {
+  %a = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<8xf32>
+  %e = moe.record_event on <comm>
+  moe.wait_event %e on <comm, 1>
+  %b = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm, 1>} : tensor<8xf32>
+  %c = shard.all_gather %x on @g grid_axes = [0] gather_axis = 0 {moe.stream = #moe.stream<comm, 2>} : tensor<8xf32> -> tensor<32xf32>
+  %d = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm, 1>} : tensor<8xf32>
+  return %a, %b, %d : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
