@@ -233,15 +233,27 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     }
   }
 
-  /// vanillaEP overlaps nothing: the update starts after all communication.
+  /// vanillaEP overlaps nothing. With R = 1 the forward and backward tasks
+  /// already form one dependency chain; what remains is to run the
+  /// all-reduce after the whole backward computation and the update after
+  /// all communication.
   void insertVanillaBarrier(Block &entry, StreamAttr compute,
                             StreamAttr comm) {
+    auto isAR = [](TaskAttr t) { return t.getKind() == TaskKind::AR; };
     barrier(
         entry,
         [](TaskAttr t) {
-          return t.getKind() == TaskKind::AR ||
-                 (t.getPhase() == Phase::bwd &&
-                  (t.getKind() == TaskKind::D || t.getKind() == TaskKind::C));
+          return t.getPhase() == Phase::bwd && t.getKind() != TaskKind::AR &&
+                 t.getKind() != TaskKind::OPT && t.getKind() != TaskKind::D &&
+                 t.getKind() != TaskKind::C;
+        },
+        isAR, compute, comm);
+    barrier(
+        entry,
+        [&](TaskAttr t) {
+          return isAR(t) || (t.getPhase() == Phase::bwd &&
+                             (t.getKind() == TaskKind::D ||
+                              t.getKind() == TaskKind::C));
         },
         [](TaskAttr t) { return t.getKind() == TaskKind::OPT; }, comm,
         compute);

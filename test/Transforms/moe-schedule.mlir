@@ -63,6 +63,18 @@
 // IR-NEXT: moe.wait_event %[[EV]] on <comm>
 // IR-NEXT: moe.dispatch
 
+// vanilla: the all-reduce waits for the whole backward computation and the
+// update for all communication.
+// RUN: moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-microbatch=degree=1 --moe-build-train-step --moe-schedule=policy=vanilla | FileCheck %s --check-prefix=VIR
+// VIR: moe.vjp {{.*}}moe.task = #moe.task<PRE, bwd>
+// VIR: %[[E1:.*]] = moe.record_event on <compute>
+// VIR-NEXT: moe.wait_event %[[E1]] on <comm>
+// VIR-NEXT: moe.all_reduce
+// VIR: moe.all_reduce
+// VIR: %[[E2:.*]] = moe.record_event on <comm>
+// VIR-NEXT: moe.wait_event %[[E2]] on <compute>
+// VIR-NEXT: moe.sgd
+
 // Errors.
 // RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-microbatch=degree=2 --moe-build-train-step --moe-schedule=policy=fastest 2>&1 | FileCheck %s --check-prefix=BADPOLICY
 // BADPOLICY: moe-schedule: unknown policy 'fastest' (expected vanilla, pipe-moe, flowmoe-at, flowmoe or centralized-ar)
