@@ -183,4 +183,33 @@ def MoePrintSchedule : Pass<"moe-print-schedule", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeSimulate : Pass<"moe-simulate", "::mlir::ModuleOp"> {
+  let summary = "Predict the iteration time of a scheduled step on a "
+                "hardware profile";
+  let description = [{
+    Simulates every scheduled step (a function with `moe.schedule`) with the
+    runtime's semantics on task durations from the cost model and the
+    hardware profile (a preset name or a JSON file, docs/profile-format.md):
+    one compute stream, communication stream(s) whose all-reduce chunks form
+    a low-priority pool issued only when no other communication task is
+    ready (FlowMoE Alg. 2), non-preemptive tasks, event waits. Prints the
+    iteration time, busy time per resource, overlap, exposed communication,
+    the lower bound max(total compute, total communication) and the peak
+    memory of gradients computed but not yet all-reduced. All figures are
+    simulated and say so. `trace` (or the global `--moe-trace=FILE`)
+    writes a Chrome-trace / Perfetto timeline with one track per stream per
+    rank. The IR is not changed.
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", /*default=*/"\"\"",
+           "Hardware profile: a preset name or a JSON file">,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the summary ('-' for stdout)">,
+    Option<"json", "json", "bool", /*default=*/"false",
+           "Write the summary as JSON">,
+    Option<"trace", "trace", "std::string", /*default=*/"\"\"",
+           "Write a Chrome-trace JSON timeline to this file">
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD

@@ -1,0 +1,52 @@
+//===- CostModel.h - how long each task takes -------------------*- C++ -*-===//
+//
+// Task durations from a hardware profile's alpha-beta models and the op's
+// shapes: GEMM-bound ops by flops, memory-bound ops by bytes moved,
+// collectives by the bytes each rank sends, split into intra- and
+// inter-node traffic that proceed concurrently (NetMoE §3.1: t = max(t_intra,
+// t_inter)). Backward tasks (moe.vjp) cost backward_factor x the forward
+// compute; the adjoint of a collective moves the same bytes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_ANALYSIS_COSTMODEL_H
+#define MOE_ANALYSIS_COSTMODEL_H
+
+#include "moe/Analysis/HardwareProfile.h"
+#include "moe/Dialect/Moe/MoeOps.h"
+
+namespace mlir::moe {
+
+struct TaskCost {
+  double us = 0.0;
+  bool communication = false;
+  double flops = 0.0; // GEMM work (compute tasks)
+  double bytes = 0.0; // bytes moved (memory-bound) or sent (collectives)
+};
+
+class CostModel {
+public:
+  explicit CostModel(const HardwareProfile &profile) : profile(profile) {}
+
+  /// The cost of one task op; an error on `op` when its shapes are not
+  /// static enough to cost or its group is malformed.
+  FailureOr<TaskCost> cost(Operation *op);
+
+  const HardwareProfile &getProfile() const { return profile; }
+
+private:
+  FailureOr<TaskCost> forwardCost(Operation *op);
+  FailureOr<TaskCost> collectiveCost(Operation *op, Operation *forward);
+  /// Ranks of the group spanned by `axes` of `grid` and how many of them
+  /// share a node (axis 0 of a 2-D grid is nodes; a 1-D grid is packed
+  /// gpus_per_node to a node).
+  FailureOr<std::pair<int64_t, int64_t>> groupShape(Operation *op,
+                                                    FlatSymbolRefAttr grid,
+                                                    ArrayRef<int16_t> axes);
+
+  const HardwareProfile &profile;
+  SymbolTableCollection symbols;
+};
+
+} // namespace mlir::moe
+
+#endif // MOE_ANALYSIS_COSTMODEL_H

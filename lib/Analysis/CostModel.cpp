@@ -1,0 +1,243 @@
+//===- CostModel.cpp - how long each task takes ---------------------------===//
+
+#include "moe/Analysis/CostModel.h"
+#include "moe/Analysis/ModelStats.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+double elementBytes(Type type) {
+  auto shaped = cast<ShapedType>(type);
+  return (shaped.getElementTypeBitWidth() + 7) / 8;
+}
+
+/// Bytes of a value; a dynamic dimension counts as `dynamicGuess`.
+double valueBytes(Value v, int64_t dynamicGuess = 1) {
+  auto shaped = dyn_cast<ShapedType>(v.getType());
+  if (!shaped || !shaped.hasRank())
+    return 0;
+  double n = 1;
+  for (int64_t d : shaped.getShape())
+    n *= ShapedType::isDynamic(d) ? dynamicGuess : d;
+  return n * elementBytes(shaped);
+}
+
+double dim(Value v, unsigned i) {
+  return cast<ShapedType>(v.getType()).getDimSize(i);
+}
+
+/// Tokens of a B x N x ... activation.
+double tokens(Value v) {
+  auto shaped = cast<ShapedType>(v.getType());
+  double t = 1;
+  for (int64_t i = 0; i + 1 < shaped.getRank(); ++i)
+    t *= shaped.getDimSize(i);
+  return t;
+}
+
+double memoryTraffic(Operation *op) {
+  double bytes = 0;
+  for (Value v : op->getOperands())
+    bytes += valueBytes(v);
+  for (Value v : op->getResults())
+    bytes += valueBytes(v);
+  return bytes;
+}
+
+bool isStatic(Operation *op) {
+  auto isStaticValue = [](Value v) {
+    auto shaped = dyn_cast<ShapedType>(v.getType());
+    return !shaped || shaped.hasStaticShape();
+  };
+  return llvm::all_of(op->getOperands(), isStaticValue) &&
+         llvm::all_of(op->getResults(), isStaticValue);
+}
+
+} // namespace
+
+FailureOr<std::pair<int64_t, int64_t>>
+CostModel::groupShape(Operation *op, FlatSymbolRefAttr grid,
+                      ArrayRef<int16_t> axes) {
+  FailureOr<shard::GridOp> gridOp = lookupGrid(op, grid, symbols);
+  if (failed(gridOp))
+    return failure();
+  FailureOr<int64_t> size = verifyGroupSize(op, *gridOp, axes);
+  if (failed(size))
+    return failure();
+  ArrayRef<int64_t> shape = gridOp->getShape();
+  int64_t perNode;
+  if (shape.size() >= 2) {
+    // Axis 0 is nodes: the group's ranks on one node are the product of
+    // its other axes.
+    perNode = 1;
+    for (int16_t a : axes)
+      if (a != 0)
+        perNode *= shape[a];
+  } else {
+    perNode = std::min<int64_t>(*size, profile.gpusPerNode);
+  }
+  return std::make_pair(*size, perNode);
+}
+
+FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
+                                              Operation *forward) {
+  auto collective = cast<CollectiveOpInterface>(forward);
+  auto group = groupShape(op, collective.getGridAttr(), collective.getAxes());
+  if (failed(group))
+    return failure();
+  auto [size, perNode] = *group;
+  TaskCost c;
+  c.communication = true;
+  CollectiveKind kind = CollectiveKind::AllToAll;
+  if (auto ar = dyn_cast<AllReduceOp>(forward)) {
+    kind = CollectiveKind::AllReduce;
+    if (std::optional<ArrayRef<int64_t>> range = ar.getBytes())
+      c.bytes = (*range)[1];
+    else
+      for (Value v : ar.getInputs())
+        c.bytes += valueBytes(v);
+  } else {
+    // The bytes each rank sends: every slot of the send buffer, E x C x M
+    // for dispatch and the same back for combine; dropless sends its k
+    // copies of every token.
+    Value tokensSide, expertSide;
+    int64_t experts = 0;
+    std::optional<int64_t> capacity;
+    if (auto d = dyn_cast<DispatchOp>(forward)) {
+      tokensSide = d.getInput();
+      expertSide = d.getResult();
+      experts = d.getNumExperts();
+      capacity = d.getCapacity();
+    } else if (auto cmb = dyn_cast<CombineOp>(forward)) {
+      tokensSide = cmb.getResult();
+      expertSide = cmb.getInput();
+      experts = cmb.getNumExperts();
+      capacity = cmb.getCapacity();
+    } else {
+      return op->emitOpError() << "has no cost model";
+    }
+    double m = dim(tokensSide, 2) * elementBytes(tokensSide.getType());
+    if (capacity) {
+      c.bytes = static_cast<double>(experts) * *capacity * m;
+    } else {
+      auto indices = forward->getOperand(1);
+      double k = cast<ShapedType>(indices.getType()).getRank() == 3
+                     ? dim(indices, 2)
+                     : 1;
+      c.bytes = tokens(tokensSide) * k * m;
+    }
+  }
+  const CollectiveModel &model = profile.collective(kind);
+  // Intra- and inter-node shares of the traffic run concurrently.
+  double intraShare = size > 1 ? double(perNode - 1) / size : 0;
+  double interShare = size > 1 ? double(size - perNode) / size : 0;
+  if (kind == CollectiveKind::AllReduce) {
+    // A reduction's volume does not shrink with locality: the slowest
+    // link class carries it all.
+    c.us = interShare > 0 ? model.inter.time(c.bytes)
+                          : (size > 1 ? model.intra.time(c.bytes) : 0);
+  } else {
+    double intra = intraShare > 0 ? model.intra.time(c.bytes * intraShare) : 0;
+    double inter = interShare > 0 ? model.inter.time(c.bytes * interShare) : 0;
+    c.us = std::max(intra, inter);
+  }
+  c.us += profile.launchUs;
+  return c;
+}
+
+FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
+  TaskCost c;
+  auto gemm = [&](double flops) {
+    c.flops = flops;
+    c.us = profile.gemm.time(flops);
+  };
+  if (!isStatic(op) && !isa<ExpertOp>(op))
+    return op->emitOpError() << "has dynamic shapes the cost model cannot "
+                                "time";
+  if (auto a = dyn_cast<AttentionOp>(op)) {
+    double t = tokens(a.getInput()), m = dim(a.getInput(), 2);
+    double b = dim(a.getInput(), 0), n = dim(a.getInput(), 1);
+    double h = a.getNumHeads(), kv = a.getNumKvHeads(), d = a.getHeadDim();
+    double projections = 2 * t * m * (h * d + 2 * kv * d) + 2 * t * h * d * m;
+    double scores = 2 * 2 * b * h * n * n * d; // QK^T and PV
+    gemm(projections + scores);
+    // Pre-norm and softmax are memory-bound passes over the activation.
+    c.bytes = 4 * valueBytes(a.getInput());
+    c.us += profile.memory.time(c.bytes) - profile.memory.alphaUs;
+  } else if (auto g = dyn_cast<GateOp>(op)) {
+    double t = tokens(g.getInput()), m = dim(g.getInput(), 2);
+    double e = g.getNumExperts();
+    double flops = 2 * t * m * e;
+    if (Value aux = g.getAuxWeight())
+      flops += 2 * t * m * dim(aux, 1);
+    gemm(flops);
+  } else if (auto e = dyn_cast<ExpertOp>(op)) {
+    auto in = cast<ShapedType>(e.getInput().getType());
+    double slots = in.getDimSize(1);
+    if (ShapedType::isDynamic(in.getDimSize(1)))
+      return op->emitOpError() << "has a dropless (dynamic) slot count the "
+                                  "static cost model cannot time";
+    double gemms = e.isGated() ? 3 : 2;
+    gemm(2 * in.getDimSize(0) * slots * in.getDimSize(2) * e.getHiddenSize() *
+         gemms);
+  } else if (auto s = dyn_cast<SharedExpertOp>(op)) {
+    double gemms = s.getGateProj() ? 3 : 2;
+    gemm(2 * tokens(s.getInput()) * dim(s.getUp(), 0) * dim(s.getUp(), 1) *
+         gemms);
+  } else if (auto l = dyn_cast<LinearOp>(op)) {
+    gemm(2 * tokens(l.getInput()) * dim(l.getWeight(), 0) *
+         dim(l.getWeight(), 1));
+  } else if (op->hasTrait<OpTrait::ConstantLike>()) {
+    return c; // folded into the binary, no work
+  } else {
+    // Norms, residual adds, embeddings, the loss, splits, merges, updates:
+    // memory-bound.
+    c.bytes = memoryTraffic(op);
+    c.us = profile.memory.time(c.bytes);
+  }
+  return c;
+}
+
+FailureOr<TaskCost> CostModel::cost(Operation *op) {
+  Operation *forward = op;
+  bool backward = false;
+  if (auto vjp = dyn_cast<VjpOp>(op)) {
+    forward = vjp.getForwardOp();
+    backward = true;
+  }
+  if (isa<CollectiveOpInterface>(forward))
+    return collectiveCost(op, forward);
+  if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(forward)) {
+    auto group = groupShape(op, forward->getAttrOfType<FlatSymbolRefAttr>(
+                                    "grid"),
+                            forward->getAttrOfType<DenseI16ArrayAttr>(
+                                "grid_axes").asArrayRef());
+    if (failed(group))
+      return failure();
+    TaskCost c;
+    c.communication = true;
+    c.bytes = valueBytes(forward->getOperand(0));
+    const CollectiveModel &model = profile.collective(
+        isa<shard::AllGatherOp>(forward) ? CollectiveKind::AllGather
+                                         : CollectiveKind::ReduceScatter);
+    c.us = (group->first > group->second ? model.inter : model.intra)
+               .time(c.bytes) +
+           profile.launchUs;
+    return c;
+  }
+  FailureOr<TaskCost> c = forwardCost(forward);
+  if (failed(c))
+    return failure();
+  if (op->hasTrait<OpTrait::ConstantLike>())
+    return c;
+  if (backward) {
+    c->us *= profile.backwardFactor;
+    c->flops *= profile.backwardFactor;
+  }
+  c->us += profile.launchUs;
+  return c;
+}

@@ -1,0 +1,266 @@
+//===- HardwareProfile.cpp - alpha-beta models of a cluster ---------------===//
+//
+// JSON through llvm::json (already linked, no exceptions, which LLVM-style
+// builds disable); every field is checked by name so that a typo in a
+// hand-written profile is an error, not a silent default.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Analysis/HardwareProfile.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::moe;
+using llvm::json::Object;
+
+namespace {
+
+// The shipped presets (profiles/*.json), embedded at build time.
+struct Preset {
+  const char *name;
+  const char *json;
+};
+const Preset presets[] = {
+#include "moe/Analysis/ProfilePresets.inc"
+};
+
+class Reader {
+public:
+  explicit Reader(llvm::StringRef source) : source(source.str()) {}
+
+  llvm::Error error(const llvm::Twine &path, const llvm::Twine &message) {
+    return llvm::createStringError(
+        llvm::formatv("{0}: {1}: {2}", source, path.str(), message.str())
+            .str(),
+        std::make_error_code(std::errc::invalid_argument));
+  }
+
+  llvm::Error keys(const Object &object, const llvm::Twine &path,
+                   std::initializer_list<llvm::StringRef> allowed) {
+    llvm::StringSet<> set;
+    for (llvm::StringRef k : allowed)
+      set.insert(k);
+    for (const auto &entry : object)
+      if (!set.contains(entry.first))
+        return error(path, "unknown field '" + entry.first.str() + "'");
+    return llvm::Error::success();
+  }
+
+  llvm::Expected<const Object *> object(const Object &parent,
+                                        llvm::StringRef key,
+                                        const llvm::Twine &path) {
+    const llvm::json::Value *v = parent.get(key);
+    if (!v)
+      return error(path, "missing field '" + key + "'");
+    const Object *o = v->getAsObject();
+    if (!o)
+      return error(path.concat(".").concat(key), "must be an object");
+    return o;
+  }
+
+  llvm::Expected<double> number(const Object &parent, llvm::StringRef key,
+                                const llvm::Twine &path, bool positive) {
+    const llvm::json::Value *v = parent.get(key);
+    if (!v)
+      return error(path, "missing field '" + key + "'");
+    std::optional<double> d = v->getAsNumber();
+    if (!d || !std::isfinite(*d))
+      return error(path.concat(".").concat(key), "must be a finite number");
+    if (*d < 0 || (positive && *d == 0))
+      return error(path.concat(".").concat(key),
+                   positive ? "must be positive" : "must not be negative");
+    return *d;
+  }
+
+  llvm::Expected<AlphaBeta> alphaBeta(const Object &parent,
+                                      llvm::StringRef key,
+                                      const llvm::Twine &path,
+                                      llvm::StringRef betaName) {
+    auto o = object(parent, key, path);
+    if (!o)
+      return o.takeError();
+    std::string here = (path + "." + key).str();
+    if (auto e = keys(**o, here, {"alpha_us", betaName}))
+      return std::move(e);
+    auto alpha = number(**o, "alpha_us", here, false);
+    if (!alpha)
+      return alpha.takeError();
+    auto beta = number(**o, betaName, here, true);
+    if (!beta)
+      return beta.takeError();
+    return AlphaBeta{*alpha, *beta};
+  }
+
+private:
+  std::string source;
+};
+
+} // namespace
+
+const CollectiveModel &HardwareProfile::collective(CollectiveKind kind) const {
+  switch (kind) {
+  case CollectiveKind::AllToAll:
+    return allToAll;
+  case CollectiveKind::AllReduce:
+    return allReduce;
+  case CollectiveKind::AllGather:
+    return allGather;
+  case CollectiveKind::ReduceScatter:
+    return reduceScatter;
+  }
+  return allToAll;
+}
+
+llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
+                                                       llvm::StringRef source) {
+  Reader r(source);
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+  if (!parsed)
+    return r.error("(file)", "not valid JSON: " +
+                                 llvm::toString(parsed.takeError()));
+  const Object *root = parsed->getAsObject();
+  if (!root)
+    return r.error("(file)", "the profile must be a JSON object");
+  if (auto e = r.keys(*root, "(profile)",
+                      {"name", "description", "mesh", "launch_us",
+                       "backward_factor", "compute", "collectives"}))
+    return std::move(e);
+
+  HardwareProfile p;
+  if (auto name = root->getString("name"))
+    p.name = name->str();
+  else
+    return r.error("(profile)", "missing string field 'name'");
+  if (auto description = root->getString("description"))
+    p.description = description->str();
+
+  auto mesh = r.object(*root, "mesh", "(profile)");
+  if (!mesh)
+    return mesh.takeError();
+  if (auto e = r.keys(**mesh, "mesh", {"nodes", "gpus_per_node"}))
+    return std::move(e);
+  for (auto [key, field] : {std::pair<llvm::StringRef, int64_t *>{
+                                "nodes", &p.nodes},
+                            {"gpus_per_node", &p.gpusPerNode}}) {
+    std::optional<int64_t> v = (*mesh)->getInteger(key);
+    if (!v || *v < 1)
+      return r.error("mesh." + key, "must be a positive integer");
+    *field = *v;
+  }
+  auto launch = r.number(*root, "launch_us", "(profile)", false);
+  if (!launch)
+    return launch.takeError();
+  p.launchUs = *launch;
+  if (root->get("backward_factor")) {
+    auto factor = r.number(*root, "backward_factor", "(profile)", true);
+    if (!factor)
+      return factor.takeError();
+    p.backwardFactor = *factor;
+  }
+
+  auto compute = r.object(*root, "compute", "(profile)");
+  if (!compute)
+    return compute.takeError();
+  if (auto e = r.keys(**compute, "compute", {"gemm", "memory"}))
+    return std::move(e);
+  auto gemm = r.alphaBeta(**compute, "gemm", "compute", "beta_us_per_flop");
+  if (!gemm)
+    return gemm.takeError();
+  auto memory = r.alphaBeta(**compute, "memory", "compute", "beta_us_per_byte");
+  if (!memory)
+    return memory.takeError();
+  p.gemm = *gemm;
+  p.memory = *memory;
+
+  auto collectives = r.object(*root, "collectives", "(profile)");
+  if (!collectives)
+    return collectives.takeError();
+  if (auto e = r.keys(**collectives, "collectives",
+                      {"all_to_all", "all_reduce", "all_gather",
+                       "reduce_scatter"}))
+    return std::move(e);
+  for (auto [key, model] : {std::pair<llvm::StringRef, CollectiveModel *>{
+                                "all_to_all", &p.allToAll},
+                            {"all_reduce", &p.allReduce},
+                            {"all_gather", &p.allGather},
+                            {"reduce_scatter", &p.reduceScatter}}) {
+    auto o = r.object(**collectives, key, "collectives");
+    if (!o)
+      return o.takeError();
+    std::string here = ("collectives." + key).str();
+    if (auto e = r.keys(**o, here, {"intra", "inter"}))
+      return std::move(e);
+    auto intra = r.alphaBeta(**o, "intra", here, "beta_us_per_byte");
+    if (!intra)
+      return intra.takeError();
+    model->intra = *intra;
+    // A single-node profile may omit the inter-node model.
+    if ((*o)->get("inter") || p.nodes > 1) {
+      auto inter = r.alphaBeta(**o, "inter", here, "beta_us_per_byte");
+      if (!inter)
+        return inter.takeError();
+      model->inter = *inter;
+    } else {
+      model->inter = model->intra;
+    }
+  }
+  return p;
+}
+
+std::vector<std::string> HardwareProfile::presetNames() {
+  std::vector<std::string> names;
+  for (const Preset &preset : presets)
+    names.push_back(preset.name);
+  return names;
+}
+
+llvm::Expected<HardwareProfile>
+HardwareProfile::load(llvm::StringRef nameOrPath) {
+  for (const Preset &preset : presets)
+    if (nameOrPath == preset.name)
+      return parse(preset.json, std::string("preset ") + preset.name);
+  auto buffer = llvm::MemoryBuffer::getFile(nameOrPath);
+  if (!buffer) {
+    std::string known;
+    for (const Preset &preset : presets)
+      known += std::string(known.empty() ? "" : ", ") + preset.name;
+    return llvm::createStringError(
+        llvm::formatv("cannot read profile '{0}' ({1}); presets: {2}",
+                      nameOrPath, buffer.getError().message(), known)
+            .str(),
+        buffer.getError());
+  }
+  return parse((*buffer)->getBuffer(), nameOrPath);
+}
+
+std::string HardwareProfile::toJson() const {
+  auto ab = [](const AlphaBeta &m, llvm::StringRef beta) {
+    return llvm::json::Object{{"alpha_us", m.alphaUs}, {beta, m.betaUs}};
+  };
+  auto coll = [&](const CollectiveModel &m) {
+    return llvm::json::Object{{"intra", ab(m.intra, "beta_us_per_byte")},
+                              {"inter", ab(m.inter, "beta_us_per_byte")}};
+  };
+  llvm::json::Object root{
+      {"name", name},
+      {"description", description},
+      {"mesh", llvm::json::Object{{"nodes", nodes},
+                                  {"gpus_per_node", gpusPerNode}}},
+      {"launch_us", launchUs},
+      {"backward_factor", backwardFactor},
+      {"compute",
+       llvm::json::Object{{"gemm", ab(gemm, "beta_us_per_flop")},
+                          {"memory", ab(memory, "beta_us_per_byte")}}},
+      {"collectives", llvm::json::Object{{"all_to_all", coll(allToAll)},
+                                         {"all_reduce", coll(allReduce)},
+                                         {"all_gather", coll(allGather)},
+                                         {"reduce_scatter",
+                                          coll(reduceScatter)}}}};
+  return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
+}

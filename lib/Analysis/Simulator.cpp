@@ -1,0 +1,264 @@
+//===- Simulator.cpp - timeline of a scheduled step -----------------------===//
+
+#include "moe/Analysis/Simulator.h"
+#include "moe/Analysis/ModelStats.h"
+#include "moe/Analysis/StreamOrder.h"
+#include "moe/Analysis/Tasks.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <limits>
+#include <map>
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+constexpr double kUnknown = std::numeric_limits<double>::infinity();
+
+struct Queue {
+  int stream;
+  bool low;
+  std::vector<unsigned> tasks; // indices into SimulationResult::tasks
+  size_t next = 0;
+};
+
+/// Total length of the union of intervals.
+double unionLength(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  double total = 0, start = -kUnknown, end = -kUnknown;
+  for (auto [s, e] : v) {
+    if (s > end) {
+      total += end - start > 0 ? end - start : 0;
+      start = s;
+      end = e;
+    } else {
+      end = std::max(end, e);
+    }
+  }
+  if (end > start)
+    total += end - start;
+  return total;
+}
+
+double intersectionLength(std::vector<std::pair<double, double>> a,
+                          std::vector<std::pair<double, double>> b) {
+  // |A ∩ B| = |A| + |B| - |A ∪ B|
+  double ua = unionLength(a), ub = unionLength(b);
+  a.insert(a.end(), b.begin(), b.end());
+  return ua + ub - unionLength(a);
+}
+
+} // namespace
+
+FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
+                                                CostModel &model) {
+  Region &body = func.getFunctionBody();
+  if (!body.hasOneBlock())
+    return func.emitError() << "a scheduled step must be one block";
+  SimulationResult result;
+  std::vector<StreamAttr> streams;
+  auto streamId = [&](StreamAttr s) -> int {
+    for (auto [i, known] : llvm::enumerate(streams))
+      if (known == s)
+        return i;
+    streams.push_back(s);
+    return streams.size() - 1;
+  };
+
+  // Tasks, their queues, and the events each waits for.
+  std::vector<Queue> queues;
+  auto queueOf = [&](int stream, bool low) -> Queue & {
+    for (Queue &q : queues)
+      if (q.stream == stream && q.low == low)
+        return q;
+    queues.push_back({stream, low, {}, 0});
+    return queues.back();
+  };
+  std::vector<std::vector<unsigned>> waitsPerStream; // event producer tasks
+  std::vector<std::vector<unsigned>> deps;           // per task: producers
+  std::map<std::pair<int, bool>, size_t> waitsSeen;  // per queue
+  std::vector<int> lastTaskOnStream;
+  DenseMap<Value, int> eventProducer; // -1: completes at time 0
+  DenseMap<Operation *, unsigned> taskOf;
+
+  for (Operation &op : body.front()) {
+    StreamAttr stream = StreamOrder::getStream(&op);
+    if (!stream) {
+      if (!StreamOrder::isHostOp(&op))
+        return op.emitOpError() << "is not on a stream; simulate a scheduled "
+                                   "step (after moe-schedule)";
+      continue;
+    }
+    int s = streamId(stream);
+    if (static_cast<size_t>(s) >= waitsPerStream.size()) {
+      waitsPerStream.resize(s + 1);
+      lastTaskOnStream.resize(s + 1, -1);
+    }
+    if (auto record = dyn_cast<RecordEventOp>(&op)) {
+      eventProducer[record.getEvent()] = lastTaskOnStream[s];
+      continue;
+    }
+    if (auto wait = dyn_cast<WaitEventOp>(&op)) {
+      auto it = eventProducer.find(wait.getEvent());
+      if (it == eventProducer.end())
+        return wait.emitOpError() << "waits on an event not recorded before "
+                                     "it";
+      if (it->second >= 0)
+        waitsPerStream[s].push_back(it->second);
+      continue;
+    }
+    FailureOr<TaskCost> cost = model.cost(&op);
+    if (failed(cost))
+      return failure();
+    SimulatedTask task;
+    task.op = &op;
+    TaskAttr label = getTask(&op);
+    task.label = label ? label.getLabel() : op.getName().getStringRef().str();
+    task.stream = s;
+    task.communication = cost->communication;
+    task.lowPriority = task.communication &&
+                       ((label && label.getKind() == TaskKind::AR) ||
+                        isa<AllReduceOp>(op));
+    task.cost = *cost;
+    unsigned index = result.tasks.size();
+    result.tasks.push_back(task);
+    Queue &q = queueOf(s, task.lowPriority);
+    q.tasks.push_back(index);
+    // Waits issued on this stream since this queue's previous task.
+    size_t &seen = waitsSeen[{s, task.lowPriority}];
+    deps.emplace_back(waitsPerStream[s].begin() + seen,
+                      waitsPerStream[s].end());
+    seen = waitsPerStream[s].size();
+    lastTaskOnStream[s] = index;
+    taskOf[&op] = index;
+  }
+
+  // List scheduling: repeatedly commit the task that can start earliest;
+  // every uncommitted task then starts no earlier, which is what makes the
+  // pool's "no all-to-all ready" test exact.
+  std::vector<double> end(result.tasks.size(), kUnknown);
+  std::vector<double> streamFree(streams.size(), 0.0);
+  size_t remaining = result.tasks.size();
+  while (remaining) {
+    double bestStart = kUnknown;
+    Queue *best = nullptr;
+    for (Queue &q : queues) {
+      if (q.next >= q.tasks.size())
+        continue;
+      unsigned t = q.tasks[q.next];
+      double ready = streamFree[q.stream];
+      if (q.next > 0)
+        ready = std::max(ready, end[q.tasks[q.next - 1]]);
+      for (unsigned producer : deps[t])
+        ready = std::max(ready, end[producer]);
+      // Prefer the high-priority queue of a stream on ties.
+      if (ready < bestStart ||
+          (ready == bestStart && best && best->stream == q.stream &&
+           best->low && !q.low)) {
+        bestStart = ready;
+        best = &q;
+      }
+    }
+    if (!best || bestStart == kUnknown)
+      return func.emitError() << "simulation cannot progress: every stream "
+                                 "waits for a task that cannot start";
+    unsigned t = best->tasks[best->next++];
+    SimulatedTask &task = result.tasks[t];
+    task.startUs = bestStart;
+    task.endUs = bestStart + task.cost.us;
+    end[t] = task.endUs;
+    streamFree[best->stream] = task.endUs;
+    --remaining;
+  }
+
+  // Summary.
+  std::vector<std::pair<double, double>> compute, comm;
+  for (const SimulatedTask &t : result.tasks) {
+    result.iterationUs = std::max(result.iterationUs, t.endUs);
+    (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
+    (t.communication ? comm : compute).push_back({t.startUs, t.endUs});
+  }
+  result.overlapUs = intersectionLength(compute, comm);
+  result.exposedCommUs = unionLength(comm) - result.overlapUs;
+  result.lowerBoundUs = std::max(result.computeBusyUs, result.commBusyUs);
+
+  // Gradients held from the task that completes them to the all-reduce
+  // (chunk) that reduces them.
+  std::vector<std::pair<double, double>> deltas;
+  for (const SimulatedTask &t : result.tasks) {
+    auto ar = dyn_cast<AllReduceOp>(t.op);
+    if (!ar)
+      continue;
+    for (Value input : ar.getInputs()) {
+      Value origin = input;
+      while (auto prev = origin.getDefiningOp<AllReduceOp>())
+        origin = prev.getInputs()[cast<OpResult>(origin).getResultNumber()];
+      Operation *producer = origin.getDefiningOp();
+      auto it = producer ? taskOf.find(producer) : taskOf.end();
+      double from = it == taskOf.end() ? 0.0 : result.tasks[it->second].endUs;
+      double bytes = t.cost.bytes;
+      if (!ar.isChunk())
+        bytes = tensorBytes(input.getType());
+      deltas.push_back({from, bytes});
+      deltas.push_back({t.endUs, -bytes});
+    }
+  }
+  std::sort(deltas.begin(), deltas.end(), [](auto a, auto b) {
+    return a.first < b.first || (a.first == b.first && a.second < b.second);
+  });
+  double held = 0;
+  for (auto [time, delta] : deltas) {
+    held += delta;
+    result.peakPendingGradientBytes =
+        std::max(result.peakPendingGradientBytes, held);
+  }
+
+  for (StreamAttr s : streams)
+    result.streamNames.push_back(
+        (stringifyStreamKind(s.getKind()) +
+         (s.getIndex() ? llvm::Twine(s.getIndex()) : llvm::Twine("")))
+            .str());
+  return result;
+}
+
+std::string mlir::moe::chromeTrace(const SimulationResult &result,
+                                   int64_t ranks, llvm::StringRef name) {
+  llvm::json::Array events;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    events.push_back(llvm::json::Object{
+        {"name", "process_name"},
+        {"ph", "M"},
+        {"pid", rank},
+        {"args", llvm::json::Object{{"name", ("rank " + llvm::Twine(rank)).str()}}}});
+    for (auto [i, stream] : llvm::enumerate(result.streamNames))
+      events.push_back(llvm::json::Object{
+          {"name", "thread_name"},
+          {"ph", "M"},
+          {"pid", rank},
+          {"tid", static_cast<int64_t>(i)},
+          {"args", llvm::json::Object{{"name", stream}}}});
+    for (const SimulatedTask &t : result.tasks)
+      events.push_back(llvm::json::Object{
+          {"name", t.label},
+          {"cat", t.communication ? (t.lowPriority ? "all-reduce" : "comm")
+                                  : "compute"},
+          {"ph", "X"},
+          {"ts", t.startUs},
+          {"dur", t.cost.us},
+          {"pid", rank},
+          {"tid", static_cast<int64_t>(t.stream)},
+          {"args", llvm::json::Object{
+                       {"op", t.op->getName().getStringRef().str()},
+                       {"flops", t.cost.flops},
+                       {"bytes", t.cost.bytes}}}});
+  }
+  llvm::json::Object root{{"traceEvents", std::move(events)},
+                          {"displayTimeUnit", "ms"},
+                          {"otherData",
+                           llvm::json::Object{{"model", name.str()},
+                                              {"note", "simulated"}}}};
+  return llvm::formatv("{0}", llvm::json::Value(std::move(root)));
+}

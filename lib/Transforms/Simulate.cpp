@@ -1,0 +1,158 @@
+//===- Simulate.cpp - predicted iteration time and timeline ---------------===//
+
+#include "moe/Analysis/Simulator.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOESIMULATE
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+// `moe-opt --moe-simulate=profile=... --moe-trace=out.json`: a tool-level
+// flag, since a pass option cannot be spelled `--moe-trace=FILE`.
+static llvm::cl::opt<std::string>
+    clTraceFile("moe-trace",
+                llvm::cl::desc("With --moe-simulate: write a Chrome-trace / "
+                               "Perfetto JSON timeline to this file"),
+                llvm::cl::init(""));
+
+namespace {
+
+int64_t worldSize(FunctionOpInterface func) {
+  int64_t world = 1;
+  if (auto model =
+          func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName())) {
+    SymbolTableCollection table;
+    if (auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(
+            func, model.getGrid()))
+      for (int64_t d : grid.getShape())
+        world *= ShapedType::isDynamic(d) ? 1 : d;
+  }
+  return world;
+}
+
+struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
+  using MoeSimulateBase::MoeSimulateBase;
+
+  void printText(raw_ostream &os, FunctionOpInterface func,
+                 const HardwareProfile &hw, const SimulationResult &r) {
+    auto ms = [](double us) { return llvm::format("%10.3f ms", us / 1000.0); };
+    auto pct = [&](double us) {
+      return llvm::format("(%5.1f%%)",
+                          r.iterationUs > 0 ? 100.0 * us / r.iterationUs : 0.0);
+    };
+    auto policy =
+        func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName());
+    size_t comm = llvm::count_if(r.tasks, [](const SimulatedTask &t) {
+      return t.communication;
+    });
+    os << "simulated @" << func.getName() << " (policy "
+       << (policy ? policy.getValue() : "?") << ") on profile " << hw.name
+       << " [simulated, not measured]\n";
+    os << "  iteration time           " << ms(r.iterationUs) << "\n";
+    os << "  compute busy             " << ms(r.computeBusyUs) << " "
+       << pct(r.computeBusyUs) << "\n";
+    os << "  communication busy       " << ms(r.commBusyUs) << " "
+       << pct(r.commBusyUs) << "\n";
+    os << "  overlap                  " << ms(r.overlapUs) << "\n";
+    os << "  exposed communication    " << ms(r.exposedCommUs) << "\n";
+    os << "  lower bound max(cp, cm)  " << ms(r.lowerBoundUs) << "\n";
+    os << "  peak un-reduced grads    "
+       << llvm::format("%10.3f MiB", r.peakPendingGradientBytes / 1048576.0)
+       << "\n";
+    os << "  tasks                    " << r.tasks.size() << " ("
+       << r.tasks.size() - comm << " compute, " << comm << " communication)\n";
+  }
+
+  llvm::json::Value toJson(FunctionOpInterface func, const HardwareProfile &hw,
+                           const SimulationResult &r) {
+    auto policy =
+        func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName());
+    return llvm::json::Object{
+        {"function", func.getName()},
+        {"policy", policy ? policy.getValue() : ""},
+        {"profile", hw.name},
+        {"simulated", true},
+        {"iteration_us", r.iterationUs},
+        {"compute_busy_us", r.computeBusyUs},
+        {"comm_busy_us", r.commBusyUs},
+        {"overlap_us", r.overlapUs},
+        {"exposed_comm_us", r.exposedCommUs},
+        {"lower_bound_us", r.lowerBoundUs},
+        {"peak_pending_gradient_bytes", r.peakPendingGradientBytes},
+        {"tasks", static_cast<int64_t>(r.tasks.size())}};
+  }
+
+  void runOnOperation() override {
+    if (profile.empty()) {
+      std::string names;
+      for (const std::string &n : HardwareProfile::presetNames())
+        names += (names.empty() ? "" : ", ") + n;
+      getOperation().emitError()
+          << "moe-simulate: needs profile=<preset or JSON file>; presets: "
+          << names;
+      return signalPassFailure();
+    }
+    llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
+    if (!hw) {
+      getOperation().emitError()
+          << "moe-simulate: " << llvm::toString(hw.takeError());
+      return signalPassFailure();
+    }
+    std::string error;
+    auto file = openOutputFile(output, &error);
+    if (!file) {
+      getOperation().emitError() << "moe-simulate: " << error;
+      return signalPassFailure();
+    }
+    std::string tracePath = trace.empty() ? clTraceFile.getValue() : trace;
+    CostModel model(*hw);
+    llvm::json::Array all;
+    std::string traceText;
+    bool any = false;
+    for (auto func : getOperation().getOps<FunctionOpInterface>()) {
+      if (!func->hasAttr(MoeDialect::getScheduleAttrName()))
+        continue;
+      any = true;
+      FailureOr<SimulationResult> result = simulate(func, model);
+      if (failed(result))
+        return signalPassFailure();
+      if (json)
+        all.push_back(toJson(func, *hw, *result));
+      else
+        printText(file->os(), func, *hw, *result);
+      if (!tracePath.empty() && traceText.empty())
+        traceText = chromeTrace(*result, worldSize(func), func.getName());
+    }
+    if (!any) {
+      getOperation().emitError() << "moe-simulate: no scheduled step (run "
+                                    "moe-schedule or moe-flowmoe-pipeline)";
+      return signalPassFailure();
+    }
+    if (json)
+      file->os() << llvm::formatv("{0:2}", llvm::json::Value(std::move(all)))
+                 << "\n";
+    file->keep();
+    if (!tracePath.empty()) {
+      auto traceFile = openOutputFile(tracePath, &error);
+      if (!traceFile) {
+        getOperation().emitError() << "moe-simulate: trace: " << error;
+        return signalPassFailure();
+      }
+      traceFile->os() << traceText << "\n";
+      traceFile->keep();
+    }
+    markAllAnalysesPreserved();
+  }
+};
+} // namespace
