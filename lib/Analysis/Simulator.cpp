@@ -77,9 +77,10 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     queues.push_back({stream, low, {}, 0});
     return queues.back();
   };
-  std::vector<std::vector<unsigned>> waitsPerStream; // event producer tasks
-  std::vector<std::vector<unsigned>> deps;           // per task: producers
-  std::map<std::pair<int, bool>, size_t> waitsSeen;  // per queue
+  // A wait gates the queue of the next task on its stream (StreamOrder.h);
+  // an event completes with the task recorded after.
+  std::vector<std::vector<unsigned>> deps; // per task: producer tasks
+  std::vector<std::vector<unsigned>> pendingWaits; // per stream
   std::vector<int> lastTaskOnStream;
   DenseMap<Value, int> eventProducer; // -1: completes at time 0
   DenseMap<Operation *, unsigned> taskOf;
@@ -93,8 +94,8 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
       continue;
     }
     int s = streamId(stream);
-    if (static_cast<size_t>(s) >= waitsPerStream.size()) {
-      waitsPerStream.resize(s + 1);
+    if (static_cast<size_t>(s) >= pendingWaits.size()) {
+      pendingWaits.resize(s + 1);
       lastTaskOnStream.resize(s + 1, -1);
     }
     if (auto record = dyn_cast<RecordEventOp>(&op)) {
@@ -107,7 +108,7 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
         return wait.emitOpError() << "waits on an event not recorded before "
                                      "it";
       if (it->second >= 0)
-        waitsPerStream[s].push_back(it->second);
+        pendingWaits[s].push_back(it->second);
       continue;
     }
     FailureOr<TaskCost> cost = model.cost(&op);
@@ -119,19 +120,13 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     task.label = label ? label.getLabel() : op.getName().getStringRef().str();
     task.stream = s;
     task.communication = cost->communication;
-    task.lowPriority = task.communication &&
-                       ((label && label.getKind() == TaskKind::AR) ||
-                        isa<AllReduceOp>(op));
+    task.lowPriority = StreamOrder::isLowPriority(&op);
     task.cost = *cost;
     unsigned index = result.tasks.size();
     result.tasks.push_back(task);
-    Queue &q = queueOf(s, task.lowPriority);
-    q.tasks.push_back(index);
-    // Waits issued on this stream since this queue's previous task.
-    size_t &seen = waitsSeen[{s, task.lowPriority}];
-    deps.emplace_back(waitsPerStream[s].begin() + seen,
-                      waitsPerStream[s].end());
-    seen = waitsPerStream[s].size();
+    queueOf(s, task.lowPriority).tasks.push_back(index);
+    deps.push_back(std::move(pendingWaits[s]));
+    pendingWaits[s].clear();
     lastTaskOnStream[s] = index;
     taskOf[&op] = index;
   }

@@ -13,6 +13,43 @@ StreamAttr StreamOrder::getStream(Operation *op) {
   return op->getAttrOfType<StreamAttr>(MoeDialect::getStreamAttrName());
 }
 
+bool StreamOrder::isLowPriority(Operation *op) {
+  StreamAttr stream = getStream(op);
+  if (!stream || stream.getKind() != StreamKind::comm ||
+      isa<RecordEventOp, WaitEventOp>(op))
+    return false;
+  if (auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
+    return task.getKind() == TaskKind::AR;
+  return isa<AllReduceOp>(op);
+}
+
+DenseMap<Operation *, Operation *> StreamOrder::eventAnchors(Block &block) {
+  DenseMap<Operation *, Operation *> anchors;
+  DenseMap<Attribute, Operation *> last;
+  SmallVector<Operation *> pendingWaits;
+  for (Operation &op : block) {
+    StreamAttr stream = getStream(&op);
+    if (!stream)
+      continue;
+    if (isa<RecordEventOp>(op)) {
+      anchors[&op] = last.lookup(stream);
+    } else if (isa<WaitEventOp>(op)) {
+      anchors[&op] = nullptr;
+      pendingWaits.push_back(&op);
+    } else {
+      last[stream] = &op;
+      // Waits of this stream that precede this task gate its queue.
+      llvm::erase_if(pendingWaits, [&](Operation *wait) {
+        if (getStream(wait) != stream)
+          return false;
+        anchors[wait] = &op;
+        return true;
+      });
+    }
+  }
+  return anchors;
+}
+
 bool StreamOrder::isHostOp(Operation *op) {
   return op->hasTrait<OpTrait::ConstantLike>() ||
          op->hasTrait<OpTrait::IsTerminator>();
@@ -24,6 +61,7 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
   Region &body = func.getFunctionBody();
   if (!body.hasOneBlock())
     return func.emitError() << "a scheduled step must be one block";
+  Block &block = body.front();
   auto streamId = [&](StreamAttr stream) -> int {
     for (auto [i, s] : llvm::enumerate(order.streams))
       if (s == stream)
@@ -32,15 +70,30 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
     order.perStream.emplace_back();
     return order.streams.size() - 1;
   };
-  // First pass: stream ids, so that clocks have a fixed width.
-  for (Operation &op : body.front())
-    if (StreamAttr stream = getStream(&op))
-      streamId(stream);
-  unsigned width = order.streams.size();
+  // Queues: (stream, low priority); ids fixed before clocks are built.
+  SmallVector<std::pair<int, bool>> queues;
+  auto queueId = [&](int stream, bool low) -> int {
+    for (auto [i, q] : llvm::enumerate(queues))
+      if (q.first == stream && q.second == low)
+        return i;
+    queues.push_back({stream, low});
+    return queues.size() - 1;
+  };
+  for (Operation &op : block)
+    if (StreamAttr stream = getStream(&op)) {
+      int s = streamId(stream);
+      if (!isa<RecordEventOp, WaitEventOp>(op))
+        queueId(s, isLowPriority(&op));
+    }
+  DenseMap<Operation *, Operation *> anchors = eventAnchors(block);
+  unsigned width = queues.size();
   std::vector<Clock> current(width, Clock(width, 0));
   llvm::DenseMap<Value, Clock> eventClocks;
+  auto queueOfTask = [&](Operation *task) {
+    return queueId(streamId(getStream(task)), isLowPriority(task));
+  };
 
-  for (Operation &op : body.front()) {
+  for (Operation &op : block) {
     StreamAttr stream = getStream(&op);
     if (!stream) {
       if (requireStreams && !isHostOp(&op))
@@ -51,7 +104,10 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
     }
     int s = streamId(stream);
     if (auto record = dyn_cast<RecordEventOp>(&op)) {
-      eventClocks[record.getEvent()] = current[s];
+      Operation *producer = anchors.lookup(&op);
+      eventClocks[record.getEvent()] =
+          producer ? order.clocks[order.info[producer].clock]
+                   : Clock(width, 0);
       continue;
     }
     if (auto wait = dyn_cast<WaitEventOp>(&op)) {
@@ -60,16 +116,21 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
         return wait.emitOpError()
                << "waits on an event that is not recorded before it in this "
                   "step; the stream could wait forever";
-      for (unsigned k = 0; k < width; ++k)
-        current[s][k] = std::max(current[s][k], it->second[k]);
+      if (Operation *target = anchors.lookup(&op)) {
+        int q = queueOfTask(target);
+        for (unsigned k = 0; k < width; ++k)
+          current[q][k] = std::max(current[q][k], it->second[k]);
+      }
       continue;
     }
+    int q = queueId(s, isLowPriority(&op));
     Info &i = order.info[&op];
     i.stream = s;
-    i.position = ++current[s][s];
+    i.queue = q;
+    i.position = ++current[q][q];
     order.perStream[s].push_back(&op);
     i.clock = order.clocks.size();
-    order.clocks.push_back(current[s]);
+    order.clocks.push_back(current[q]);
   }
   return order;
 }
@@ -81,10 +142,10 @@ bool StreamOrder::happensBefore(Operation *a, Operation *b) const {
   if (ib == info.end())
     return false;
   const Info &x = ia->second, &y = ib->second;
-  if (x.stream == y.stream)
+  if (x.queue == y.queue)
     return x.position < y.position;
-  // b's stream has waited past a's position on a's stream.
-  return clocks[y.clock][x.stream] >= x.position;
+  // b's queue has waited past a's position in a's queue.
+  return clocks[y.clock][x.queue] >= x.position;
 }
 
 std::optional<CollectiveKey> mlir::moe::getCollectiveKey(Operation *op) {

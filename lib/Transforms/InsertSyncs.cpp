@@ -1,10 +1,11 @@
 //===- InsertSyncs.cpp - explicit, minimal cross-stream events ------------===//
 //
-// A stream runs its ops in program order, so the only dependencies that need
-// an event are those between streams. Vector clocks (one entry per stream,
-// advanced by waits) tell whether an earlier wait — direct or through
-// another stream's wait — already orders a producer before a consumer, so no
-// wait is inserted that stream order or another wait implies.
+// A queue runs its ops in program order (StreamOrder.h: one queue per
+// compute stream, two per communication stream), so the only dependencies
+// that need an event are those between queues. Vector clocks (one entry per
+// queue, advanced by waits) tell whether an earlier wait — direct or through
+// another queue's wait — already orders a producer before a consumer, so no
+// wait is inserted that queue order or another wait implies.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,30 +30,36 @@ struct InsertSyncsPass
 
   LogicalResult insertSyncs(FunctionOpInterface func) {
     Block &entry = func.getFunctionBody().front();
-    // Stream ids.
-    SmallVector<StreamAttr> streams;
-    auto idOf = [&](StreamAttr s) -> int {
-      auto it = llvm::find(streams, s);
-      if (it != streams.end())
-        return it - streams.begin();
-      streams.push_back(s);
-      return streams.size() - 1;
+    // Queues (StreamOrder's model): one per compute stream, two per
+    // communication stream (all-reduce chunks apart from all-to-alls).
+    SmallVector<std::pair<StreamAttr, bool>> queues;
+    auto queueOf = [&](Operation *op) -> int {
+      std::pair<StreamAttr, bool> key{StreamOrder::getStream(op),
+                                      StreamOrder::isLowPriority(op)};
+      auto it = llvm::find(queues, key);
+      if (it != queues.end())
+        return it - queues.begin();
+      queues.push_back(key);
+      return queues.size() - 1;
     };
     for (Operation &op : entry)
-      if (StreamAttr s = StreamOrder::getStream(&op))
-        idOf(s);
-    unsigned width = streams.size();
+      if (StreamOrder::getStream(&op) && !isa<RecordEventOp, WaitEventOp>(op))
+        queueOf(&op);
+    unsigned width = queues.size();
     using Clock = SmallVector<int64_t, 4>;
     SmallVector<Clock> current(width, Clock(width, 0));
-    // Per producer op: its stream, position and clock when it was issued.
+    // Per task: its queue, position and clock when it was issued, and the
+    // event recorded right after it once one is needed.
     struct Issued {
-      int stream;
+      int queue;
       int64_t position;
       Clock clock;
-      Value event; // recorded right after the op, once needed
+      Value event;
     };
     DenseMap<Operation *, Issued> issued;
     DenseMap<Value, Clock> eventClocks;
+    DenseMap<Operation *, Operation *> anchors =
+        StreamOrder::eventAnchors(entry);
     OpBuilder builder(&getContext());
 
     for (Operation &op : llvm::make_early_inc_range(entry)) {
@@ -63,9 +70,10 @@ struct InsertSyncsPass
                                      "before moe-insert-syncs";
         continue;
       }
-      int s = idOf(stream);
       if (auto record = dyn_cast<RecordEventOp>(&op)) {
-        eventClocks[record.getEvent()] = current[s];
+        Operation *producer = anchors.lookup(&op);
+        eventClocks[record.getEvent()] =
+            producer ? issued[producer].clock : Clock(width, 0);
         continue;
       }
       if (auto wait = dyn_cast<WaitEventOp>(&op)) {
@@ -73,19 +81,23 @@ struct InsertSyncsPass
         if (it == eventClocks.end())
           return wait.emitOpError() << "waits on an event not recorded "
                                        "before it";
-        for (unsigned k = 0; k < width; ++k)
-          current[s][k] = std::max(current[s][k], it->second[k]);
+        if (Operation *target = anchors.lookup(&op)) {
+          int q = queueOf(target);
+          for (unsigned k = 0; k < width; ++k)
+            current[q][k] = std::max(current[q][k], it->second[k]);
+        }
         continue;
       }
-      // The latest producer per other stream that this op needs.
+      int q = queueOf(&op);
+      // The latest producer per other queue that this op needs.
       SmallVector<Operation *> needed(width, nullptr);
       op.walk([&](Operation *nested) {
         for (Value v : nested->getOperands()) {
           Operation *def = v.getDefiningOp();
           auto it = def ? issued.find(def) : issued.end();
-          if (it == issued.end() || it->second.stream == s)
+          if (it == issued.end() || it->second.queue == q)
             continue;
-          Operation *&slot = needed[it->second.stream];
+          Operation *&slot = needed[it->second.queue];
           if (!slot || issued[slot].position < it->second.position)
             slot = def;
         }
@@ -95,21 +107,26 @@ struct InsertSyncsPass
         if (!producer)
           continue;
         Issued &info = issued[producer];
-        if (current[s][p] >= info.position)
-          continue; // already ordered by stream order or an earlier wait
+        if (current[q][p] >= info.position)
+          continue; // already ordered by an earlier wait
+        if (queues[p].first == stream)
+          return op.emitOpError()
+                 << "depends on " << producer->getName()
+                 << " in the other queue of the same communication stream; "
+                    "the priority pool cannot order them";
         if (!info.event) {
           builder.setInsertionPointAfter(producer);
           info.event = RecordEventOp::create(builder, producer->getLoc(),
-                                             streams[p])
+                                             queues[p].first)
                            .getEvent();
         }
         builder.setInsertionPoint(&op);
         WaitEventOp::create(builder, op.getLoc(), info.event, stream);
         for (unsigned k = 0; k < width; ++k)
-          current[s][k] = std::max(current[s][k], info.clock[k]);
+          current[q][k] = std::max(current[q][k], info.clock[k]);
       }
-      ++current[s][s];
-      issued[&op] = {s, current[s][s], current[s], Value()};
+      ++current[q][q];
+      issued[&op] = {q, current[q][q], current[q], Value()};
     }
     return success();
   }

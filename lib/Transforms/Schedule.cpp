@@ -172,6 +172,8 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
 
     if (policy == Policy::PipeMoe)
       insertPipeMoeBarriers(entry, L, R, compute, comm);
+    if (policy != Policy::FlowMoe)
+      insertCentralizedARBarrier(entry, compute, comm);
     if (policy == Policy::Vanilla)
       insertVanillaBarrier(entry, compute, comm);
     func->setAttr(MoeDialect::getScheduleAttrName(),
@@ -233,13 +235,13 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     }
   }
 
-  /// vanillaEP overlaps nothing. With R = 1 the forward and backward tasks
-  /// already form one dependency chain; what remains is to run the
-  /// all-reduce after the whole backward computation and the update after
-  /// all communication.
-  void insertVanillaBarrier(Block &entry, StreamAttr compute,
-                            StreamAttr comm) {
-    auto isAR = [](TaskAttr t) { return t.getKind() == TaskKind::AR; };
+  /// Centralized all-reduce: the first AR task waits for the last backward
+  /// computation, which itself depends on every backward all-to-all. The
+  /// wait gates the communication stream's all-reduce queue only, so without
+  /// it the priority pool would start chunks as soon as their gradients are
+  /// ready, as FlowMoE does.
+  void insertCentralizedARBarrier(Block &entry, StreamAttr compute,
+                                  StreamAttr comm) {
     barrier(
         entry,
         [](TaskAttr t) {
@@ -247,13 +249,21 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
                  t.getKind() != TaskKind::OPT && t.getKind() != TaskKind::D &&
                  t.getKind() != TaskKind::C;
         },
-        isAR, compute, comm);
+        [](TaskAttr t) { return t.getKind() == TaskKind::AR; }, compute,
+        comm);
+  }
+
+  /// vanillaEP overlaps nothing. With R = 1 the forward and backward tasks
+  /// already form one dependency chain and the all-reduce is centralized;
+  /// what remains is to run the update after all communication.
+  void insertVanillaBarrier(Block &entry, StreamAttr compute,
+                            StreamAttr comm) {
     barrier(
         entry,
         [&](TaskAttr t) {
-          return isAR(t) || (t.getPhase() == Phase::bwd &&
-                             (t.getKind() == TaskKind::D ||
-                              t.getKind() == TaskKind::C));
+          return t.getKind() == TaskKind::AR ||
+                 (t.getPhase() == Phase::bwd &&
+                  (t.getKind() == TaskKind::D || t.getKind() == TaskKind::C));
         },
         [](TaskAttr t) { return t.getKind() == TaskKind::OPT; }, comm,
         compute);

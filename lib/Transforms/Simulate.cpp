@@ -28,16 +28,25 @@ static llvm::cl::opt<std::string>
 
 namespace {
 
+/// Ranks in the trace: the model's grid, or else the grid of the step's
+/// first collective.
 int64_t worldSize(FunctionOpInterface func) {
-  int64_t world = 1;
+  FlatSymbolRefAttr gridName;
   if (auto model =
-          func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName())) {
-    SymbolTableCollection table;
-    if (auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(
-            func, model.getGrid()))
+          func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName()))
+    gridName = model.getGrid();
+  else
+    func->walk([&](CollectiveOpInterface op) {
+      gridName = op.getGridAttr();
+      return WalkResult::interrupt();
+    });
+  int64_t world = 1;
+  SymbolTableCollection table;
+  if (gridName)
+    if (auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(func,
+                                                                 gridName))
       for (int64_t d : grid.getShape())
         world *= ShapedType::isDynamic(d) ? 1 : d;
-  }
   return world;
 }
 

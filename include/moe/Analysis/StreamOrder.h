@@ -1,11 +1,17 @@
 //===- StreamOrder.h - happens-before over streams and events ---*- C++ -*-===//
 //
 // The execution model of a scheduled step: every task op sits on one stream
-// (`moe.stream`), a stream runs its ops in program order, and
-// `moe.record_event` / `moe.wait_event` are the only edges between streams.
-// This analysis gives every op a vector clock, so that "does a complete
-// before b starts" is one comparison. The schedule verifier, the sync
-// insertion pass and the simulator share it.
+// (`moe.stream`). A compute stream is one in-order queue. A communication
+// stream is a pool of two in-order queues sharing one link: all-reduce
+// chunks (low priority) and everything else (FlowMoE Alg. 2), so a chunk
+// waiting for its gradient never holds back an all-to-all. A
+// `moe.wait_event` gates the queue of the next task on its stream; a
+// `moe.record_event` completes with the task before it on its stream (and,
+// by queue order, everything earlier in that task's queue). Events are the
+// only edges between queues. This analysis gives every op a vector clock
+// over queues, so that "does a complete before b starts" is one comparison.
+// The schedule verifier, the sync insertion pass and the simulator share
+// these rules.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_ANALYSIS_STREAMORDER_H
@@ -36,7 +42,7 @@ public:
 
   /// Stream id of an op (-1 for host ops and event ops).
   int streamOf(Operation *op) const { return info.lookup(op).stream; }
-  /// 1-based position of an op on its stream.
+  /// 1-based position of an op in its queue.
   int64_t positionOf(Operation *op) const { return info.lookup(op).position; }
   StreamAttr streamAttr(int id) const { return streams[id]; }
   unsigned numStreams() const { return streams.size(); }
@@ -45,12 +51,20 @@ public:
 
   /// The stream attribute of an op, or null.
   static StreamAttr getStream(Operation *op);
+  /// Whether a task goes to its communication stream's low-priority queue
+  /// (an all-reduce, i.e. an AR task or chunk).
+  static bool isLowPriority(Operation *op);
+  /// For each `moe.wait_event` in `block`, the next task on its stream (the
+  /// one whose queue it gates), or null; for each `moe.record_event`, the
+  /// task before it on its stream, or null.
+  static DenseMap<Operation *, Operation *> eventAnchors(Block &block);
   /// Whether an op needs no stream: constants, event ops, terminators.
   static bool isHostOp(Operation *op);
 
 private:
   struct Info {
     int stream = -1;
+    int queue = -1;
     int64_t position = 0;
     unsigned clock = 0; // index into clocks
   };
