@@ -23,54 +23,67 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 
+static LogicalResult chunkOne(AllReduceOp allReduce, int64_t chunkBytes) {
+  SmallVector<int64_t> bytes;
+  for (Value input : allReduce.getInputs()) {
+    int64_t size = tensorBytes(input.getType());
+    if (size < 0)
+      return allReduce.emitOpError()
+             << "cannot be chunked: gradient " << input.getType()
+             << " has no static size";
+    int64_t element =
+        (cast<ShapedType>(input.getType()).getElementTypeBitWidth() + 7) / 8;
+    if (chunkBytes % element)
+      return allReduce.emitOpError()
+             << "cannot be chunked into " << chunkBytes
+             << "-byte chunks: not a multiple of the " << element
+             << "-byte element size";
+    bytes.push_back(size);
+  }
+  TaskAttr task = getTask(allReduce);
+  OpBuilder builder(allReduce);
+  SmallVector<Value> current(allReduce.getInputs());
+  for (auto [index, chunk] : llvm::enumerate(planChunks(bytes, chunkBytes))) {
+    SmallVector<Value> inputs;
+    for (unsigned t : chunk.tensors)
+      inputs.push_back(current[t]);
+    auto piece = AllReduceOp::create(
+        builder, allReduce.getLoc(), inputs, allReduce.getGridAttr(),
+        allReduce.getAxesAttr(),
+        chunk.isRange()
+            ? builder.getDenseI64ArrayAttr({chunk.offset, chunk.size})
+            : DenseI64ArrayAttr());
+    // Keep the stream (and anything else the scheduler set).
+    piece->setDiscardableAttrs(allReduce->getDiscardableAttrDictionary());
+    if (task)
+      setTask(piece, TaskAttr::get(allReduce.getContext(), task.getKind(),
+                                   task.getPhase(), task.getBlock(),
+                                   task.getMicro(), index));
+    for (auto [t, result] : llvm::zip(chunk.tensors, piece.getResults()))
+      current[t] = result;
+  }
+  allReduce.replaceAllUsesWith(current);
+  allReduce.erase();
+  return success();
+}
+
+LogicalResult mlir::moe::chunkAllReduces(Operation *root, int64_t chunkBytes) {
+  SmallVector<AllReduceOp> whole;
+  root->walk([&](AllReduceOp op) {
+    if (!op.isChunk() && !op->getParentOfType<VjpOp>())
+      if (TaskAttr t = getTask(op); !t || t.getChunk() < 0)
+        whole.push_back(op);
+  });
+  for (AllReduceOp op : whole)
+    if (failed(chunkOne(op, chunkBytes)))
+      return failure();
+  return success();
+}
+
 namespace {
 struct ChunkGradientsPass
     : public moe::impl::MoeChunkGradientsBase<ChunkGradientsPass> {
   using MoeChunkGradientsBase::MoeChunkGradientsBase;
-
-  LogicalResult chunk(AllReduceOp allReduce, int64_t chunkBytes) {
-    SmallVector<int64_t> bytes;
-    for (Value input : allReduce.getInputs()) {
-      int64_t size = tensorBytes(input.getType());
-      if (size < 0)
-        return allReduce.emitOpError()
-               << "cannot be chunked: gradient " << input.getType()
-               << " has no static size";
-      int64_t element =
-          (cast<ShapedType>(input.getType()).getElementTypeBitWidth() + 7) / 8;
-      if (chunkBytes % element)
-        return allReduce.emitOpError()
-               << "cannot be chunked into " << chunkBytes
-               << "-byte chunks: not a multiple of the " << element
-               << "-byte element size";
-      bytes.push_back(size);
-    }
-    TaskAttr task = getTask(allReduce);
-    OpBuilder builder(allReduce);
-    SmallVector<Value> current(allReduce.getInputs());
-    for (auto [index, chunk] : llvm::enumerate(planChunks(bytes, chunkBytes))) {
-      SmallVector<Value> inputs;
-      for (unsigned t : chunk.tensors)
-        inputs.push_back(current[t]);
-      auto piece = AllReduceOp::create(
-          builder, allReduce.getLoc(), inputs, allReduce.getGridAttr(),
-          allReduce.getAxesAttr(),
-          chunk.isRange()
-              ? builder.getDenseI64ArrayAttr({chunk.offset, chunk.size})
-              : DenseI64ArrayAttr());
-      // Keep the stream (and anything else the scheduler set).
-      piece->setDiscardableAttrs(allReduce->getDiscardableAttrDictionary());
-      if (task)
-        setTask(piece, TaskAttr::get(&getContext(), task.getKind(),
-                                     task.getPhase(), task.getBlock(),
-                                     task.getMicro(), index));
-      for (auto [t, result] : llvm::zip(chunk.tensors, piece.getResults()))
-        current[t] = result;
-    }
-    allReduce.replaceAllUsesWith(current);
-    allReduce.erase();
-    return success();
-  }
 
   void runOnOperation() override {
     std::optional<int64_t> parsed = parseByteSize(chunkBytes);
@@ -80,15 +93,8 @@ struct ChunkGradientsPass
           << "' is not a positive size (e.g. 1048576, 512KiB, 2MiB, 4MB)";
       return signalPassFailure();
     }
-    SmallVector<AllReduceOp> whole;
-    getOperation().walk([&](AllReduceOp op) {
-      if (!op.isChunk() && !op->getParentOfType<VjpOp>())
-        if (TaskAttr t = getTask(op); !t || t.getChunk() < 0)
-          whole.push_back(op);
-    });
-    for (AllReduceOp op : whole)
-      if (failed(chunk(op, *parsed)))
-        return signalPassFailure();
+    if (failed(chunkAllReduces(getOperation(), *parsed)))
+      return signalPassFailure();
   }
 };
 } // namespace

@@ -23,12 +23,7 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 
-namespace {
-
-struct InsertSyncsPass
-    : public moe::impl::MoeInsertSyncsBase<InsertSyncsPass> {
-
-  LogicalResult insertSyncs(FunctionOpInterface func) {
+LogicalResult mlir::moe::insertSyncs(FunctionOpInterface func) {
     Block &entry = func.getFunctionBody().front();
     // Queues (StreamOrder's model): one per compute stream, two per
     // communication stream (all-reduce chunks apart from all-to-alls).
@@ -60,7 +55,7 @@ struct InsertSyncsPass
     DenseMap<Value, Clock> eventClocks;
     DenseMap<Operation *, Operation *> anchors =
         StreamOrder::eventAnchors(entry);
-    OpBuilder builder(&getContext());
+    OpBuilder builder(func->getContext());
 
     for (Operation &op : llvm::make_early_inc_range(entry)) {
       StreamAttr stream = StreamOrder::getStream(&op);
@@ -129,8 +124,12 @@ struct InsertSyncsPass
       issued[&op] = {q, current[q][q], current[q], Value()};
     }
     return success();
-  }
+}
 
+namespace {
+
+struct InsertSyncsPass
+    : public moe::impl::MoeInsertSyncsBase<InsertSyncsPass> {
   void runOnOperation() override {
     bool any = false;
     for (auto func : getOperation().getOps<FunctionOpInterface>()) {

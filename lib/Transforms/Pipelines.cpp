@@ -25,7 +25,8 @@ struct FlowMoePipelineOptions
                          llvm::cl::init(2)};
   Option<std::string> chunkBytes{
       *this, "chunk-bytes",
-      llvm::cl::desc("All-reduce chunk size S_p (e.g. 2MiB)"),
+      llvm::cl::desc("All-reduce chunk size S_p (e.g. 2MiB), or auto to "
+                     "tune it on `profile`"),
       llvm::cl::init("2MiB")};
   Option<std::string> policy{
       *this, "policy",
@@ -34,6 +35,14 @@ struct FlowMoePipelineOptions
       llvm::cl::init("flowmoe")};
   Option<double> lr{*this, "lr", llvm::cl::desc("SGD learning rate"),
                     llvm::cl::init(0.01)};
+  Option<std::string> profile{
+      *this, "profile",
+      llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
+      llvm::cl::init("")};
+  Option<std::string> tune{
+      *this, "tune",
+      llvm::cl::desc("S_p search for chunk-bytes=auto: bo | grid | random"),
+      llvm::cl::init("bo")};
 };
 } // namespace
 
@@ -47,9 +56,18 @@ void mlir::moe::registerMoePipelines() {
         pm.addPass(
             createMoeBuildTrainStep(MoeBuildTrainStepOptions{options.lr}));
         pm.addPass(createMoeSchedule(MoeScheduleOptions{options.policy}));
-        pm.addPass(createMoeChunkGradients(
-            MoeChunkGradientsOptions{options.chunkBytes}));
-        pm.addPass(createMoeInsertSyncs());
+        if (options.chunkBytes == "auto") {
+          // Bayesian optimisation of S_p against the simulator (§4.1); it
+          // chunks and inserts the syncs itself.
+          MoeAutotuneOptions tuneOptions;
+          tuneOptions.profile = options.profile;
+          tuneOptions.method = options.tune;
+          pm.addPass(createMoeAutotune(tuneOptions));
+        } else {
+          pm.addPass(createMoeChunkGradients(
+              MoeChunkGradientsOptions{options.chunkBytes}));
+          pm.addPass(createMoeInsertSyncs());
+        }
         pm.addPass(createMoeVerifySchedule());
       });
 }

@@ -3,6 +3,7 @@
 #define MOE_TRANSFORMS_PASSES_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Pass/Pass.h"
 
 #include <memory>
@@ -17,6 +18,11 @@ namespace mlir::moe {
 
 /// Registers moe-flowmoe-pipeline.
 void registerMoePipelines();
+
+/// The transformations behind moe-chunk-gradients and moe-insert-syncs, for
+/// passes that apply them to copies (moe-autotune).
+LogicalResult chunkAllReduces(Operation *root, int64_t chunkBytes);
+LogicalResult insertSyncs(FunctionOpInterface func);
 
 } // namespace mlir::moe
 

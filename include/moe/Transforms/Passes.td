@@ -212,4 +212,33 @@ def MoeSimulate : Pass<"moe-simulate", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeAutotune : Pass<"moe-autotune", "::mlir::ModuleOp"> {
+  let summary = "Choose the all-reduce chunk size S_p by Bayesian "
+                "optimisation against the simulator (FlowMoE §4.1)";
+  let description = [{
+    For every scheduled step that is not chunked yet, searches S_p over
+    (0, largest per-block all-reduce payload] with `samples` evaluations:
+    each sample chunks a copy of the step (moe-chunk-gradients), inserts its
+    syncs (moe-insert-syncs) and simulates it on `profile` (moe-simulate).
+    Then it chunks the step itself with the best S_p and inserts its syncs.
+    `method` is `bo` (Gaussian process, Matern 5/2, Expected Improvement
+    with xi = 0.1: App. D), `grid` or `random`, for comparison. The tuner is
+    the runtime's (runtime/include/moe_rt/sp_tuner.h), which trainers feed
+    with measured times instead. Prints every sample and the choice; all
+    times are simulated.
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", /*default=*/"\"\"",
+           "Hardware profile: a preset name or a JSON file">,
+    Option<"method", "method", "std::string", /*default=*/"\"bo\"",
+           "bo | grid | random">,
+    Option<"samples", "samples", "int64_t", /*default=*/"8",
+           "Evaluations of the simulator">,
+    Option<"seed", "seed", "uint64_t", /*default=*/"1",
+           "Seed of the random initial samples">,
+    Option<"output", "output", "std::string", /*default=*/"\"-\"",
+           "Where to write the report ('-' for stdout)">
+  ];
+}
+
 #endif // MOE_TRANSFORMS_PASSES_TD
