@@ -35,3 +35,10 @@ if config.moe_have_cuda:
     config.available_features.add("cuda")
 if config.moe_have_mpi:
     config.available_features.add("mpi")
+
+# Debian's python3-matplotlib (installed by scripts/setup.sh) renders traces.
+import subprocess
+if subprocess.call(["/usr/bin/python3", "-c", "import matplotlib"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+    config.available_features.add("matplotlib")
+config.substitutions.append(("%system_python", "/usr/bin/python3"))

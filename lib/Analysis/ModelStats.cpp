@@ -72,7 +72,7 @@ FailureOr<ModelStats> mlir::moe::computeModelStats(FunctionOpInterface func) {
   auto model =
       func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
   if (!model)
-    return func->emitError() << "function has no #moe.model attribute";
+    return mlir::emitError(func->getLoc()) << "function has no #moe.model attribute";
   ModelStats stats;
   stats.model = model;
 

@@ -57,7 +57,7 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
                                                 CostModel &model) {
   Region &body = func.getFunctionBody();
   if (!body.hasOneBlock())
-    return func.emitError() << "a scheduled step must be one block";
+    return mlir::emitError(func.getLoc()) << "a scheduled step must be one block";
   SimulationResult result;
   std::vector<StreamAttr> streams;
   auto streamId = [&](StreamAttr s) -> int {
@@ -158,7 +158,7 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
       }
     }
     if (!best || bestStart == kUnknown)
-      return func.emitError() << "simulation cannot progress: every stream "
+      return mlir::emitError(func.getLoc()) << "simulation cannot progress: every stream "
                                  "waits for a task that cannot start";
     unsigned t = best->tasks[best->next++];
     SimulatedTask &task = result.tasks[t];

@@ -60,7 +60,7 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
   StreamOrder order;
   Region &body = func.getFunctionBody();
   if (!body.hasOneBlock())
-    return func.emitError() << "a scheduled step must be one block";
+    return mlir::emitError(func.getLoc()) << "a scheduled step must be one block";
   Block &block = body.front();
   auto streamId = [&](StreamAttr stream) -> int {
     for (auto [i, s] : llvm::enumerate(order.streams))

@@ -71,11 +71,11 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
       }
     }
     if (chunked)
-      return func.emitError() << "moe-autotune: the step is already chunked";
+      return mlir::emitError(func.getLoc()) << "moe-autotune: the step is already chunked";
     if (maxBytes == 0)
       maxBytes = maxOuterBytes;
     if (maxBytes < 4)
-      return func.emitError() << "moe-autotune: the step has no all-reduce "
+      return mlir::emitError(func.getLoc()) << "moe-autotune: the step has no all-reduce "
                                  "to chunk";
     moe_rt::SpTuner tuner(tuneMethod, static_cast<double>(maxBytes),
                           static_cast<int>(samples), seed);
@@ -111,31 +111,31 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
             .Case("random", MOE_RT_TUNE_RANDOM)
             .Default(std::nullopt);
     if (!tuneMethod) {
-      getOperation().emitError() << "moe-autotune: unknown method '" << method
+      mlir::emitError(getOperation().getLoc()) << "moe-autotune: unknown method '" << method
                                  << "' (expected bo, grid or random)";
       return signalPassFailure();
     }
     if (samples < 1 || samples > 1000) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-autotune: samples must be in [1, 1000], got "
           << static_cast<int64_t>(samples);
       return signalPassFailure();
     }
     if (profile.empty()) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-autotune: needs profile=<preset or JSON file>";
       return signalPassFailure();
     }
     llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
     if (!hw) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-autotune: " << llvm::toString(hw.takeError());
       return signalPassFailure();
     }
     std::string error;
     auto file = openOutputFile(output, &error);
     if (!file) {
-      getOperation().emitError() << "moe-autotune: " << error;
+      mlir::emitError(getOperation().getLoc()) << "moe-autotune: " << error;
       return signalPassFailure();
     }
     CostModel model(*hw);
@@ -144,7 +144,7 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
       if (func->hasAttr(MoeDialect::getScheduleAttrName()))
         steps.push_back(func);
     if (steps.empty()) {
-      getOperation().emitError() << "moe-autotune: no scheduled step (run "
+      mlir::emitError(getOperation().getLoc()) << "moe-autotune: no scheduled step (run "
                                     "moe-schedule first)";
       return signalPassFailure();
     }

@@ -212,17 +212,17 @@ struct BuildTrainStepPass
   LogicalResult buildStep(FunctionOpInterface func, ModelAttr model) {
     MLIRContext *ctx = &getContext();
     if (func.getFunctionBody().getBlocks().size() != 1)
-      return func.emitError() << "moe-build-train-step: the model must be one "
+      return mlir::emitError(func.getLoc()) << "moe-build-train-step: the model must be one "
                                  "block of straight-line code";
     Block &entry = func.getFunctionBody().front();
     if (llvm::any_of(entry, [](Operation &op) { return isa<VjpOp>(op); }))
-      return func.emitError() << "moe-build-train-step: the function is "
+      return mlir::emitError(func.getLoc()) << "moe-build-train-step: the function is "
                                  "already a training step";
     auto ret = dyn_cast<func::ReturnOp>(entry.getTerminator());
     if (!ret || ret.getNumOperands() != 1 ||
         ret.getOperand(0).getType() !=
             RankedTensorType::get({}, Float32Type::get(ctx)))
-      return func.emitError() << "moe-build-train-step: the model must return "
+      return mlir::emitError(func.getLoc()) << "moe-build-train-step: the model must return "
                                  "its loss as one tensor<f32>";
     labelAndFlatten(func, model);
 
@@ -264,7 +264,7 @@ struct BuildTrainStepPass
         continue;
       Value grad = diff.cotangent(arg);
       if (!grad)
-        return func.emitError() << "moe-build-train-step: parameter #"
+        return mlir::emitError(func.getLoc()) << "moe-build-train-step: parameter #"
                                 << arg.getArgNumber()
                                 << " does not influence the loss";
       bool expert = false;
@@ -314,7 +314,7 @@ struct BuildTrainStepPass
 
   void runOnOperation() override {
     if (!(learningRate > 0.0)) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-build-train-step: lr must be positive, got " << learningRate;
       return signalPassFailure();
     }
@@ -329,7 +329,7 @@ struct BuildTrainStepPass
         return signalPassFailure();
     }
     if (!any) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-build-train-step: no function carries a #moe.model";
       return signalPassFailure();
     }

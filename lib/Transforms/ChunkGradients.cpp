@@ -88,7 +88,7 @@ struct ChunkGradientsPass
   void runOnOperation() override {
     std::optional<int64_t> parsed = parseByteSize(chunkBytes);
     if (!parsed) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-chunk-gradients: chunk-bytes '" << chunkBytes
           << "' is not a positive size (e.g. 1048576, 512KiB, 2MiB, 4MB)";
       return signalPassFailure();

@@ -145,7 +145,7 @@ struct InsertSyncsPass
 #endif
     }
     if (!any) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-insert-syncs: no scheduled step (run moe-schedule first)";
       return signalPassFailure();
     }

@@ -176,7 +176,7 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
 
   void runOnOperation() override {
     if (degree < 1) {
-      getOperation().emitError() << "moe-microbatch: degree must be >= 1, got "
+      mlir::emitError(getOperation().getLoc()) << "moe-microbatch: degree must be >= 1, got "
                                  << static_cast<int64_t>(degree);
       return signalPassFailure();
     }
@@ -186,7 +186,7 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
       if (!model)
         continue;
       if (model.getBatch() % degree != 0) {
-        func.emitError() << "moe-microbatch: degree " << static_cast<int64_t>(degree)
+        mlir::emitError(func.getLoc()) << "moe-microbatch: degree " << static_cast<int64_t>(degree)
                          << " does not divide the batch B = "
                          << model.getBatch();
         return signalPassFailure();
@@ -194,7 +194,7 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
       SmallVector<BlockOp> blocks;
       func->walk([&](BlockOp block) { blocks.push_back(block); });
       if (blocks.empty()) {
-        func.emitError() << "moe-microbatch: the model has no moe.block to "
+        mlir::emitError(func.getLoc()) << "moe-microbatch: the model has no moe.block to "
                             "split (was it already flattened into a step?)";
         return signalPassFailure();
       }

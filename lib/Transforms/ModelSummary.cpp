@@ -100,7 +100,7 @@ struct ModelSummaryPass
     std::unique_ptr<llvm::ToolOutputFile> file =
         openOutputFile(output, &error);
     if (!file) {
-      getOperation().emitError() << "moe-model-summary: " << error;
+      mlir::emitError(getOperation().getLoc()) << "moe-model-summary: " << error;
       return signalPassFailure();
     }
     llvm::json::Array models;
@@ -118,7 +118,7 @@ struct ModelSummaryPass
         printText(file->os(), func.getName(), *stats);
     }
     if (!any) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-model-summary: no function carries a #moe.model attribute";
       return signalPassFailure();
     }

@@ -51,7 +51,7 @@ struct PrintSchedulePass
     std::string error;
     auto file = openOutputFile(output, &error);
     if (!file) {
-      getOperation().emitError() << "moe-print-schedule: " << error;
+      mlir::emitError(getOperation().getLoc()) << "moe-print-schedule: " << error;
       return signalPassFailure();
     }
     for (auto func : getOperation().getOps<FunctionOpInterface>()) {

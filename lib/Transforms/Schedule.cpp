@@ -107,10 +107,10 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     if (!labelled || !llvm::any_of(entry, [](Operation &op) {
           return isa<VjpOp>(op);
         }))
-      return func.emitError() << "moe-schedule: not a training step (run "
+      return mlir::emitError(func.getLoc()) << "moe-schedule: not a training step (run "
                                  "moe-build-train-step first)";
     if (policy == Policy::Vanilla && R != 1)
-      return func.emitError()
+      return mlir::emitError(func.getLoc())
              << "moe-schedule: policy vanilla is vanillaEP without "
                 "pipelining; the step has "
              << R << " micro-batches (use moe-microbatch degree=1)";
@@ -158,7 +158,7 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
           ready.push(keyAt(u));
     }
     if (order.size() != ops.size())
-      return func.emitError() << "moe-schedule: the step has a dependency "
+      return mlir::emitError(func.getLoc()) << "moe-schedule: the step has a dependency "
                                  "cycle";
     for (Operation *op : order)
       op->moveBefore(terminator);
@@ -272,7 +272,7 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
   void runOnOperation() override {
     std::optional<Policy> parsed = parsePolicy(policy);
     if (!parsed) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-schedule: unknown policy '" << policy
           << "' (expected vanilla, pipe-moe, flowmoe-at, flowmoe or "
              "centralized-ar)";
@@ -289,7 +289,7 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
         return signalPassFailure();
     }
     if (!any) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-schedule: no function carries a #moe.model";
       return signalPassFailure();
     }

@@ -10,6 +10,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <map>
+
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOESIMULATE
 #include "moe/Transforms/Passes.h.inc"
@@ -87,7 +89,19 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
                            const SimulationResult &r) {
     auto policy =
         func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName());
+    // Busy time per FlowMoE task kind (forward and backward together), as
+    // in FlowMoE Table 1's breakdown.
+    std::map<std::string, double> byKind;
+    for (const SimulatedTask &t : r.tasks) {
+      auto task = t.op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName());
+      byKind[task ? stringifyTaskKind(task.getKind()).str() : "other"] +=
+          t.cost.us;
+    }
+    llvm::json::Object kinds;
+    for (auto &[kind, us] : byKind)
+      kinds[kind] = us;
     return llvm::json::Object{
+        {"busy_us_by_task", std::move(kinds)},
         {"function", func.getName()},
         {"policy", policy ? policy.getValue() : ""},
         {"profile", hw.name},
@@ -107,21 +121,21 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
       std::string names;
       for (const std::string &n : HardwareProfile::presetNames())
         names += (names.empty() ? "" : ", ") + n;
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-simulate: needs profile=<preset or JSON file>; presets: "
           << names;
       return signalPassFailure();
     }
     llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
     if (!hw) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-simulate: " << llvm::toString(hw.takeError());
       return signalPassFailure();
     }
     std::string error;
     auto file = openOutputFile(output, &error);
     if (!file) {
-      getOperation().emitError() << "moe-simulate: " << error;
+      mlir::emitError(getOperation().getLoc()) << "moe-simulate: " << error;
       return signalPassFailure();
     }
     std::string tracePath = trace.empty() ? clTraceFile.getValue() : trace;
@@ -144,7 +158,7 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         traceText = chromeTrace(*result, worldSize(func), func.getName());
     }
     if (!any) {
-      getOperation().emitError() << "moe-simulate: no scheduled step (run "
+      mlir::emitError(getOperation().getLoc()) << "moe-simulate: no scheduled step (run "
                                     "moe-schedule or moe-flowmoe-pipeline)";
       return signalPassFailure();
     }
@@ -155,7 +169,7 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
     if (!tracePath.empty()) {
       auto traceFile = openOutputFile(tracePath, &error);
       if (!traceFile) {
-        getOperation().emitError() << "moe-simulate: trace: " << error;
+        mlir::emitError(getOperation().getLoc()) << "moe-simulate: trace: " << error;
         return signalPassFailure();
       }
       traceFile->os() << traceText << "\n";

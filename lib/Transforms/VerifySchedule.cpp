@@ -25,7 +25,7 @@ struct VerifySchedulePass
         return signalPassFailure();
     }
     if (!any) {
-      getOperation().emitError()
+      mlir::emitError(getOperation().getLoc())
           << "moe-verify-schedule: no scheduled step (a function with "
              "moe.schedule; run moe-schedule first)";
       return signalPassFailure();
