@@ -26,6 +26,14 @@ PACKAGES=(
   "llvm-${LLVM_VERSION}-tools=1:22.1.8-1~deb12u1"
   "libmlir-${LLVM_VERSION}-dev=1:22.1.8-1~deb12u1"
   "mlir-${LLVM_VERSION}-tools=1:22.1.8-1~deb12u1"
+  # Runtime and tools: the S_p tuner (Eigen), moe-profile (MPI, OpenBLAS,
+  # nlohmann-json), trace rendering (matplotlib for /usr/bin/python3).
+  "libeigen3-dev=3.4.0-4"
+  "libopenblas-dev=0.3.21+ds-4"
+  "libopenmpi-dev=4.1.4-3+b1"
+  "openmpi-bin=4.1.4-3+b1"
+  "nlohmann-json3-dev=3.11.2-2"
+  "python3-matplotlib=3.6.3-1+b1"
 )
 
 log() { printf '[setup] %s\n' "$*"; }

@@ -1,0 +1,343 @@
+//===- moe-profile.cpp - measure a hardware profile -----------------------===//
+//
+// Measures the machine it runs on, nccl-tests style: a size sweep of each
+// collective (MPI here; NCCL when built for GPU is future work), of GEMMs
+// (OpenBLAS) and of memory copies, a least-squares alpha-beta fit per model
+// with its r^2, and the per-task launch cost of the runtime's CPU streams.
+// Writes a profile in the format moe-simulate reads (docs/profile-format.md).
+//
+//   mpirun -np 4 moe-profile -o machine.json
+//
+//===----------------------------------------------------------------------===//
+
+#include "AlphaBetaFit.h"
+
+#include "moe_rt/moe_rt.h"
+
+#include <cblas.h>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+using moe_profile::Fit;
+using moe_profile::fitAlphaBeta;
+
+namespace {
+
+struct Options {
+  std::string output = "-", name = "measured";
+  long minBytes = 1024, maxBytes = 16 << 20;
+  int iters = 10, warmup = 3, gemmMax = 768;
+  bool quiet = false;
+};
+
+const char *kUsage =
+    "usage: mpirun -np P moe-profile [options]\n"
+    "Measures collectives, GEMMs and memory copies on this machine and\n"
+    "writes a hardware profile for moe-opt --moe-simulate.\n"
+    "  -o FILE            output profile (default '-': stdout)\n"
+    "  --name NAME        profile name (default 'measured')\n"
+    "  --min-bytes N      smallest message (default 1024)\n"
+    "  --max-bytes N      largest message (default 16777216)\n"
+    "  --iters N          timed repetitions per size (default 10)\n"
+    "  --warmup N         untimed repetitions per size (default 3)\n"
+    "  --gemm-max N       largest square GEMM side (default 768)\n"
+    "  --quiet            no report on stderr\n";
+
+/// Parses argv; returns an error message, or "" on success.
+std::string parse(int argc, char **argv, Options &o, bool &help) {
+  auto number = [](const char *text, long lo, long hi, long &out) {
+    char *end = nullptr;
+    errno = 0;
+    long v = std::strtol(text, &end, 10);
+    if (errno || !end || *end || v < lo || v > hi)
+      return false;
+    out = v;
+    return true;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char * {
+      return i + 1 < argc ? argv[++i] : nullptr;
+    };
+    long v;
+    if (a == "-h" || a == "--help") {
+      help = true;
+    } else if (a == "--quiet") {
+      o.quiet = true;
+    } else if (a == "-o" || a == "--name") {
+      const char *s = value();
+      if (!s || !*s)
+        return a + " needs a value";
+      (a == "-o" ? o.output : o.name) = s;
+    } else if (a == "--min-bytes" || a == "--max-bytes") {
+      const char *s = value();
+      if (!s || !number(s, 16, 1L << 32, v))
+        return a + " needs a size in [16, 2^32] bytes";
+      (a == "--min-bytes" ? o.minBytes : o.maxBytes) = v;
+    } else if (a == "--iters" || a == "--warmup" || a == "--gemm-max") {
+      const char *s = value();
+      long lo = a == "--warmup" ? 0 : (a == "--gemm-max" ? 32 : 1);
+      if (!s || !number(s, lo, a == "--gemm-max" ? 8192 : 10000, v))
+        return a + " needs an integer in range";
+      (a == "--iters" ? o.iters : a == "--warmup" ? o.warmup : o.gemmMax) =
+          static_cast<int>(v);
+    } else {
+      return "unknown argument '" + a + "'";
+    }
+  }
+  if (o.minBytes * 4 > o.maxBytes)
+    return "--max-bytes must be at least 4 x --min-bytes (a sweep needs "
+           "several sizes)";
+  return "";
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Median over `iters` of the slowest rank's time for `op`, in us.
+double timeIt(MPI_Comm comm, int warmup, int iters,
+              const std::function<void()> &op) {
+  for (int i = 0; i < warmup; ++i)
+    op();
+  std::vector<double> samples;
+  for (int i = 0; i < iters; ++i) {
+    MPI_Barrier(comm);
+    double t0 = MPI_Wtime();
+    op();
+    double t = MPI_Wtime() - t0, slowest;
+    MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    samples.push_back(slowest * 1e6);
+  }
+  return median(samples);
+}
+
+struct Measured {
+  std::vector<double> n, t;
+  Fit fit;
+};
+
+Measured sweepCollective(const char *which, MPI_Comm comm, const Options &o) {
+  int size;
+  MPI_Comm_size(comm, &size);
+  Measured m;
+  for (long bytes = o.minBytes; bytes <= o.maxBytes; bytes *= 2) {
+    // Counts in floats, divisible by the group size where the collective
+    // splits the buffer.
+    long count = std::max<long>(size, bytes / 4 / size * size);
+    std::vector<float> send(count, 1.0f), recv(count * (std::strcmp(which, "all_gather") ? 1 : size));
+    std::function<void()> op;
+    double n = count * 4.0;
+    if (!std::strcmp(which, "all_to_all"))
+      op = [&] {
+        MPI_Alltoall(send.data(), count / size, MPI_FLOAT, recv.data(),
+                     count / size, MPI_FLOAT, comm);
+      };
+    else if (!std::strcmp(which, "all_reduce"))
+      op = [&] {
+        MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM,
+                      comm);
+      };
+    else if (!std::strcmp(which, "all_gather"))
+      op = [&] {
+        MPI_Allgather(send.data(), count, MPI_FLOAT, recv.data(), count,
+                      MPI_FLOAT, comm);
+      };
+    else
+      op = [&] {
+        MPI_Reduce_scatter_block(send.data(), recv.data(), count / size,
+                                 MPI_FLOAT, MPI_SUM, comm);
+      };
+    m.n.push_back(n);
+    m.t.push_back(timeIt(comm, o.warmup, o.iters, op));
+  }
+  m.fit = fitAlphaBeta(m.n, m.t);
+  return m;
+}
+
+Measured sweepGemm(MPI_Comm comm, const Options &o) {
+  Measured m;
+  for (int s = 32; s <= o.gemmMax; s += std::max(32, s / 2)) {
+    std::vector<float> a(size_t(s) * s, 1.0f), b(a), c(a.size());
+    m.n.push_back(2.0 * s * s * s);
+    m.t.push_back(timeIt(comm, o.warmup, o.iters, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, 1.0f,
+                  a.data(), s, b.data(), s, 0.0f, c.data(), s);
+    }));
+  }
+  m.fit = fitAlphaBeta(m.n, m.t);
+  return m;
+}
+
+Measured sweepMemory(MPI_Comm comm, const Options &o) {
+  Measured m;
+  for (long bytes = std::max(o.minBytes, 4096L); bytes <= 4 * o.maxBytes;
+       bytes *= 2) {
+    std::vector<char> src(bytes, 1), dst(bytes);
+    m.n.push_back(2.0 * bytes); // read + write traffic
+    m.t.push_back(timeIt(comm, o.warmup, o.iters, [&] {
+      std::memcpy(dst.data(), src.data(), bytes);
+    }));
+  }
+  m.fit = fitAlphaBeta(m.n, m.t);
+  return m;
+}
+
+int emptyTask(void *) { return 0; }
+
+/// Issue + completion of an empty task on a runtime CPU stream, in us.
+double launchCost(const Options &o) {
+  moe_rt_stream stream;
+  if (moe_rt_stream_create(MOE_RT_CPU, &stream) != MOE_RT_OK)
+    return 0;
+  std::vector<double> samples;
+  for (int i = 0; i < o.warmup + 50; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    moe_rt_stream_enqueue(stream, emptyTask, nullptr);
+    moe_rt_stream_synchronize(stream, 10.0);
+    std::chrono::duration<double, std::micro> d =
+        std::chrono::steady_clock::now() - t0;
+    if (i >= o.warmup)
+      samples.push_back(d.count());
+  }
+  moe_rt_stream_destroy(stream);
+  return median(samples);
+}
+
+nlohmann::json alphaBeta(const Fit &f, const char *beta) {
+  return {{"alpha_us", f.alpha}, {beta, f.beta}};
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  // Errors come back as codes (reported below), not aborts.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank, world;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+  Options o;
+  bool help = false;
+  std::string error = parse(argc, argv, o, help);
+  if (help || !error.empty()) {
+    if (rank == 0) {
+      if (!error.empty())
+        std::fprintf(stderr, "moe-profile: error: %s\n", error.c_str());
+      std::fputs(kUsage, error.empty() ? stdout : stderr);
+    }
+    MPI_Finalize();
+    return error.empty() ? 0 : 2;
+  }
+  if (world < 2) {
+    if (rank == 0)
+      std::fprintf(stderr, "moe-profile: error: needs at least 2 ranks to "
+                           "measure collectives (mpirun -np 2 or more)\n");
+    MPI_Finalize();
+    return 2;
+  }
+
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                      MPI_INFO_NULL, &node);
+  int perNode;
+  MPI_Comm_size(node, &perNode);
+  int nodes = world / perNode;
+
+  const char *kinds[] = {"all_to_all", "all_reduce", "all_gather",
+                         "reduce_scatter"};
+  nlohmann::json collectives, report = nlohmann::json::array();
+  bool ok = true;
+  auto record = [&](const std::string &what, const Measured &m,
+                    const char *unit) {
+    ok &= m.fit.ok;
+    report.push_back({{"model", what}, {"fit", m.fit.ok},
+                      {"alpha_us", m.fit.alpha}, {"beta", m.fit.beta},
+                      {"unit", unit}, {"r2", m.fit.r2},
+                      {"points", m.n.size()}});
+  };
+  for (const char *kind : kinds) {
+    // Inside a node; across nodes when there are several (the whole world,
+    // whose traffic is mostly inter-node).
+    Measured intra = sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, o);
+    record(std::string(kind) + " intra", intra, "us/B");
+    nlohmann::json entry = {{"intra", alphaBeta(intra.fit, "beta_us_per_byte")}};
+    if (nodes > 1) {
+      Measured inter = sweepCollective(kind, MPI_COMM_WORLD, o);
+      record(std::string(kind) + " inter", inter, "us/B");
+      entry["inter"] = alphaBeta(inter.fit, "beta_us_per_byte");
+    }
+    collectives[kind] = entry;
+  }
+  Measured gemm = sweepGemm(MPI_COMM_WORLD, o);
+  record("gemm", gemm, "us/flop");
+  Measured memory = sweepMemory(MPI_COMM_WORLD, o);
+  record("memory", memory, "us/B");
+  double launch = launchCost(o);
+
+  int status = 0;
+  if (rank == 0) {
+    nlohmann::json profile = {
+        {"name", o.name},
+        {"description",
+         "Measured by moe-profile on " + std::to_string(world) + " MPI ranks (" +
+             std::to_string(nodes) + " node(s) x " + std::to_string(perNode) +
+             "): MPI collectives, OpenBLAS SGEMM, memcpy; least-squares "
+             "alpha-beta fits, median of " + std::to_string(o.iters) +
+             " runs per size."},
+        {"mesh", {{"nodes", nodes}, {"gpus_per_node", perNode}}},
+        {"launch_us", launch},
+        {"backward_factor", 2.0},
+        {"compute",
+         {{"gemm", alphaBeta(gemm.fit, "beta_us_per_flop")},
+          {"memory", alphaBeta(memory.fit, "beta_us_per_byte")}}},
+        {"collectives", collectives}};
+    if (!o.quiet) {
+      std::fprintf(stderr,
+                   "moe-profile: %d ranks on %d node(s) [measured on this "
+                   "machine]\n  %-22s %12s %14s %8s\n",
+                   world, nodes, "model", "alpha (us)", "beta", "r^2");
+      for (const auto &r : report)
+        std::fprintf(stderr, "  %-22s %12.3f %10.3e %-4s %8.5f%s\n",
+                     r["model"].get<std::string>().c_str(),
+                     r["alpha_us"].get<double>(), r["beta"].get<double>(),
+                     r["unit"].get<std::string>().c_str(),
+                     r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
+      std::fprintf(stderr, "  %-22s %12.3f\n", "launch (CPU stream)", launch);
+    }
+    if (!ok) {
+      std::fprintf(stderr, "moe-profile: error: a fit failed (non-positive "
+                           "slope); widen the sweep with --max-bytes\n");
+      status = 1;
+    } else if (o.output == "-") {
+      std::printf("%s\n", profile.dump(2).c_str());
+    } else {
+      std::ofstream out(o.output);
+      out << profile.dump(2) << "\n";
+      out.close();
+      if (!out) {
+        std::fprintf(stderr, "moe-profile: error: cannot write '%s'\n",
+                     o.output.c_str());
+        status = 1;
+      } else if (!o.quiet) {
+        std::fprintf(stderr, "wrote %s\n", o.output.c_str());
+      }
+    }
+  }
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Comm_free(&node);
+  MPI_Finalize();
+  return status;
+}
