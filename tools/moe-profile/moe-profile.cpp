@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "AlphaBetaFit.h"
+#include "GpuSweeps.h"
 
 #include "moe_rt/moe_rt.h"
 
@@ -37,7 +38,7 @@ struct Options {
   std::string output = "-", name = "measured";
   long minBytes = 1024, maxBytes = 16 << 20;
   int iters = 10, warmup = 3, gemmMax = 768;
-  bool quiet = false;
+  bool quiet = false, gpu = false;
 };
 
 const char *kUsage =
@@ -51,6 +52,8 @@ const char *kUsage =
     "  --iters N          timed repetitions per size (default 10)\n"
     "  --warmup N         untimed repetitions per size (default 3)\n"
     "  --gemm-max N       largest square GEMM side (default 768)\n"
+    "  --gpu              measure NCCL collectives and cuBLAS on one GPU per\n"
+    "                     rank instead of MPI and OpenBLAS on CPUs\n"
     "  --quiet            no report on stderr\n";
 
 /// Parses argv; returns an error message, or "" on success.
@@ -74,6 +77,8 @@ std::string parse(int argc, char **argv, Options &o, bool &help) {
       help = true;
     } else if (a == "--quiet") {
       o.quiet = true;
+    } else if (a == "--gpu") {
+      o.gpu = true;
     } else if (a == "-o" || a == "--name") {
       const char *s = value();
       if (!s || !*s)
@@ -268,7 +273,32 @@ int main(int argc, char **argv) {
                       {"unit", unit}, {"r2", m.fit.r2},
                       {"points", m.n.size()}});
   };
+  moe_profile::GpuSweeps gpu;
+  if (o.gpu) {
+    std::string gpuError = moe_profile::runGpuSweeps(
+        MPI_COMM_WORLD, o.minBytes, o.maxBytes, o.gemmMax, o.warmup, o.iters,
+        gpu);
+    if (!gpuError.empty()) {
+      if (rank == 0)
+        std::fprintf(stderr, "moe-profile: error: --gpu: %s\n",
+                     gpuError.c_str());
+      MPI_Comm_free(&node);
+      MPI_Finalize();
+      return 1;
+    }
+    // One communicator over all ranks: its fit serves both link classes.
+    const moe_profile::Sweep *sweeps[] = {&gpu.allToAll, &gpu.allReduce,
+                                          &gpu.allGather, &gpu.reduceScatter};
+    for (int k = 0; k < 4; ++k) {
+      Measured m{sweeps[k]->n, sweeps[k]->t, fitAlphaBeta(sweeps[k]->n, sweeps[k]->t)};
+      record(std::string(kinds[k]) + " (NCCL)", m, "us/B");
+      auto ab = alphaBeta(m.fit, "beta_us_per_byte");
+      collectives[kinds[k]] = {{"intra", ab}, {"inter", ab}};
+    }
+  }
   for (const char *kind : kinds) {
+    if (o.gpu)
+      break;
     // Inside a node; across nodes when there are several (the whole world,
     // whose traffic is mostly inter-node).
     Measured intra = sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, o);
@@ -281,10 +311,17 @@ int main(int argc, char **argv) {
     }
     collectives[kind] = entry;
   }
-  Measured gemm = sweepGemm(MPI_COMM_WORLD, o);
-  record("gemm", gemm, "us/flop");
-  Measured memory = sweepMemory(MPI_COMM_WORLD, o);
-  record("memory", memory, "us/B");
+  Measured gemm, memory;
+  if (o.gpu) {
+    gemm = {gpu.gemm.n, gpu.gemm.t, fitAlphaBeta(gpu.gemm.n, gpu.gemm.t)};
+    memory = {gpu.memory.n, gpu.memory.t,
+              fitAlphaBeta(gpu.memory.n, gpu.memory.t)};
+  } else {
+    gemm = sweepGemm(MPI_COMM_WORLD, o);
+    memory = sweepMemory(MPI_COMM_WORLD, o);
+  }
+  record(o.gpu ? "gemm (cuBLAS)" : "gemm", gemm, "us/flop");
+  record(o.gpu ? "memory (device copy)" : "memory", memory, "us/B");
   double launch = launchCost(o);
 
   int status = 0;
@@ -294,9 +331,10 @@ int main(int argc, char **argv) {
         {"description",
          "Measured by moe-profile on " + std::to_string(world) + " MPI ranks (" +
              std::to_string(nodes) + " node(s) x " + std::to_string(perNode) +
-             "): MPI collectives, OpenBLAS SGEMM, memcpy; least-squares "
-             "alpha-beta fits, median of " + std::to_string(o.iters) +
-             " runs per size."},
+             (o.gpu ? "): NCCL collectives, cuBLAS SGEMM, device copies"
+                    : "): MPI collectives, OpenBLAS SGEMM, memcpy") +
+             "; least-squares alpha-beta fits, median of " +
+             std::to_string(o.iters) + " runs per size."},
         {"mesh", {{"nodes", nodes}, {"gpus_per_node", perNode}}},
         {"launch_us", launch},
         {"backward_factor", 2.0},
