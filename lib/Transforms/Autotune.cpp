@@ -8,6 +8,7 @@
 
 #include "moe/Analysis/ModelStats.h"
 #include "moe/Analysis/Simulator.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 #include "moe_rt/sp_tuner.h"
@@ -139,16 +140,13 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
       return signalPassFailure();
     }
     CostModel model(*hw);
-    SmallVector<FunctionOpInterface> steps;
-    for (auto func : getOperation().getOps<FunctionOpInterface>())
-      if (func->hasAttr(MoeDialect::getScheduleAttrName()))
-        steps.push_back(func);
-    if (steps.empty()) {
-      mlir::emitError(getOperation().getLoc()) << "moe-autotune: no scheduled step (run "
-                                    "moe-schedule first)";
+    auto steps = functionsWith(getOperation(),
+                               MoeDialect::getScheduleAttrName(),
+                               "moe-autotune",
+                               "no scheduled step (run moe-schedule first)");
+    if (failed(steps))
       return signalPassFailure();
-    }
-    for (FunctionOpInterface func : steps)
+    for (FunctionOpInterface func : *steps)
       if (failed(tune(func, *tuneMethod, model, file->os())))
         return signalPassFailure();
     file->keep();

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Analysis/Tasks.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -318,21 +319,15 @@ struct BuildTrainStepPass
           << "moe-build-train-step: lr must be positive, got " << learningRate;
       return signalPassFailure();
     }
-    bool any = false;
-    for (auto func : getOperation().getOps<FunctionOpInterface>()) {
-      auto model =
-          func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
-      if (!model)
-        continue;
-      any = true;
-      if (failed(buildStep(func, model)))
-        return signalPassFailure();
-    }
-    if (!any) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-build-train-step: no function carries a #moe.model";
+    auto models = functionsWith(getOperation(), MoeDialect::getModelAttrName(),
+                                "moe-build-train-step",
+                                "no function carries a #moe.model");
+    if (failed(models))
       return signalPassFailure();
-    }
+    for (FunctionOpInterface func : *models)
+      if (failed(buildStep(func, func->getAttrOfType<ModelAttr>(
+                                     MoeDialect::getModelAttrName()))))
+        return signalPassFailure();
   }
 };
 } // namespace

@@ -11,6 +11,7 @@
 
 #include "moe/Analysis/ScheduleVerifier.h"
 #include "moe/Analysis/StreamOrder.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -131,11 +132,13 @@ namespace {
 struct InsertSyncsPass
     : public moe::impl::MoeInsertSyncsBase<InsertSyncsPass> {
   void runOnOperation() override {
-    bool any = false;
-    for (auto func : getOperation().getOps<FunctionOpInterface>()) {
-      if (!func->hasAttr(MoeDialect::getScheduleAttrName()))
-        continue;
-      any = true;
+    auto steps = functionsWith(getOperation(),
+                               MoeDialect::getScheduleAttrName(),
+                               "moe-insert-syncs",
+                               "no scheduled step (run moe-schedule first)");
+    if (failed(steps))
+      return signalPassFailure();
+    for (FunctionOpInterface func : *steps) {
       if (failed(insertSyncs(func)))
         return signalPassFailure();
 #ifndef NDEBUG
@@ -143,11 +146,6 @@ struct InsertSyncsPass
       if (failed(verifySchedule(func)))
         return signalPassFailure();
 #endif
-    }
-    if (!any) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-insert-syncs: no scheduled step (run moe-schedule first)";
-      return signalPassFailure();
     }
   }
 };

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Analysis/Tasks.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -278,21 +279,17 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
              "centralized-ar)";
       return signalPassFailure();
     }
-    bool any = false;
-    for (auto func : getOperation().getOps<FunctionOpInterface>()) {
-      auto model =
-          func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
-      if (!model)
-        continue;
-      any = true;
-      if (failed(schedule(func, model, *parsed)))
-        return signalPassFailure();
-    }
-    if (!any) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-schedule: no function carries a #moe.model";
+    auto models = functionsWith(getOperation(), MoeDialect::getModelAttrName(),
+                                "moe-schedule",
+                                "no function carries a #moe.model");
+    if (failed(models))
       return signalPassFailure();
-    }
+    for (FunctionOpInterface func : *models)
+      if (failed(schedule(func,
+                          func->getAttrOfType<ModelAttr>(
+                              MoeDialect::getModelAttrName()),
+                          *parsed)))
+        return signalPassFailure();
   }
 };
 } // namespace

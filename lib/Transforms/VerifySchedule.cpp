@@ -2,6 +2,7 @@
 
 #include "moe/Analysis/ScheduleVerifier.h"
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 namespace mlir::moe {
@@ -16,20 +17,16 @@ namespace {
 struct VerifySchedulePass
     : public moe::impl::MoeVerifyScheduleBase<VerifySchedulePass> {
   void runOnOperation() override {
-    bool any = false;
-    for (auto func : getOperation().getOps<FunctionOpInterface>()) {
-      if (!func->hasAttr(MoeDialect::getScheduleAttrName()))
-        continue;
-      any = true;
+    auto steps = functionsWith(
+        getOperation(), MoeDialect::getScheduleAttrName(),
+        "moe-verify-schedule",
+        "no scheduled step (a function with moe.schedule; run moe-schedule "
+        "first)");
+    if (failed(steps))
+      return signalPassFailure();
+    for (FunctionOpInterface func : *steps)
       if (failed(verifySchedule(func)))
         return signalPassFailure();
-    }
-    if (!any) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-verify-schedule: no scheduled step (a function with "
-             "moe.schedule; run moe-schedule first)";
-      return signalPassFailure();
-    }
     markAllAnalysesPreserved();
   }
 };

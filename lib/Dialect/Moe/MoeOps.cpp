@@ -117,6 +117,57 @@ static LogicalResult verifyExpertSideLayout(Operation *op, StringRef name,
 }
 
 //===----------------------------------------------------------------------===//
+// Regions whose arguments are bound to operands (moe.block, moe.vjp)
+//===----------------------------------------------------------------------===//
+
+/// `(%arg = %operand : type, ...)`: region arguments and the operands they
+/// are bound to.
+static ParseResult
+parseBoundArguments(OpAsmParser &parser,
+                    SmallVectorImpl<OpAsmParser::Argument> &args,
+                    SmallVectorImpl<OpAsmParser::UnresolvedOperand> &operands) {
+  return parser.parseCommaSeparatedList(
+      OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
+        OpAsmParser::Argument arg;
+        OpAsmParser::UnresolvedOperand operand;
+        if (parser.parseArgument(arg) || parser.parseEqual() ||
+            parser.parseOperand(operand) || parser.parseColon() ||
+            parser.parseType(arg.type))
+          return failure();
+        args.push_back(arg);
+        operands.push_back(operand);
+        return success();
+      });
+}
+
+static void printBoundArguments(OpAsmPrinter &p, ValueRange args,
+                                ValueRange operands) {
+  p << "(";
+  llvm::interleaveComma(llvm::zip(args, operands), p, [&](auto pair) {
+    p << std::get<0>(pair) << " = " << std::get<1>(pair) << " : "
+      << std::get<1>(pair).getType();
+  });
+  p << ")";
+}
+
+/// The region's arguments match the operands bound to them, in number and
+/// type; `what` names the operands ("input", "primal").
+static LogicalResult verifyBoundArguments(Operation *op, StringRef what,
+                                          Block &body, ValueRange operands) {
+  if (body.getNumArguments() != operands.size())
+    return op->emitOpError() << "has " << operands.size() << " " << what
+                             << "s but its region takes "
+                             << body.getNumArguments() << " arguments";
+  for (auto [i, arg, operand] :
+       llvm::enumerate(body.getArguments(), operands))
+    if (arg.getType() != operand.getType())
+      return op->emitOpError() << "region argument #" << i << " has type "
+                               << arg.getType() << " but " << what << " #"
+                               << i << " has type " << operand.getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // BlockOp
 //===----------------------------------------------------------------------===//
 
@@ -143,18 +194,7 @@ ParseResult BlockOp::parse(OpAsmParser &parser, OperationState &result) {
 
   SmallVector<OpAsmParser::Argument> args;
   SmallVector<OpAsmParser::UnresolvedOperand> operands;
-  if (parser.parseCommaSeparatedList(
-          OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
-            OpAsmParser::Argument arg;
-            OpAsmParser::UnresolvedOperand operand;
-            if (parser.parseArgument(arg) || parser.parseEqual() ||
-                parser.parseOperand(operand) || parser.parseColon() ||
-                parser.parseType(arg.type))
-              return failure();
-            args.push_back(arg);
-            operands.push_back(operand);
-            return success();
-          }))
+  if (parseBoundArguments(parser, args, operands))
     return failure();
   for (auto [arg, operand] : llvm::zip(args, operands))
     if (parser.resolveOperand(operand, arg.type, result.operands))
@@ -171,13 +211,8 @@ ParseResult BlockOp::parse(OpAsmParser &parser, OperationState &result) {
 }
 
 void BlockOp::print(OpAsmPrinter &p) {
-  p << " " << getIndex() << " (";
-  llvm::interleaveComma(
-      llvm::zip(getBody().getArguments(), getInputs()), p, [&](auto pair) {
-        p << std::get<0>(pair) << " = " << std::get<1>(pair) << " : "
-          << std::get<1>(pair).getType();
-      });
-  p << ")";
+  p << " " << getIndex() << " ";
+  printBoundArguments(p, getBody().getArguments(), getInputs());
   if (getNumResults()) {
     p << " -> ";
     if (getNumResults() == 1)
@@ -195,18 +230,7 @@ void BlockOp::print(OpAsmPrinter &p) {
 }
 
 LogicalResult BlockOp::verify() {
-  Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError() << "has " << getInputs().size()
-                         << " inputs but its region takes "
-                         << body.getNumArguments() << " arguments";
-  for (auto [i, arg, input] :
-       llvm::enumerate(body.getArguments(), getInputs()))
-    if (arg.getType() != input.getType())
-      return emitOpError() << "region argument #" << i << " has type "
-                           << arg.getType() << " but input #" << i
-                           << " has type " << input.getType();
-  return success();
+  return verifyBoundArguments(*this, "input", getBody().front(), getInputs());
 }
 
 LogicalResult YieldOp::verify() {
@@ -617,18 +641,7 @@ ParseResult VjpOp::parse(OpAsmParser &parser, OperationState &result) {
   SmallVector<OpAsmParser::Argument> args;
   SmallVector<OpAsmParser::UnresolvedOperand> primals, cotangents;
   SmallVector<Type> cotangentTypes;
-  if (parser.parseCommaSeparatedList(
-          OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
-            OpAsmParser::Argument arg;
-            OpAsmParser::UnresolvedOperand operand;
-            if (parser.parseArgument(arg) || parser.parseEqual() ||
-                parser.parseOperand(operand) || parser.parseColon() ||
-                parser.parseType(arg.type))
-              return failure();
-            args.push_back(arg);
-            primals.push_back(operand);
-            return success();
-          }) ||
+  if (parseBoundArguments(parser, args, primals) ||
       parser.parseKeyword("cotangents") ||
       parser.parseCommaSeparatedList(
           OpAsmParser::Delimiter::Paren, [&]() -> ParseResult {
@@ -662,13 +675,9 @@ ParseResult VjpOp::parse(OpAsmParser &parser, OperationState &result) {
 }
 
 void VjpOp::print(OpAsmPrinter &p) {
-  p << " (";
-  llvm::interleaveComma(
-      llvm::zip(getBody().getArguments(), getPrimals()), p, [&](auto pair) {
-        p << std::get<0>(pair) << " = " << std::get<1>(pair) << " : "
-          << std::get<1>(pair).getType();
-      });
-  p << ") cotangents(";
+  p << " ";
+  printBoundArguments(p, getBody().getArguments(), getPrimals());
+  p << " cotangents(";
   llvm::interleaveComma(getCotangents(), p, [&](Value v) {
     p << v << " : " << v.getType();
   });
@@ -687,16 +696,8 @@ void VjpOp::print(OpAsmPrinter &p) {
 
 LogicalResult VjpOp::verify() {
   Block &body = getBody().front();
-  if (body.getNumArguments() != getPrimals().size())
-    return emitOpError() << "has " << getPrimals().size()
-                         << " primals but its body takes "
-                         << body.getNumArguments() << " arguments";
-  for (auto [i, arg, primal] :
-       llvm::enumerate(body.getArguments(), getPrimals()))
-    if (arg.getType() != primal.getType())
-      return emitOpError() << "body argument #" << i << " has type "
-                           << arg.getType() << " but primal #" << i
-                           << " has type " << primal.getType();
+  if (failed(verifyBoundArguments(*this, "primal", body, getPrimals())))
+    return failure();
   Operation *forward = getForwardOp();
   if (!forward || std::next(forward->getIterator()) !=
                       body.getTerminator()->getIterator())
