@@ -54,18 +54,19 @@ std::optional<int64_t> mlir::moe::parseByteSize(StringRef text) {
   uint64_t value;
   if (text.take_front(digits).getAsInteger(10, value))
     return std::nullopt;
-  std::optional<uint64_t> unit =
-      llvm::StringSwitch<std::optional<uint64_t>>(text.drop_front(digits).trim())
-          .Cases({"", "B"}, 1)
-          .Case("KB", 1000)
-          .Case("MB", 1000 * 1000)
-          .Case("GB", 1000 * 1000 * 1000)
-          .Case("KiB", 1024)
-          .Case("MiB", 1024 * 1024)
-          .Case("GiB", 1024 * 1024 * 1024)
-          .Default(std::nullopt);
+  std::optional<uint64_t> unit = llvm::StringSwitch<std::optional<uint64_t>>(
+                                     text.drop_front(digits).trim())
+                                     .Cases({"", "B"}, 1)
+                                     .Case("KB", 1000)
+                                     .Case("MB", 1000 * 1000)
+                                     .Case("GB", 1000 * 1000 * 1000)
+                                     .Case("KiB", 1024)
+                                     .Case("MiB", 1024 * 1024)
+                                     .Case("GiB", 1024 * 1024 * 1024)
+                                     .Default(std::nullopt);
   if (!unit || value == 0 ||
-      value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / *unit)
+      value >
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / *unit)
     return std::nullopt;
   return static_cast<int64_t>(value * *unit);
 }

@@ -212,10 +212,9 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
   if (isa<CollectiveOpInterface>(forward))
     return collectiveCost(op, forward);
   if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(forward)) {
-    auto group = groupShape(op, forward->getAttrOfType<FlatSymbolRefAttr>(
-                                    "grid"),
-                            forward->getAttrOfType<DenseI16ArrayAttr>(
-                                "grid_axes").asArrayRef());
+    auto group = groupShape(
+        op, forward->getAttrOfType<FlatSymbolRefAttr>("grid"),
+        forward->getAttrOfType<DenseI16ArrayAttr>("grid_axes").asArrayRef());
     if (failed(group))
       return failure();
     TaskCost c;

@@ -36,8 +36,7 @@ public:
 
   llvm::Error error(const llvm::Twine &path, const llvm::Twine &message) {
     return llvm::createStringError(
-        llvm::formatv("{0}: {1}: {2}", source, path.str(), message.str())
-            .str(),
+        llvm::formatv("{0}: {1}: {2}", source, path.str(), message.str()).str(),
         std::make_error_code(std::errc::invalid_argument));
   }
 
@@ -52,9 +51,8 @@ public:
     return llvm::Error::success();
   }
 
-  llvm::Expected<const Object *> object(const Object &parent,
-                                        llvm::StringRef key,
-                                        const llvm::Twine &path) {
+  llvm::Expected<const Object *>
+  object(const Object &parent, llvm::StringRef key, const llvm::Twine &path) {
     const llvm::json::Value *v = parent.get(key);
     if (!v)
       return error(path, "missing field '" + key + "'");
@@ -78,8 +76,7 @@ public:
     return *d;
   }
 
-  llvm::Expected<AlphaBeta> alphaBeta(const Object &parent,
-                                      llvm::StringRef key,
+  llvm::Expected<AlphaBeta> alphaBeta(const Object &parent, llvm::StringRef key,
                                       const llvm::Twine &path,
                                       llvm::StringRef betaName) {
     auto o = object(parent, key, path);
@@ -122,8 +119,8 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
   Reader r(source);
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
   if (!parsed)
-    return r.error("(file)", "not valid JSON: " +
-                                 llvm::toString(parsed.takeError()));
+    return r.error("(file)",
+                   "not valid JSON: " + llvm::toString(parsed.takeError()));
   const Object *root = parsed->getAsObject();
   if (!root)
     return r.error("(file)", "the profile must be a JSON object");
@@ -145,9 +142,9 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     return mesh.takeError();
   if (auto e = r.keys(**mesh, "mesh", {"nodes", "gpus_per_node"}))
     return std::move(e);
-  for (auto [key, field] : {std::pair<llvm::StringRef, int64_t *>{
-                                "nodes", &p.nodes},
-                            {"gpus_per_node", &p.gpusPerNode}}) {
+  for (auto [key, field] :
+       {std::pair<llvm::StringRef, int64_t *>{"nodes", &p.nodes},
+        {"gpus_per_node", &p.gpusPerNode}}) {
     std::optional<int64_t> v = (*mesh)->getInteger(key);
     if (!v || *v < 1)
       return r.error("mesh." + key, "must be a positive integer");
@@ -181,9 +178,9 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
   auto collectives = r.object(*root, "collectives", "(profile)");
   if (!collectives)
     return collectives.takeError();
-  if (auto e = r.keys(**collectives, "collectives",
-                      {"all_to_all", "all_reduce", "all_gather",
-                       "reduce_scatter"}))
+  if (auto e =
+          r.keys(**collectives, "collectives",
+                 {"all_to_all", "all_reduce", "all_gather", "reduce_scatter"}))
     return std::move(e);
   for (auto [key, model] : {std::pair<llvm::StringRef, CollectiveModel *>{
                                 "all_to_all", &p.allToAll},
@@ -250,17 +247,17 @@ std::string HardwareProfile::toJson() const {
   llvm::json::Object root{
       {"name", name},
       {"description", description},
-      {"mesh", llvm::json::Object{{"nodes", nodes},
-                                  {"gpus_per_node", gpusPerNode}}},
+      {"mesh",
+       llvm::json::Object{{"nodes", nodes}, {"gpus_per_node", gpusPerNode}}},
       {"launch_us", launchUs},
       {"backward_factor", backwardFactor},
       {"compute",
        llvm::json::Object{{"gemm", ab(gemm, "beta_us_per_flop")},
                           {"memory", ab(memory, "beta_us_per_byte")}}},
-      {"collectives", llvm::json::Object{{"all_to_all", coll(allToAll)},
-                                         {"all_reduce", coll(allReduce)},
-                                         {"all_gather", coll(allGather)},
-                                         {"reduce_scatter",
-                                          coll(reduceScatter)}}}};
+      {"collectives",
+       llvm::json::Object{{"all_to_all", coll(allToAll)},
+                          {"all_reduce", coll(allReduce)},
+                          {"all_gather", coll(allGather)},
+                          {"reduce_scatter", coll(reduceScatter)}}}};
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
 }

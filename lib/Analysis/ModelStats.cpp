@@ -11,8 +11,7 @@ int64_t mlir::moe::tensorBytes(Type type) {
   auto shaped = dyn_cast<ShapedType>(type);
   if (!shaped || !shaped.hasStaticShape())
     return -1;
-  return shaped.getNumElements() *
-         ((shaped.getElementTypeBitWidth() + 7) / 8);
+  return shaped.getNumElements() * ((shaped.getElementTypeBitWidth() + 7) / 8);
 }
 
 static int64_t numElements(Value value) {
@@ -69,10 +68,10 @@ int64_t ModelStats::totalExpertParams() const {
 }
 
 FailureOr<ModelStats> mlir::moe::computeModelStats(FunctionOpInterface func) {
-  auto model =
-      func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
+  auto model = func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
   if (!model)
-    return mlir::emitError(func->getLoc()) << "function has no #moe.model attribute";
+    return mlir::emitError(func->getLoc())
+           << "function has no #moe.model attribute";
   ModelStats stats;
   stats.model = model;
 
@@ -82,8 +81,7 @@ FailureOr<ModelStats> mlir::moe::computeModelStats(FunctionOpInterface func) {
     return failure();
   FailureOr<int64_t> ep = verifyGroupSize(func, *grid, model.getEpAxes());
   FailureOr<int64_t> dp = verifyGroupSize(func, *grid, model.getDpAxes());
-  FailureOr<int64_t> intra =
-      verifyGroupSize(func, *grid, model.getIntraAxes());
+  FailureOr<int64_t> intra = verifyGroupSize(func, *grid, model.getIntraAxes());
   SmallVector<int16_t> allAxes;
   for (int64_t axis = 0, e = grid->getRank(); axis < e; ++axis)
     allAxes.push_back(axis);
@@ -112,8 +110,8 @@ FailureOr<ModelStats> mlir::moe::computeModelStats(FunctionOpInterface func) {
         return;
       }
       auto input = cast<ShapedType>(dispatch.getInput().getType());
-      int64_t slot = input.getDimSize(2) *
-                     ((input.getElementTypeBitWidth() + 7) / 8);
+      int64_t slot =
+          input.getDimSize(2) * ((input.getElementTypeBitWidth() + 7) / 8);
       if (b.dispatchBytesPerRank >= 0)
         b.dispatchBytesPerRank +=
             dispatch.getNumExperts() * *dispatch.getCapacity() * slot;

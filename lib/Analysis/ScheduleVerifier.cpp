@@ -12,8 +12,7 @@ static std::string describe(Operation *op, const StreamOrder &order) {
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "'" << op->getName() << "'";
-  if (auto task =
-          op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
+  if (auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
     os << " (" << task.getLabel() << ")";
   int s = order.streamOf(op);
   if (s >= 0)
@@ -39,11 +38,12 @@ LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
           continue;
         if (!order.happensBefore(def, &op)) {
           InFlightDiagnostic diag =
-              op.emitOpError() << "uses a value produced by "
-                               << describe(def, order)
-                               << " without waiting for it (no event orders "
-                                  "the producer before this op)";
-          diag.attachNote(def->getLoc()) << "producer: " << describe(def, order);
+              op.emitOpError()
+              << "uses a value produced by " << describe(def, order)
+              << " without waiting for it (no event orders "
+                 "the producer before this op)";
+          diag.attachNote(def->getLoc())
+              << "producer: " << describe(def, order);
           return WalkResult::interrupt();
         }
       }

@@ -57,7 +57,8 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
                                                 CostModel &model) {
   Region &body = func.getFunctionBody();
   if (!body.hasOneBlock())
-    return mlir::emitError(func.getLoc()) << "a scheduled step must be one block";
+    return mlir::emitError(func.getLoc())
+           << "a scheduled step must be one block";
   SimulationResult result;
   std::vector<StreamAttr> streams;
   auto streamId = [&](StreamAttr s) -> int {
@@ -79,7 +80,7 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
   };
   // A wait gates the queue of the next task on its stream (StreamOrder.h);
   // an event completes with the task recorded after.
-  std::vector<std::vector<unsigned>> deps; // per task: producer tasks
+  std::vector<std::vector<unsigned>> deps;         // per task: producer tasks
   std::vector<std::vector<unsigned>> pendingWaits; // per stream
   std::vector<int> lastTaskOnStream;
   DenseMap<Value, int> eventProducer; // -1: completes at time 0
@@ -158,8 +159,9 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
       }
     }
     if (!best || bestStart == kUnknown)
-      return mlir::emitError(func.getLoc()) << "simulation cannot progress: every stream "
-                                 "waits for a task that cannot start";
+      return mlir::emitError(func.getLoc())
+             << "simulation cannot progress: every stream "
+                "waits for a task that cannot start";
     unsigned t = best->tasks[best->next++];
     SimulatedTask &task = result.tasks[t];
     task.startUs = bestStart;
@@ -227,14 +229,15 @@ std::string mlir::moe::chromeTrace(const SimulationResult &result,
         {"name", "process_name"},
         {"ph", "M"},
         {"pid", rank},
-        {"args", llvm::json::Object{{"name", ("rank " + llvm::Twine(rank)).str()}}}});
+        {"args",
+         llvm::json::Object{{"name", ("rank " + llvm::Twine(rank)).str()}}}});
     for (auto [i, stream] : llvm::enumerate(result.streamNames))
-      events.push_back(llvm::json::Object{
-          {"name", "thread_name"},
-          {"ph", "M"},
-          {"pid", rank},
-          {"tid", static_cast<int64_t>(i)},
-          {"args", llvm::json::Object{{"name", stream}}}});
+      events.push_back(
+          llvm::json::Object{{"name", "thread_name"},
+                             {"ph", "M"},
+                             {"pid", rank},
+                             {"tid", static_cast<int64_t>(i)},
+                             {"args", llvm::json::Object{{"name", stream}}}});
     for (const SimulatedTask &t : result.tasks)
       events.push_back(llvm::json::Object{
           {"name", t.label},
@@ -245,15 +248,15 @@ std::string mlir::moe::chromeTrace(const SimulationResult &result,
           {"dur", t.cost.us},
           {"pid", rank},
           {"tid", static_cast<int64_t>(t.stream)},
-          {"args", llvm::json::Object{
-                       {"op", t.op->getName().getStringRef().str()},
-                       {"flops", t.cost.flops},
-                       {"bytes", t.cost.bytes}}}});
+          {"args",
+           llvm::json::Object{{"op", t.op->getName().getStringRef().str()},
+                              {"flops", t.cost.flops},
+                              {"bytes", t.cost.bytes}}}});
   }
-  llvm::json::Object root{{"traceEvents", std::move(events)},
-                          {"displayTimeUnit", "ms"},
-                          {"otherData",
-                           llvm::json::Object{{"model", name.str()},
-                                              {"note", "simulated"}}}};
+  llvm::json::Object root{
+      {"traceEvents", std::move(events)},
+      {"displayTimeUnit", "ms"},
+      {"otherData",
+       llvm::json::Object{{"model", name.str()}, {"note", "simulated"}}}};
   return llvm::formatv("{0}", llvm::json::Value(std::move(root)));
 }

@@ -60,7 +60,8 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
   StreamOrder order;
   Region &body = func.getFunctionBody();
   if (!body.hasOneBlock())
-    return mlir::emitError(func.getLoc()) << "a scheduled step must be one block";
+    return mlir::emitError(func.getLoc())
+           << "a scheduled step must be one block";
   Block &block = body.front();
   auto streamId = [&](StreamAttr stream) -> int {
     for (auto [i, s] : llvm::enumerate(order.streams))
@@ -106,8 +107,7 @@ FailureOr<StreamOrder> StreamOrder::build(FunctionOpInterface func,
     if (auto record = dyn_cast<RecordEventOp>(&op)) {
       Operation *producer = anchors.lookup(&op);
       eventClocks[record.getEvent()] =
-          producer ? order.clocks[order.info[producer].clock]
-                   : Clock(width, 0);
+          producer ? order.clocks[order.info[producer].clock] : Clock(width, 0);
       continue;
     }
     if (auto wait = dyn_cast<WaitEventOp>(&op)) {

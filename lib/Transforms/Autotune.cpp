@@ -14,9 +14,9 @@
 #include "moe_rt/sp_tuner.h"
 
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSwitch.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -39,8 +39,7 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
     OpBuilder builder(func);
     Operation *copy = builder.clone(*func.getOperation());
     auto clone = cast<FunctionOpInterface>(copy);
-    SymbolTable::setSymbolName(copy,
-                               (func.getName() + "__autotune").str());
+    SymbolTable::setSymbolName(copy, (func.getName() + "__autotune").str());
     auto erase = llvm::make_scope_exit([&] { copy->erase(); });
     if (failed(chunkAllReduces(copy, sp)) || failed(insertSyncs(clone)))
       return failure();
@@ -72,18 +71,19 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
       }
     }
     if (chunked)
-      return mlir::emitError(func.getLoc()) << "moe-autotune: the step is already chunked";
+      return mlir::emitError(func.getLoc())
+             << "moe-autotune: the step is already chunked";
     if (maxBytes == 0)
       maxBytes = maxOuterBytes;
     if (maxBytes < 4)
-      return mlir::emitError(func.getLoc()) << "moe-autotune: the step has no all-reduce "
-                                 "to chunk";
+      return mlir::emitError(func.getLoc())
+             << "moe-autotune: the step has no all-reduce "
+                "to chunk";
     moe_rt::SpTuner tuner(tuneMethod, static_cast<double>(maxBytes),
                           static_cast<int>(samples), seed);
     os << "autotune @" << func.getName() << " on profile "
-       << model.getProfile().name << ", method " << method << ", "
-       << samples << " samples over (0, " << maxBytes
-       << "] bytes [simulated]\n";
+       << model.getProfile().name << ", method " << method << ", " << samples
+       << " samples over (0, " << maxBytes << "] bytes [simulated]\n";
     for (int64_t i = 1; !tuner.done(); ++i) {
       // Whole 4-byte elements, at least one.
       int64_t sp = std::max<int64_t>(4, int64_t(tuner.next()) / 4 * 4);
@@ -97,8 +97,7 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
     }
     int64_t best = static_cast<int64_t>(tuner.bestSp());
     os << llvm::format("  best:      S_p = %10lld B -> %10.3f ms\n",
-                       static_cast<long long>(best),
-                       tuner.bestTime() / 1000.0);
+                       static_cast<long long>(best), tuner.bestTime() / 1000.0);
     if (failed(chunkAllReduces(func, best)) || failed(insertSyncs(func)))
       return failure();
     return success();
@@ -112,8 +111,9 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
             .Case("random", MOE_RT_TUNE_RANDOM)
             .Default(std::nullopt);
     if (!tuneMethod) {
-      mlir::emitError(getOperation().getLoc()) << "moe-autotune: unknown method '" << method
-                                 << "' (expected bo, grid or random)";
+      mlir::emitError(getOperation().getLoc())
+          << "moe-autotune: unknown method '" << method
+          << "' (expected bo, grid or random)";
       return signalPassFailure();
     }
     if (samples < 1 || samples > 1000) {
@@ -140,10 +140,9 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
       return signalPassFailure();
     }
     CostModel model(*hw);
-    auto steps = functionsWith(getOperation(),
-                               MoeDialect::getScheduleAttrName(),
-                               "moe-autotune",
-                               "no scheduled step (run moe-schedule first)");
+    auto steps = functionsWith(
+        getOperation(), MoeDialect::getScheduleAttrName(), "moe-autotune",
+        "no scheduled step (run moe-schedule first)");
     if (failed(steps))
       return signalPassFailure();
     for (FunctionOpInterface func : *steps)

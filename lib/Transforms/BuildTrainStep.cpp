@@ -73,8 +73,7 @@ void labelAndFlatten(FunctionOpInterface func, ModelAttr model) {
   for (auto split : llvm::make_early_inc_range(entry.getOps<SplitOp>())) {
     SmallVector<OpFoldResult> folded;
     if (succeeded(split->fold(folded)) && !folded.empty()) {
-      for (auto [result, replacement] :
-           llvm::zip(split.getResults(), folded))
+      for (auto [result, replacement] : llvm::zip(split.getResults(), folded))
         result.replaceAllUsesWith(cast<Value>(replacement));
       split.erase();
     }
@@ -86,10 +85,9 @@ void labelAndFlatten(FunctionOpInterface func, ModelAttr model) {
   // embedding) belong to the task next to them.
   for (Operation &op : entry)
     if (isa<SplitOp, MergeOp>(op) && !getTask(&op))
-      setTask(&op, TaskAttr::get(ctx,
-                                 isa<MergeOp>(op) ? TaskKind::HEAD
-                                                  : TaskKind::PRE,
-                                 Phase::fwd, -1, 0, -1));
+      setTask(&op, TaskAttr::get(
+                       ctx, isa<MergeOp>(op) ? TaskKind::HEAD : TaskKind::PRE,
+                       Phase::fwd, -1, 0, -1));
 }
 
 /// Step 2: reverse-mode differentiation of the flat forward body.
@@ -119,8 +117,8 @@ public:
                             << type;
     auto zero = arith::ConstantOp::create(
         builder, loc, type,
-        DenseElementsAttr::get(type, builder.getFloatAttr(
-                                         type.getElementType(), 0.0)));
+        DenseElementsAttr::get(
+            type, builder.getFloatAttr(type.getElementType(), 0.0)));
     setTask(zero, task);
     return Value(zero);
   }
@@ -140,9 +138,10 @@ public:
     }
     if (!any)
       return success();
-    for (auto [i, result] : llvm::enumerate(llvm::make_filter_range(
-             op->getResults(),
-             [](Value v) { return isFloatTensor(v.getType()); }))) {
+    for (auto [i, result] :
+         llvm::enumerate(llvm::make_filter_range(op->getResults(), [](Value v) {
+           return isFloatTensor(v.getType());
+         }))) {
       if (resultCts[i])
         continue;
       FailureOr<Value> zero = zeros(result, task, loc);
@@ -157,8 +156,8 @@ public:
       return success();
     }
     if (auto split = dyn_cast<SplitOp>(op)) {
-      auto merge = MergeOp::create(builder, loc, split.getInput().getType(),
-                                   resultCts);
+      auto merge =
+          MergeOp::create(builder, loc, split.getInput().getType(), resultCts);
       setTask(merge, task);
       accumulate(split.getInput(), merge, task, loc);
       return success();
@@ -181,8 +180,8 @@ public:
     for (Type t : op->getOperandTypes())
       if (isFloatTensor(t))
         gradTypes.push_back(t);
-    auto vjp = VjpOp::create(builder, loc, gradTypes, op->getOperands(),
-                             resultCts);
+    auto vjp =
+        VjpOp::create(builder, loc, gradTypes, op->getOperands(), resultCts);
     setTask(vjp, task);
     Block *body = new Block();
     vjp.getBody().push_back(body);
@@ -213,26 +212,28 @@ struct BuildTrainStepPass
   LogicalResult buildStep(FunctionOpInterface func, ModelAttr model) {
     MLIRContext *ctx = &getContext();
     if (func.getFunctionBody().getBlocks().size() != 1)
-      return mlir::emitError(func.getLoc()) << "moe-build-train-step: the model must be one "
-                                 "block of straight-line code";
+      return mlir::emitError(func.getLoc())
+             << "moe-build-train-step: the model must be one "
+                "block of straight-line code";
     Block &entry = func.getFunctionBody().front();
     if (llvm::any_of(entry, [](Operation &op) { return isa<VjpOp>(op); }))
-      return mlir::emitError(func.getLoc()) << "moe-build-train-step: the function is "
-                                 "already a training step";
+      return mlir::emitError(func.getLoc())
+             << "moe-build-train-step: the function is "
+                "already a training step";
     auto ret = dyn_cast<func::ReturnOp>(entry.getTerminator());
     if (!ret || ret.getNumOperands() != 1 ||
         ret.getOperand(0).getType() !=
             RankedTensorType::get({}, Float32Type::get(ctx)))
-      return mlir::emitError(func.getLoc()) << "moe-build-train-step: the model must return "
-                                 "its loss as one tensor<f32>";
+      return mlir::emitError(func.getLoc())
+             << "moe-build-train-step: the model must return "
+                "its loss as one tensor<f32>";
     labelAndFlatten(func, model);
 
     SymbolTableCollection table;
     FailureOr<shard::GridOp> grid = lookupGrid(func, model.getGrid(), table);
     if (failed(grid))
       return failure();
-    FailureOr<int64_t> dpSize =
-        verifyGroupSize(func, *grid, model.getDpAxes());
+    FailureOr<int64_t> dpSize = verifyGroupSize(func, *grid, model.getDpAxes());
     if (failed(dpSize))
       return failure();
 
@@ -260,14 +261,13 @@ struct BuildTrainStepPass
     std::map<int64_t, SmallVector<BlockArgument>> denseByBlock;
     SmallVector<std::pair<BlockArgument, Value>> updates;
     for (BlockArgument arg : entry.getArguments()) {
-      if (!func.getArgAttr(arg.getArgNumber(),
-                           MoeDialect::getParamAttrName()))
+      if (!func.getArgAttr(arg.getArgNumber(), MoeDialect::getParamAttrName()))
         continue;
       Value grad = diff.cotangent(arg);
       if (!grad)
-        return mlir::emitError(func.getLoc()) << "moe-build-train-step: parameter #"
-                                << arg.getArgNumber()
-                                << " does not influence the loss";
+        return mlir::emitError(func.getLoc())
+               << "moe-build-train-step: parameter #" << arg.getArgNumber()
+               << " does not influence the loss";
       bool expert = false;
       int64_t block = -1;
       for (Operation *user : arg.getUsers()) {
@@ -287,10 +287,10 @@ struct BuildTrainStepPass
       SmallVector<Value> grads;
       for (BlockArgument arg : args)
         grads.push_back(diff.cotangent(arg));
-      auto allReduce = AllReduceOp::create(
-          builder, func.getLoc(), grads, model.getGrid(),
-          builder.getDenseI16ArrayAttr(model.getDpAxes()),
-          /*bytes=*/nullptr);
+      auto allReduce =
+          AllReduceOp::create(builder, func.getLoc(), grads, model.getGrid(),
+                              builder.getDenseI16ArrayAttr(model.getDpAxes()),
+                              /*bytes=*/nullptr);
       setTask(allReduce,
               TaskAttr::get(ctx, TaskKind::AR, Phase::bwd, block, 0, -1));
       for (auto [arg, result] : llvm::zip(args, allReduce.getResults()))

@@ -34,10 +34,9 @@ static LogicalResult chunkOne(AllReduceOp allReduce, int64_t chunkBytes) {
     int64_t element =
         (cast<ShapedType>(input.getType()).getElementTypeBitWidth() + 7) / 8;
     if (chunkBytes % element)
-      return allReduce.emitOpError()
-             << "cannot be chunked into " << chunkBytes
-             << "-byte chunks: not a multiple of the " << element
-             << "-byte element size";
+      return allReduce.emitOpError() << "cannot be chunked into " << chunkBytes
+                                     << "-byte chunks: not a multiple of the "
+                                     << element << "-byte element size";
     bytes.push_back(size);
   }
   TaskAttr task = getTask(allReduce);

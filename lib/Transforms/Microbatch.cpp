@@ -36,15 +36,14 @@ RankedTensorType withDim(Type type, unsigned dim, int64_t size) {
 /// Rewrites the result types (and capacities) of `op`, a clone whose
 /// operands are already micro-batch values, for `micro` samples of the
 /// original `batch`.
-LogicalResult retypeForMicroBatch(Operation *op, int64_t batch,
-                                  int64_t micro) {
+LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
   if (auto gate = dyn_cast<GateOp>(op)) {
     auto input = cast<RankedTensorType>(gate.getInput().getType());
     std::optional<int64_t> capacity;
     if (auto f = gate.getCapacityFactor()) {
-      capacity = expertCapacity(f->convertToDouble(), gate.getTopK(),
-                                        micro * input.getDimSize(1),
-                                        gate.getNumExperts());
+      capacity =
+          expertCapacity(f->convertToDouble(), gate.getTopK(),
+                         micro * input.getDimSize(1), gate.getNumExperts());
       gate.setCapacity(*capacity);
     }
     for (Value result : {gate.getIndices(), gate.getWeights()}) {
@@ -94,8 +93,7 @@ LogicalResult retypeForMicroBatch(Operation *op, int64_t batch,
     if (!tensor || tensor.getRank() == 0 || tensor.getDimSize(0) != batch)
       return op->emitOpError()
              << "cannot be split into micro-batches: result type "
-             << result.getType() << " has no batch dimension of size "
-             << batch;
+             << result.getType() << " has no batch dimension of size " << batch;
     result.setType(withDim(tensor, 0, micro));
   }
   return success();
@@ -106,8 +104,9 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
 
   LogicalResult splitBlock(BlockOp block, int64_t numBlocks) {
     auto fail = [&](const Twine &why) {
-      return block.emitOpError() << "cannot split into " << static_cast<int64_t>(degree)
-                                 << " micro-batches: " << why;
+      return block.emitOpError()
+             << "cannot split into " << static_cast<int64_t>(degree)
+             << " micro-batches: " << why;
     };
     if (block.getInputs().empty())
       return fail("the block has no inputs");
@@ -165,8 +164,8 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
       SmallVector<Value> pieces;
       for (int64_t r = 0; r < degree; ++r)
         pieces.push_back(outputs[r][i]);
-      merged.push_back(MergeOp::create(builder, v.getLoc(), v.getType(),
-                                       pieces));
+      merged.push_back(
+          MergeOp::create(builder, v.getLoc(), v.getType(), pieces));
     }
     yield->setOperands(merged);
     for (Operation *op : llvm::reverse(original))
@@ -176,8 +175,9 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
 
   void runOnOperation() override {
     if (degree < 1) {
-      mlir::emitError(getOperation().getLoc()) << "moe-microbatch: degree must be >= 1, got "
-                                 << static_cast<int64_t>(degree);
+      mlir::emitError(getOperation().getLoc())
+          << "moe-microbatch: degree must be >= 1, got "
+          << static_cast<int64_t>(degree);
       return signalPassFailure();
     }
     for (auto func : getOperation().getOps<FunctionOpInterface>()) {
@@ -186,16 +186,17 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
       if (!model)
         continue;
       if (model.getBatch() % degree != 0) {
-        mlir::emitError(func.getLoc()) << "moe-microbatch: degree " << static_cast<int64_t>(degree)
-                         << " does not divide the batch B = "
-                         << model.getBatch();
+        mlir::emitError(func.getLoc())
+            << "moe-microbatch: degree " << static_cast<int64_t>(degree)
+            << " does not divide the batch B = " << model.getBatch();
         return signalPassFailure();
       }
       SmallVector<BlockOp> blocks;
       func->walk([&](BlockOp block) { blocks.push_back(block); });
       if (blocks.empty()) {
-        mlir::emitError(func.getLoc()) << "moe-microbatch: the model has no moe.block to "
-                            "split (was it already flattened into a step?)";
+        mlir::emitError(func.getLoc())
+            << "moe-microbatch: the model has no moe.block to "
+               "split (was it already flattened into a step?)";
         return signalPassFailure();
       }
       for (BlockOp block : blocks) {
@@ -211,6 +212,5 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
       }
     }
   }
-
 };
 } // namespace

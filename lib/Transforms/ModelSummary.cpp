@@ -40,8 +40,8 @@ void printText(raw_ostream &os, StringRef name, const ModelStats &s) {
   os << "\n";
   os << "  grid " << m.getGrid() << ": " << s.worldSize << " ranks; "
      << "expert-parallel " << s.epSize << ", data-parallel " << s.dpSize
-     << ", intra-node " << s.intraSize << "; E/P="
-     << m.getExperts() / s.epSize << "\n";
+     << ", intra-node " << s.intraSize << "; E/P=" << m.getExperts() / s.epSize
+     << "\n";
   os << "  params: replicated " << s.totalDenseParams() << " (blocks "
      << s.totalDenseParams() - s.outerDenseParams << ", outside blocks "
      << s.outerDenseParams << "), experts on all ranks "
@@ -62,13 +62,13 @@ llvm::json::Value toJson(StringRef name, const ModelStats &s) {
   ModelAttr m = s.model;
   llvm::json::Array blocks;
   for (const BlockStats &b : s.blocks)
-    blocks.push_back(llvm::json::Object{
-        {"index", b.index},
-        {"dense_params", b.denseParams},
-        {"all_reduce_bytes", b.allReduceBytes},
-        {"local_expert_params", b.localExpertParams},
-        {"dispatch_bytes_per_rank", b.dispatchBytesPerRank},
-        {"dispatches", b.numDispatches}});
+    blocks.push_back(
+        llvm::json::Object{{"index", b.index},
+                           {"dense_params", b.denseParams},
+                           {"all_reduce_bytes", b.allReduceBytes},
+                           {"local_expert_params", b.localExpertParams},
+                           {"dispatch_bytes_per_rank", b.dispatchBytesPerRank},
+                           {"dispatches", b.numDispatches}});
   return llvm::json::Object{
       {"model", name},
       {"layers", m.getLayers()},
@@ -97,10 +97,10 @@ struct ModelSummaryPass
 
   void runOnOperation() override {
     std::string error;
-    std::unique_ptr<llvm::ToolOutputFile> file =
-        openOutputFile(output, &error);
+    std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(output, &error);
     if (!file) {
-      mlir::emitError(getOperation().getLoc()) << "moe-model-summary: " << error;
+      mlir::emitError(getOperation().getLoc())
+          << "moe-model-summary: " << error;
       return signalPassFailure();
     }
     llvm::json::Array models;

@@ -20,8 +20,7 @@ using namespace mlir::moe;
 namespace {
 struct FlowMoePipelineOptions
     : public PassPipelineOptions<FlowMoePipelineOptions> {
-  Option<int64_t> degree{*this, "degree",
-                         llvm::cl::desc("Pipelining degree R"),
+  Option<int64_t> degree{*this, "degree", llvm::cl::desc("Pipelining degree R"),
                          llvm::cl::init(2)};
   Option<std::string> chunkBytes{
       *this, "chunk-bytes",
@@ -36,8 +35,7 @@ struct FlowMoePipelineOptions
   Option<double> lr{*this, "lr", llvm::cl::desc("SGD learning rate"),
                     llvm::cl::init(0.01)};
   Option<std::string> profile{
-      *this, "profile",
-      llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
+      *this, "profile", llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
       llvm::cl::init("")};
   Option<std::string> tune{
       *this, "tune",

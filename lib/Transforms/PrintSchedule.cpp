@@ -37,8 +37,7 @@ struct PrintSchedulePass
         std::string previous;
         for (Operation *op : order.opsOn(s)) {
           TaskAttr task = getTask(op);
-          if (!task || task.getPhase() != phase ||
-              task.getLabel() == previous)
+          if (!task || task.getPhase() != phase || task.getLabel() == previous)
             continue;
           previous = task.getLabel();
           os << " " << previous;
@@ -51,7 +50,8 @@ struct PrintSchedulePass
     std::string error;
     auto file = openOutputFile(output, &error);
     if (!file) {
-      mlir::emitError(getOperation().getLoc()) << "moe-print-schedule: " << error;
+      mlir::emitError(getOperation().getLoc())
+          << "moe-print-schedule: " << error;
       return signalPassFailure();
     }
     for (auto func : getOperation().getOps<FunctionOpInterface>()) {

@@ -72,7 +72,10 @@ Key keyOf(TaskAttr t, Policy policy, int64_t L, int64_t R) {
     TaskKind k = t.getKind();
     if (fwd)
       return Key{0, l, k == TaskKind::AT ? 0 : k == TaskKind::D ? 1 : 2, r};
-    return Key{1, L - 1 - l, k == TaskKind::AT ? 2 : k == TaskKind::D ? 1 : 0,
+    return Key{1, L - 1 - l,
+               k == TaskKind::AT  ? 2
+               : k == TaskKind::D ? 1
+                                  : 0,
                R - 1 - r};
   }
   // Eqs. 2-3 (forward): AT, D before E, C; Eqs. 4-5 (backward): E, C
@@ -105,11 +108,11 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
                                      "before moe-chunk-gradients";
       }
     }
-    if (!labelled || !llvm::any_of(entry, [](Operation &op) {
-          return isa<VjpOp>(op);
-        }))
-      return mlir::emitError(func.getLoc()) << "moe-schedule: not a training step (run "
-                                 "moe-build-train-step first)";
+    if (!labelled ||
+        !llvm::any_of(entry, [](Operation &op) { return isa<VjpOp>(op); }))
+      return mlir::emitError(func.getLoc())
+             << "moe-schedule: not a training step (run "
+                "moe-build-train-step first)";
     if (policy == Policy::Vanilla && R != 1)
       return mlir::emitError(func.getLoc())
              << "moe-schedule: policy vanilla is vanillaEP without "
@@ -159,8 +162,9 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
           ready.push(keyAt(u));
     }
     if (order.size() != ops.size())
-      return mlir::emitError(func.getLoc()) << "moe-schedule: the step has a dependency "
-                                 "cycle";
+      return mlir::emitError(func.getLoc())
+             << "moe-schedule: the step has a dependency "
+                "cycle";
     for (Operation *op : order)
       op->moveBefore(terminator);
 
@@ -250,15 +254,13 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
                  t.getKind() != TaskKind::OPT && t.getKind() != TaskKind::D &&
                  t.getKind() != TaskKind::C;
         },
-        [](TaskAttr t) { return t.getKind() == TaskKind::AR; }, compute,
-        comm);
+        [](TaskAttr t) { return t.getKind() == TaskKind::AR; }, compute, comm);
   }
 
   /// vanillaEP overlaps nothing. With R = 1 the forward and backward tasks
   /// already form one dependency chain and the all-reduce is centralized;
   /// what remains is to run the update after all communication.
-  void insertVanillaBarrier(Block &entry, StreamAttr compute,
-                            StreamAttr comm) {
+  void insertVanillaBarrier(Block &entry, StreamAttr compute, StreamAttr comm) {
     barrier(
         entry,
         [&](TaskAttr t) {
@@ -266,8 +268,7 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
                  (t.getPhase() == Phase::bwd &&
                   (t.getKind() == TaskKind::D || t.getKind() == TaskKind::C));
         },
-        [](TaskAttr t) { return t.getKind() == TaskKind::OPT; }, comm,
-        compute);
+        [](TaskAttr t) { return t.getKind() == TaskKind::OPT; }, comm, compute);
   }
 
   void runOnOperation() override {
@@ -279,16 +280,16 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
              "centralized-ar)";
       return signalPassFailure();
     }
-    auto models = functionsWith(getOperation(), MoeDialect::getModelAttrName(),
-                                "moe-schedule",
-                                "no function carries a #moe.model");
+    auto models =
+        functionsWith(getOperation(), MoeDialect::getModelAttrName(),
+                      "moe-schedule", "no function carries a #moe.model");
     if (failed(models))
       return signalPassFailure();
     for (FunctionOpInterface func : *models)
-      if (failed(schedule(func,
-                          func->getAttrOfType<ModelAttr>(
-                              MoeDialect::getModelAttrName()),
-                          *parsed)))
+      if (failed(schedule(
+              func,
+              func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName()),
+              *parsed)))
         return signalPassFailure();
   }
 };

@@ -45,8 +45,8 @@ int64_t worldSize(FunctionOpInterface func) {
   int64_t world = 1;
   SymbolTableCollection table;
   if (gridName)
-    if (auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(func,
-                                                                 gridName))
+    if (auto grid =
+            table.lookupNearestSymbolFrom<shard::GridOp>(func, gridName))
       for (int64_t d : grid.getShape())
         world *= ShapedType::isDynamic(d) ? 1 : d;
   return world;
@@ -64,9 +64,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
     };
     auto policy =
         func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName());
-    size_t comm = llvm::count_if(r.tasks, [](const SimulatedTask &t) {
-      return t.communication;
-    });
+    size_t comm = llvm::count_if(
+        r.tasks, [](const SimulatedTask &t) { return t.communication; });
     os << "simulated @" << func.getName() << " (policy "
        << (policy ? policy.getValue() : "?") << ") on profile " << hw.name
        << " [simulated, not measured]\n";
@@ -158,8 +157,9 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         traceText = chromeTrace(*result, worldSize(func), func.getName());
     }
     if (!any) {
-      mlir::emitError(getOperation().getLoc()) << "moe-simulate: no scheduled step (run "
-                                    "moe-schedule or moe-flowmoe-pipeline)";
+      mlir::emitError(getOperation().getLoc())
+          << "moe-simulate: no scheduled step (run "
+             "moe-schedule or moe-flowmoe-pipeline)";
       return signalPassFailure();
     }
     if (json)
@@ -169,7 +169,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
     if (!tracePath.empty()) {
       auto traceFile = openOutputFile(tracePath, &error);
       if (!traceFile) {
-        mlir::emitError(getOperation().getLoc()) << "moe-simulate: trace: " << error;
+        mlir::emitError(getOperation().getLoc())
+            << "moe-simulate: trace: " << error;
         return signalPassFailure();
       }
       traceFile->os() << traceText << "\n";

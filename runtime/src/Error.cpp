@@ -1,4 +1,5 @@
-//===- Error.cpp - status + thread-local message ----------------------------===//
+//===- Error.cpp - status + thread-local message
+//----------------------------===//
 
 #include "Error.h"
 

@@ -1,13 +1,13 @@
-//===- Ops.cpp - C API for tensor ops ------------------------------------------===//
+//===- Ops.cpp - C API for tensor ops
+//------------------------------------------===//
 
 #include "Backend.h"
 #include "Error.h"
 
 using namespace moe_rt;
 
-extern "C" moe_rt_status moe_rt_tensor_scale(moe_rt_stream stream,
-                                             moe_rt_tensor *tensor,
-                                             float factor) {
+extern "C" moe_rt_status
+moe_rt_tensor_scale(moe_rt_stream stream, moe_rt_tensor *tensor, float factor) {
   if (!stream || !tensor || !tensor->data)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_tensor_scale: NULL stream or tensor");

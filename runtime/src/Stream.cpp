@@ -1,4 +1,5 @@
-//===- Stream.cpp - C API for streams and events ------------------------------===//
+//===- Stream.cpp - C API for streams and events
+//------------------------------===//
 
 #include "Backend.h"
 #include "Error.h"

@@ -1,4 +1,5 @@
-//===- Tensor.cpp - C API for tensors ------------------------------------------===//
+//===- Tensor.cpp - C API for tensors
+//------------------------------------------===//
 
 #include "Backend.h"
 #include "Error.h"
@@ -42,8 +43,7 @@ extern "C" moe_rt_status moe_rt_tensor_create(moe_rt_backend backend,
   if (rank < 0 || rank > MOE_RT_MAX_RANK)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_tensor_create: rank " + std::to_string(rank) +
-                    " is outside [0, " + std::to_string(MOE_RT_MAX_RANK) +
-                    "]");
+                    " is outside [0, " + std::to_string(MOE_RT_MAX_RANK) + "]");
   if (rank > 0 && !shape)
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_tensor_create: NULL shape");
   size_t elemSize = moe_rt_dtype_size(dtype);

@@ -1,4 +1,5 @@
-//===- SpTunerTest.cpp - Bayesian optimisation of S_p -----------------------===//
+//===- SpTunerTest.cpp - Bayesian optimisation of S_p
+//-----------------------===//
 
 #include "moe_rt/sp_tuner.h"
 
@@ -74,8 +75,7 @@ TEST(SpTuner, BayesBeatsGridAndRandomOnAverage) {
   bayes /= fs.size();
   grid /= fs.size();
   random /= fs.size();
-  EXPECT_LT(bayes, grid) << "mean regret: bayes " << bayes << ", grid "
-                         << grid;
+  EXPECT_LT(bayes, grid) << "mean regret: bayes " << bayes << ", grid " << grid;
   EXPECT_LT(bayes, random) << "mean regret: bayes " << bayes << ", random "
                            << random;
   RecordProperty("regret_bayes", std::to_string(bayes));
@@ -144,8 +144,7 @@ TEST(SpTuner, OnlineLoopThroughTheCApi) {
     double sp;
     ASSERT_EQ(moe_rt_sp_tuner_next(t, &sp), MOE_RT_OK);
     double mb = sp / 1e6;
-    ASSERT_EQ(moe_rt_sp_tuner_report(t, sp, 90 + 4 / mb + 1.5 * mb),
-              MOE_RT_OK);
+    ASSERT_EQ(moe_rt_sp_tuner_report(t, sp, 90 + 4 / mb + 1.5 * mb), MOE_RT_OK);
     ++steps;
   }
   EXPECT_EQ(steps, 8);
@@ -165,13 +164,12 @@ TEST(SpTuner, RejectsBadArguments) {
             MOE_RT_INVALID_ARGUMENT);
   EXPECT_EQ(moe_rt_sp_tuner_create(MOE_RT_TUNE_BAYES, 1e6, 0, 1, &t),
             MOE_RT_INVALID_ARGUMENT);
-  EXPECT_EQ(moe_rt_sp_tuner_create(static_cast<moe_rt_tune_method>(9), 1e6,
-                                   8, 1, &t),
-            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      moe_rt_sp_tuner_create(static_cast<moe_rt_tune_method>(9), 1e6, 8, 1, &t),
+      MOE_RT_INVALID_ARGUMENT);
   EXPECT_EQ(moe_rt_sp_tuner_create(MOE_RT_TUNE_BAYES, 1e6, 8, 1, nullptr),
             MOE_RT_INVALID_ARGUMENT);
-  ASSERT_EQ(moe_rt_sp_tuner_create(MOE_RT_TUNE_GRID, 1e6, 8, 1, &t),
-            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_sp_tuner_create(MOE_RT_TUNE_GRID, 1e6, 8, 1, &t), MOE_RT_OK);
   EXPECT_EQ(moe_rt_sp_tuner_report(t, 1e5, -1.0), MOE_RT_INVALID_ARGUMENT);
   EXPECT_EQ(moe_rt_sp_tuner_report(t, NAN, 1.0), MOE_RT_INVALID_ARGUMENT);
   EXPECT_EQ(moe_rt_sp_tuner_next(t, nullptr), MOE_RT_INVALID_ARGUMENT);

@@ -1,4 +1,5 @@
-//===- StreamTest.cpp - CPU streams and events ------------------------------===//
+//===- StreamTest.cpp - CPU streams and events
+//------------------------------===//
 
 #include "moe_rt/moe_rt.h"
 
@@ -161,8 +162,7 @@ TEST_F(StreamTest, FailedTaskIsStickyButReleasesEvents) {
 }
 
 TEST(StreamArgs, RejectsBadArgumentsWithMessages) {
-  EXPECT_EQ(moe_rt_stream_create(MOE_RT_CPU, nullptr),
-            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_stream_create(MOE_RT_CPU, nullptr), MOE_RT_INVALID_ARGUMENT);
   EXPECT_STRNE(moe_rt_last_error(), "");
   moe_rt_stream s = nullptr;
   EXPECT_EQ(moe_rt_stream_create(static_cast<moe_rt_backend>(42), &s),

@@ -30,8 +30,7 @@ protected:
   ModelAttr make(int64_t b, int64_t n, int64_t e, int64_t k, double f) {
     return ModelAttr::get(&context, /*layers=*/1, b, n, /*embed=*/8,
                           /*hidden=*/8, e, k, APFloat(f),
-                          FlatSymbolRefAttr::get(&context, "g"), {0}, {0},
-                          {});
+                          FlatSymbolRefAttr::get(&context, "g"), {0}, {0}, {});
   }
 
   MLIRContext context;
@@ -54,10 +53,10 @@ TEST_F(ModelAttrTest, RoundTripsThroughText) {
 }
 
 TEST_F(ModelAttrTest, DroplessHasNoCapacity) {
-  ModelAttr model = parse(
-      "#moe.model<layers = 1, batch = 2, seq = 8, embed = 4, hidden = 8, "
-      "experts = 4, top_k = 1, dropless, grid = @g, ep_axes = [0], "
-      "dp_axes = [0], intra_axes = []>");
+  ModelAttr model =
+      parse("#moe.model<layers = 1, batch = 2, seq = 8, embed = 4, hidden = 8, "
+            "experts = 4, top_k = 1, dropless, grid = @g, ep_axes = [0], "
+            "dp_axes = [0], intra_axes = []>");
   ASSERT_TRUE(model);
   EXPECT_TRUE(model.isDropless());
   EXPECT_TRUE(ShapedType::isDynamic(model.getCapacity()));
@@ -81,8 +80,8 @@ TEST_F(ModelAttrTest, CapacityMatchesExactRationalCeiling) {
   struct Factor {
     double value;
     int64_t p, q;
-  } factors[] = {{1.0, 1, 1}, {1.1, 11, 10}, {1.2, 6, 5},
-                 {1.25, 5, 4}, {2.0, 2, 1},  {0.5, 1, 2}};
+  } factors[] = {{1.0, 1, 1},  {1.1, 11, 10}, {1.2, 6, 5},
+                 {1.25, 5, 4}, {2.0, 2, 1},   {0.5, 1, 2}};
   int checked = 0;
   for (const Factor &f : factors)
     for (int64_t b = 1; b <= 8; ++b)
@@ -101,9 +100,8 @@ TEST_F(ModelAttrTest, CapacityMatchesExactRationalCeiling) {
 
 TEST_F(ModelAttrTest, RejectsInconsistentFields) {
   // Errors go to the context's diagnostic handler; silence them here.
-  ScopedDiagnosticHandler silence(&context, [](Diagnostic &) {
-    return success();
-  });
+  ScopedDiagnosticHandler silence(&context,
+                                  [](Diagnostic &) { return success(); });
   EXPECT_FALSE(parse("#moe.model<layers = 1, batch = 2, seq = 8, embed = 4, "
                      "hidden = 8, experts = 2, top_k = 3, dropless, "
                      "grid = @g, ep_axes = [0], dp_axes = [0], "

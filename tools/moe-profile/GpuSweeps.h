@@ -25,8 +25,7 @@ struct GpuSweeps {
 
 /// Runs every GPU sweep over `comm`; returns an error message or "".
 std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
-                         int gemmMax, int warmup, int iters,
-                         GpuSweeps &out);
+                         int gemmMax, int warmup, int iters, GpuSweeps &out);
 
 /// Whether this binary was built with the GPU sweeps.
 bool gpuSweepsCompiled();

@@ -29,10 +29,12 @@ struct Context {
 };
 
 std::string check(cudaError_t e, const char *what) {
-  return e == cudaSuccess ? "" : std::string(what) + ": " + cudaGetErrorString(e);
+  return e == cudaSuccess ? ""
+                          : std::string(what) + ": " + cudaGetErrorString(e);
 }
 std::string check(ncclResult_t e, const char *what) {
-  return e == ncclSuccess ? "" : std::string(what) + ": " + ncclGetErrorString(e);
+  return e == ncclSuccess ? ""
+                          : std::string(what) + ": " + ncclGetErrorString(e);
 }
 
 double medianOf(std::vector<double> v) {
@@ -52,7 +54,8 @@ std::string timeOp(Context &c, int warmup, int iters,
     if (std::string e = op(); !e.empty())
       return e;
     cudaEventRecord(c.stop, c.stream);
-    if (std::string e = check(cudaEventSynchronize(c.stop), "cudaEventSynchronize");
+    if (std::string e =
+            check(cudaEventSynchronize(c.stop), "cudaEventSynchronize");
         !e.empty())
       return e;
     float ms = 0;
@@ -94,7 +97,8 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
   std::string err;
   if (!(err = check(ncclCommInitRank(&c.nccl, c.size, id, c.rank),
-                    "ncclCommInitRank")).empty() ||
+                    "ncclCommInitRank"))
+           .empty() ||
       !(err = check(cudaStreamCreate(&c.stream), "cudaStreamCreate")).empty() ||
       !(err = check(cudaEventCreate(&c.start), "cudaEventCreate")).empty() ||
       !(err = check(cudaEventCreate(&c.stop), "cudaEventCreate")).empty())
@@ -110,7 +114,8 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
     return err;
 
   for (long bytes = minBytes; bytes <= maxBytes && err.empty(); bytes *= 2) {
-    size_t count = std::max<size_t>(c.size, size_t(bytes) / 4 / c.size * c.size);
+    size_t count =
+        std::max<size_t>(c.size, size_t(bytes) / 4 / c.size * c.size);
     size_t part = count / c.size;
     double us = 0;
     auto sweep = [&](Sweep &s, const std::function<std::string()> &op) {
@@ -130,7 +135,8 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
     });
     sweep(out.allReduce, [&] {
       return check(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, c.nccl,
-                                 c.stream), "ncclAllReduce");
+                                 c.stream),
+                   "ncclAllReduce");
     });
     sweep(out.allGather, [&] {
       return check(ncclAllGather(send, recv, part, ncclFloat, c.nccl, c.stream),
@@ -138,7 +144,8 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
     });
     sweep(out.reduceScatter, [&] {
       return check(ncclReduceScatter(send, recv, part, ncclFloat, ncclSum,
-                                     c.nccl, c.stream), "ncclReduceScatter");
+                                     c.nccl, c.stream),
+                   "ncclReduceScatter");
     });
     sweep(out.memory, [&] {
       return check(cudaMemcpyAsync(recv, send, count * 4,
@@ -151,12 +158,16 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
       break;
     const float one = 1.0f, zero = 0.0f;
     double us = 0;
-    err = timeOp(c, warmup, iters, [&]() -> std::string {
-      return cublasSgemm(c.blas, CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, &one, send,
-                         s, send, s, &zero, recv, s) == CUBLAS_STATUS_SUCCESS
-                 ? ""
-                 : "cublasSgemm failed";
-    }, us);
+    err = timeOp(
+        c, warmup, iters,
+        [&]() -> std::string {
+          return cublasSgemm(c.blas, CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, &one,
+                             send, s, send, s, &zero, recv,
+                             s) == CUBLAS_STATUS_SUCCESS
+                     ? ""
+                     : "cublasSgemm failed";
+        },
+        us);
     out.gemm.n.push_back(2.0 * s * s * s);
     out.gemm.t.push_back(us);
   }

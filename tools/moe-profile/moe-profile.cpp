@@ -94,8 +94,9 @@ std::string parse(int argc, char **argv, Options &o, bool &help) {
       long lo = a == "--warmup" ? 0 : (a == "--gemm-max" ? 32 : 1);
       if (!s || !number(s, lo, a == "--gemm-max" ? 8192 : 10000, v))
         return a + " needs an integer in range";
-      (a == "--iters" ? o.iters : a == "--warmup" ? o.warmup : o.gemmMax) =
-          static_cast<int>(v);
+      (a == "--iters"    ? o.iters
+       : a == "--warmup" ? o.warmup
+                         : o.gemmMax) = static_cast<int>(v);
     } else {
       return "unknown argument '" + a + "'";
     }
@@ -141,7 +142,8 @@ Measured sweepCollective(const char *which, MPI_Comm comm, const Options &o) {
     // Counts in floats, divisible by the group size where the collective
     // splits the buffer.
     long count = std::max<long>(size, bytes / 4 / size * size);
-    std::vector<float> send(count, 1.0f), recv(count * (std::strcmp(which, "all_gather") ? 1 : size));
+    std::vector<float> send(count, 1.0f),
+        recv(count * (std::strcmp(which, "all_gather") ? 1 : size));
     std::function<void()> op;
     double n = count * 4.0;
     if (!std::strcmp(which, "all_to_all"))
@@ -191,9 +193,8 @@ Measured sweepMemory(MPI_Comm comm, const Options &o) {
        bytes *= 2) {
     std::vector<char> src(bytes, 1), dst(bytes);
     m.n.push_back(2.0 * bytes); // read + write traffic
-    m.t.push_back(timeIt(comm, o.warmup, o.iters, [&] {
-      std::memcpy(dst.data(), src.data(), bytes);
-    }));
+    m.t.push_back(timeIt(comm, o.warmup, o.iters,
+                         [&] { std::memcpy(dst.data(), src.data(), bytes); }));
   }
   m.fit = fitAlphaBeta(m.n, m.t);
   return m;
@@ -255,8 +256,8 @@ int main(int argc, char **argv) {
   }
 
   MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
-                      MPI_INFO_NULL, &node);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                      &node);
   int perNode;
   MPI_Comm_size(node, &perNode);
   int nodes = world / perNode;
@@ -268,16 +269,19 @@ int main(int argc, char **argv) {
   auto record = [&](const std::string &what, const Measured &m,
                     const char *unit) {
     ok &= m.fit.ok;
-    report.push_back({{"model", what}, {"fit", m.fit.ok},
-                      {"alpha_us", m.fit.alpha}, {"beta", m.fit.beta},
-                      {"unit", unit}, {"r2", m.fit.r2},
+    report.push_back({{"model", what},
+                      {"fit", m.fit.ok},
+                      {"alpha_us", m.fit.alpha},
+                      {"beta", m.fit.beta},
+                      {"unit", unit},
+                      {"r2", m.fit.r2},
                       {"points", m.n.size()}});
   };
   moe_profile::GpuSweeps gpu;
   if (o.gpu) {
-    std::string gpuError = moe_profile::runGpuSweeps(
-        MPI_COMM_WORLD, o.minBytes, o.maxBytes, o.gemmMax, o.warmup, o.iters,
-        gpu);
+    std::string gpuError =
+        moe_profile::runGpuSweeps(MPI_COMM_WORLD, o.minBytes, o.maxBytes,
+                                  o.gemmMax, o.warmup, o.iters, gpu);
     if (!gpuError.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: --gpu: %s\n",
@@ -290,7 +294,8 @@ int main(int argc, char **argv) {
     const moe_profile::Sweep *sweeps[] = {&gpu.allToAll, &gpu.allReduce,
                                           &gpu.allGather, &gpu.reduceScatter};
     for (int k = 0; k < 4; ++k) {
-      Measured m{sweeps[k]->n, sweeps[k]->t, fitAlphaBeta(sweeps[k]->n, sweeps[k]->t)};
+      Measured m{sweeps[k]->n, sweeps[k]->t,
+                 fitAlphaBeta(sweeps[k]->n, sweeps[k]->t)};
       record(std::string(kinds[k]) + " (NCCL)", m, "us/B");
       auto ab = alphaBeta(m.fit, "beta_us_per_byte");
       collectives[kinds[k]] = {{"intra", ab}, {"inter", ab}};
@@ -301,9 +306,11 @@ int main(int argc, char **argv) {
       break;
     // Inside a node; across nodes when there are several (the whole world,
     // whose traffic is mostly inter-node).
-    Measured intra = sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, o);
+    Measured intra =
+        sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, o);
     record(std::string(kind) + " intra", intra, "us/B");
-    nlohmann::json entry = {{"intra", alphaBeta(intra.fit, "beta_us_per_byte")}};
+    nlohmann::json entry = {
+        {"intra", alphaBeta(intra.fit, "beta_us_per_byte")}};
     if (nodes > 1) {
       Measured inter = sweepCollective(kind, MPI_COMM_WORLD, o);
       record(std::string(kind) + " inter", inter, "us/B");
@@ -329,8 +336,9 @@ int main(int argc, char **argv) {
     nlohmann::json profile = {
         {"name", o.name},
         {"description",
-         "Measured by moe-profile on " + std::to_string(world) + " MPI ranks (" +
-             std::to_string(nodes) + " node(s) x " + std::to_string(perNode) +
+         "Measured by moe-profile on " + std::to_string(world) +
+             " MPI ranks (" + std::to_string(nodes) + " node(s) x " +
+             std::to_string(perNode) +
              (o.gpu ? "): NCCL collectives, cuBLAS SGEMM, device copies"
                     : "): MPI collectives, OpenBLAS SGEMM, memcpy") +
              "; least-squares alpha-beta fits, median of " +
@@ -348,11 +356,11 @@ int main(int argc, char **argv) {
                    "machine]\n  %-22s %12s %14s %8s\n",
                    world, nodes, "model", "alpha (us)", "beta", "r^2");
       for (const auto &r : report)
-        std::fprintf(stderr, "  %-22s %12.3f %10.3e %-4s %8.5f%s\n",
-                     r["model"].get<std::string>().c_str(),
-                     r["alpha_us"].get<double>(), r["beta"].get<double>(),
-                     r["unit"].get<std::string>().c_str(),
-                     r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
+        std::fprintf(
+            stderr, "  %-22s %12.3f %10.3e %-4s %8.5f%s\n",
+            r["model"].get<std::string>().c_str(), r["alpha_us"].get<double>(),
+            r["beta"].get<double>(), r["unit"].get<std::string>().c_str(),
+            r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
       std::fprintf(stderr, "  %-22s %12.3f\n", "launch (CPU stream)", launch);
     }
     if (!ok) {

@@ -39,9 +39,8 @@ private:
   /// Ranks of the group spanned by `axes` of `grid` and how many of them
   /// share a node (axis 0 of a 2-D grid is nodes; a 1-D grid is packed
   /// gpus_per_node to a node).
-  FailureOr<std::pair<int64_t, int64_t>> groupShape(Operation *op,
-                                                    FlatSymbolRefAttr grid,
-                                                    ArrayRef<int16_t> axes);
+  FailureOr<std::pair<int64_t, int64_t>>
+  groupShape(Operation *op, FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
 
   const HardwareProfile &profile;
   SymbolTableCollection symbols;

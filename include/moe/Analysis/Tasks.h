@@ -29,8 +29,8 @@ void setTask(Operation *op, TaskAttr task);
 /// after the combine (the residual add of the block output) starts the next
 /// block's AT task, or HEAD after the last of `numBlocks` blocks, as in
 /// FlowMoE where AT^(l+1) consumes C^(l)'s output. Existing labels stay.
-void labelBlockForward(ArrayRef<Operation *> ops, int64_t block,
-                       int64_t micro, int64_t numBlocks);
+void labelBlockForward(ArrayRef<Operation *> ops, int64_t block, int64_t micro,
+                       int64_t numBlocks);
 
 } // namespace mlir::moe
 

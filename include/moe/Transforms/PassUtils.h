@@ -11,9 +11,10 @@ namespace mlir::moe {
 /// or scheduled steps (`moe.schedule`). When there is none, emits
 /// "<pass>: <missing>" at the module and fails, so every pass reports an
 /// input it has nothing to do with the same way.
-FailureOr<SmallVector<FunctionOpInterface>>
-functionsWith(ModuleOp module, StringRef attrName, StringRef pass,
-              StringRef missing);
+FailureOr<SmallVector<FunctionOpInterface>> functionsWith(ModuleOp module,
+                                                          StringRef attrName,
+                                                          StringRef pass,
+                                                          StringRef missing);
 
 } // namespace mlir::moe
 

@@ -37,16 +37,15 @@ struct ModelChecker {
     if (failed(grid))
       return failure();
     FailureOr<int64_t> ep = verifyGroupSize(func, *grid, model.getEpAxes());
-    if (failed(ep) ||
-        failed(verifyGroupSize(func, *grid, model.getDpAxes())) ||
+    if (failed(ep) || failed(verifyGroupSize(func, *grid, model.getDpAxes())) ||
         failed(verifyGroupSize(func, *grid, model.getIntraAxes())))
       return failure();
     epSize = *ep;
     if (model.getExperts() % epSize != 0)
       return func->emitError()
              << "model has " << model.getExperts()
-             << " experts, which do not divide evenly over the "
-             << epSize << " ranks of the expert-parallel group";
+             << " experts, which do not divide evenly over the " << epSize
+             << " ranks of the expert-parallel group";
     return success();
   }
 
@@ -65,8 +64,8 @@ struct ModelChecker {
       // forward dispatch tasks are labelled with instead.
       llvm::SmallDenseSet<int64_t> labelled;
       func->walk([&](DispatchOp op) {
-        if (auto task = op->getAttrOfType<TaskAttr>(
-                MoeDialect::getTaskAttrName()))
+        if (auto task =
+                op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
           labelled.insert(task.getBlock());
       });
       if (!labelled.empty()) {
@@ -79,9 +78,9 @@ struct ModelChecker {
       }
     }
     if (next != model.getLayers())
-      return func->emitError() << "model declares " << model.getLayers()
-                               << " layers but its body has " << next
-                               << " moe.block ops";
+      return func->emitError()
+             << "model declares " << model.getLayers()
+             << " layers but its body has " << next << " moe.block ops";
     return success();
   }
 
@@ -101,26 +100,23 @@ struct ModelChecker {
              << "routes to " << gate.getNumExperts()
              << " experts but the model has " << model.getExperts();
     if (gate.getTopK() != model.getTopK())
-      return disagree(gate, func) << "has top_k = " << gate.getTopK()
-                                  << " but the model has k = "
-                                  << model.getTopK();
+      return disagree(gate, func)
+             << "has top_k = " << gate.getTopK()
+             << " but the model has k = " << model.getTopK();
     std::optional<double> f;
     if (auto attr = gate.getCapacityFactor())
       f = attr->convertToDouble();
-    if (model.isDropless() ? f.has_value()
-                           : (!f || *f != model.getF()))
+    if (model.isDropless() ? f.has_value() : (!f || *f != model.getF()))
       return disagree(gate, func)
              << "has capacity factor "
              << (f ? formatDouble(*f) : std::string("dropless"))
              << " but the model has "
-             << (model.isDropless()
-                     ? std::string("dropless")
-                     : formatDouble(model.getF()));
+             << (model.isDropless() ? std::string("dropless")
+                                    : formatDouble(model.getF()));
     auto input = cast<ShapedType>(gate.getInput().getType());
     return verifyShape(gate, "input", input,
-                       {ShapedType::kDynamic, model.getSeq(),
-                        model.getEmbed()})
-               .succeeded()
+                       {ShapedType::kDynamic, model.getSeq(), model.getEmbed()})
+                   .succeeded()
                ? checkBatch(gate, input.getDimSize(0))
                : failure();
   }
@@ -130,9 +126,10 @@ struct ModelChecker {
     if (ShapedType::isDynamic(batch) ||
         (batch > 0 && model.getBatch() % batch == 0))
       return success();
-    return disagree(op, func) << "sees a batch of " << batch
-                              << " samples, which is not the model's B = "
-                              << model.getBatch() << " or a micro-batch of it";
+    return disagree(op, func)
+           << "sees a batch of " << batch
+           << " samples, which is not the model's B = " << model.getBatch()
+           << " or a micro-batch of it";
   }
 
   LogicalResult checkExpert(ExpertOp expert) {

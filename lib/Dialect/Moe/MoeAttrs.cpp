@@ -44,8 +44,7 @@ LogicalResult StreamAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 int64_t ModelAttr::getCapacity() const {
   if (isDropless())
     return ShapedType::kDynamic;
-  return expertCapacity(getF(), getTopK(),
-                                getBatch() * getSeq(), getExperts());
+  return expertCapacity(getF(), getTopK(), getBatch() * getSeq(), getExperts());
 }
 
 static LogicalResult verifyAxes(function_ref<InFlightDiagnostic()> emitError,
@@ -60,26 +59,24 @@ static LogicalResult verifyAxes(function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
-LogicalResult ModelAttr::verify(function_ref<InFlightDiagnostic()> emitError,
-                                int64_t layers, int64_t batch, int64_t seq,
-                                int64_t embed, int64_t hidden, int64_t experts,
-                                int64_t topK, APFloat capacityFactorAttr,
-                                FlatSymbolRefAttr grid,
-                                ArrayRef<int16_t> epAxes,
-                                ArrayRef<int16_t> dpAxes,
-                                ArrayRef<int16_t> intraAxes) {
+LogicalResult
+ModelAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t layers,
+                  int64_t batch, int64_t seq, int64_t embed, int64_t hidden,
+                  int64_t experts, int64_t topK, APFloat capacityFactorAttr,
+                  FlatSymbolRefAttr grid, ArrayRef<int16_t> epAxes,
+                  ArrayRef<int16_t> dpAxes, ArrayRef<int16_t> intraAxes) {
   double capacityFactor = capacityFactorAttr.convertToDouble();
   std::pair<StringRef, int64_t> positives[] = {
-      {"layers", layers}, {"batch", batch},     {"seq", seq},
-      {"embed", embed},   {"hidden", hidden},   {"experts", experts},
+      {"layers", layers}, {"batch", batch},   {"seq", seq},
+      {"embed", embed},   {"hidden", hidden}, {"experts", experts},
       {"top_k", topK}};
   for (auto [name, value] : positives)
     if (value <= 0)
       return emitError() << "model field '" << name
                          << "' must be positive, got " << value;
   if (topK > experts)
-    return emitError() << "top_k (" << topK << ") exceeds the number of experts ("
-                       << experts << ")";
+    return emitError() << "top_k (" << topK
+                       << ") exceeds the number of experts (" << experts << ")";
   if (!(capacityFactor >= 0.0) || std::isinf(capacityFactor))
     return emitError() << "capacity_factor must be a positive number, got "
                        << detail::formatDouble(capacityFactor);
@@ -129,21 +126,21 @@ Attribute ModelAttr::parse(AsmParser &parser, Type) {
   for (int i = 0; i < 3; ++i) {
     if (parser.parseComma() || parser.parseKeyword(axisNames[i]) ||
         parser.parseEqual() ||
-        parser.parseCommaSeparatedList(
-            AsmParser::Delimiter::Square, [&]() -> ParseResult {
-              int16_t axis;
-              if (parser.parseInteger(axis))
-                return failure();
-              axes[i].push_back(axis);
-              return success();
-            }))
+        parser.parseCommaSeparatedList(AsmParser::Delimiter::Square,
+                                       [&]() -> ParseResult {
+                                         int16_t axis;
+                                         if (parser.parseInteger(axis))
+                                           return failure();
+                                         axes[i].push_back(axis);
+                                         return success();
+                                       }))
       return {};
   }
   if (parser.parseGreater())
     return {};
   return parser.getChecked<ModelAttr>(
-      parser.getContext(), ints[0], ints[1], ints[2], ints[3], ints[4],
-      ints[5], ints[6], APFloat(capacityFactor), grid, axes[0], axes[1], axes[2]);
+      parser.getContext(), ints[0], ints[1], ints[2], ints[3], ints[4], ints[5],
+      ints[6], APFloat(capacityFactor), grid, axes[0], axes[1], axes[2]);
 }
 
 void ModelAttr::print(AsmPrinter &printer) const {
@@ -154,8 +151,7 @@ void ModelAttr::print(AsmPrinter &printer) const {
   if (isDropless())
     printer << "dropless";
   else
-    printer << "capacity_factor = "
-            << detail::formatDouble(getF());
+    printer << "capacity_factor = " << detail::formatDouble(getF());
   printer << ", grid = " << getGrid();
   auto printAxes = [&](StringRef name, ArrayRef<int16_t> axes) {
     printer << ", " << name << " = [";
@@ -217,8 +213,8 @@ Attribute TaskAttr::parse(AsmParser &parser, Type) {
   }
   if (parser.parseGreater())
     return {};
-  return TaskAttr::get(parser.getContext(), *kind, *phase, fields[0],
-                       fields[1], fields[2]);
+  return TaskAttr::get(parser.getContext(), *kind, *phase, fields[0], fields[1],
+                       fields[2]);
 }
 
 void TaskAttr::print(AsmPrinter &printer) const {

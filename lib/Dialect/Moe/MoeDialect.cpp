@@ -46,11 +46,11 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == getModelAttrName()) {
     auto model = dyn_cast<ModelAttr>(attr.getValue());
     if (!model)
-      return op->emitError() << "'" << getModelAttrName()
-                             << "' must be a #moe.model attribute";
+      return op->emitError()
+             << "'" << getModelAttrName() << "' must be a #moe.model attribute";
     if (!isa<FunctionOpInterface>(op))
-      return op->emitError() << "'" << getModelAttrName()
-                             << "' belongs on a function";
+      return op->emitError()
+             << "'" << getModelAttrName() << "' belongs on a function";
     return verifyModel(op, model);
   }
   if (attr.getName() == getStreamAttrName()) {
@@ -70,8 +70,8 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
   }
   if (attr.getName() == getTaskAttrName()) {
     if (!isa<TaskAttr>(attr.getValue()))
-      return op->emitError() << "'" << getTaskAttrName()
-                             << "' must be a #moe.task attribute";
+      return op->emitError()
+             << "'" << getTaskAttrName() << "' must be a #moe.task attribute";
     return success();
   }
   if (attr.getName() == getScheduleAttrName()) {

@@ -51,9 +51,9 @@ static void printCapacityFactor(OpAsmPrinter &printer, Operation *,
 // Groups
 //===----------------------------------------------------------------------===//
 
-FailureOr<shard::GridOp> mlir::moe::lookupGrid(
-    Operation *from, FlatSymbolRefAttr grid,
-    SymbolTableCollection &symbolTable) {
+FailureOr<shard::GridOp>
+mlir::moe::lookupGrid(Operation *from, FlatSymbolRefAttr grid,
+                      SymbolTableCollection &symbolTable) {
   auto gridOp = symbolTable.lookupNearestSymbolFrom<shard::GridOp>(from, grid);
   if (!gridOp)
     return from->emitError() << "device grid " << grid
@@ -103,9 +103,9 @@ static LogicalResult verifyExpertSideLayout(Operation *op, StringRef name,
                                             std::optional<int64_t> capacity,
                                             int64_t groupSize) {
   if (numExperts % groupSize != 0)
-    return op->emitOpError() << numExperts << " experts cannot be spread "
-                             << "evenly over a group of " << groupSize
-                             << " ranks";
+    return op->emitOpError()
+           << numExperts << " experts cannot be spread "
+           << "evenly over a group of " << groupSize << " ranks";
   if (failed(verifyDim(op, name, expertSide, 0, numExperts / groupSize,
                        "local experts E/G")))
     return failure();
@@ -158,12 +158,11 @@ static LogicalResult verifyBoundArguments(Operation *op, StringRef what,
     return op->emitOpError() << "has " << operands.size() << " " << what
                              << "s but its region takes "
                              << body.getNumArguments() << " arguments";
-  for (auto [i, arg, operand] :
-       llvm::enumerate(body.getArguments(), operands))
+  for (auto [i, arg, operand] : llvm::enumerate(body.getArguments(), operands))
     if (arg.getType() != operand.getType())
       return op->emitOpError() << "region argument #" << i << " has type "
-                               << arg.getType() << " but " << what << " #"
-                               << i << " has type " << operand.getType();
+                               << arg.getType() << " but " << what << " #" << i
+                               << " has type " << operand.getType();
   return success();
 }
 
@@ -312,8 +311,7 @@ LogicalResult AttentionOp::verify() {
   ShapedType input = shapeOf(getInput());
   if (failed(verifyRank(*this, "input", input, 3)))
     return failure();
-  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(),
-          dim = getHeadDim();
+  int64_t heads = getNumHeads(), kvHeads = getNumKvHeads(), dim = getHeadDim();
   if (heads % kvHeads != 0)
     return emitOpError() << "num_heads (" << heads
                          << ") must be a multiple of num_kv_heads (" << kvHeads
@@ -372,8 +370,7 @@ LogicalResult GateOp::verify() {
     ShapedType proj = shapeOf(aux);
     if (failed(verifyRank(*this, "aux", proj, 2)) ||
         failed(verifyDim(*this, "aux", proj, 0, m, "embedding M")) ||
-        failed(verifyShape(*this, "weight", weight,
-                           {proj.getDimSize(1), e})))
+        failed(verifyShape(*this, "weight", weight, {proj.getDimSize(1), e})))
       return failure();
   } else {
     if (failed(verifyShape(*this, "weight", weight, {m, e})))
@@ -418,9 +415,9 @@ LogicalResult GateOp::verify() {
   }
 
   ShapedType indices = shapeOf(getIndices()), weights = shapeOf(getWeights());
-  SmallVector<int64_t> routeShape =
-      isExpertChoice() ? SmallVector<int64_t>{e, *capacity}
-                       : SmallVector<int64_t>{b, n, k};
+  SmallVector<int64_t> routeShape = isExpertChoice()
+                                        ? SmallVector<int64_t>{e, *capacity}
+                                        : SmallVector<int64_t>{b, n, k};
   if (failed(verifyShape(*this, "indices", indices, routeShape)) ||
       failed(verifyShape(*this, "weights", weights, routeShape)) ||
       failed(verifyShape(*this, "counts", shapeOf(getCounts()), {e})))
@@ -541,9 +538,9 @@ LogicalResult ExpertOp::verify() {
   ShapedType input = shapeOf(getInput());
   if (failed(verifyRank(*this, "input", input, 3)))
     return failure();
-  if (failed(verifyFfnWeights(*this, {input.getDimSize(0)},
-                              input.getDimSize(2), shapeOf(getUp()),
-                              getGateProj(), shapeOf(getDown()))))
+  if (failed(verifyFfnWeights(*this, {input.getDimSize(0)}, input.getDimSize(2),
+                              shapeOf(getUp()), getGateProj(),
+                              shapeOf(getDown()))))
     return failure();
   if (getResult().getType() != getInput().getType())
     return emitOpError() << "result type must equal the input type";
@@ -554,8 +551,7 @@ LogicalResult SharedExpertOp::verify() {
   ShapedType input = shapeOf(getInput());
   if (input.getRank() < 1)
     return emitOpError() << "'input' must have rank >= 1";
-  if (failed(verifyFfnWeights(*this, {},
-                              input.getDimSize(input.getRank() - 1),
+  if (failed(verifyFfnWeights(*this, {}, input.getDimSize(input.getRank() - 1),
                               shapeOf(getUp()), getGateProj(),
                               shapeOf(getDown()))))
     return failure();
@@ -569,9 +565,8 @@ LogicalResult SharedExpertOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult AllReduceOp::inferReturnTypes(
-    MLIRContext *, std::optional<Location>, ValueRange operands,
-    DictionaryAttr, OpaqueProperties, RegionRange,
-    SmallVectorImpl<Type> &inferredReturnTypes) {
+    MLIRContext *, std::optional<Location>, ValueRange operands, DictionaryAttr,
+    OpaqueProperties, RegionRange, SmallVectorImpl<Type> &inferredReturnTypes) {
   // A (chunked) all-reduce returns tensors of its operands' types.
   llvm::append_range(inferredReturnTypes, operands.getTypes());
   return success();
@@ -622,9 +617,8 @@ static bool isFloatTensor(Type type) {
 
 Operation *VjpOp::getForwardOp() {
   Block &body = getBody().front();
-  return body.empty() || &body.front() == body.getTerminator()
-             ? nullptr
-             : &body.front();
+  return body.empty() || &body.front() == body.getTerminator() ? nullptr
+                                                               : &body.front();
 }
 
 CollectiveOpInterface VjpOp::getCollective() {
@@ -678,9 +672,8 @@ void VjpOp::print(OpAsmPrinter &p) {
   p << " ";
   printBoundArguments(p, getBody().getArguments(), getPrimals());
   p << " cotangents(";
-  llvm::interleaveComma(getCotangents(), p, [&](Value v) {
-    p << v << " : " << v.getType();
-  });
+  llvm::interleaveComma(getCotangents(), p,
+                        [&](Value v) { p << v << " : " << v.getType(); });
   p << ")";
   if (getNumResults()) {
     p << " -> (";
@@ -699,16 +692,15 @@ LogicalResult VjpOp::verify() {
   if (failed(verifyBoundArguments(*this, "primal", body, getPrimals())))
     return failure();
   Operation *forward = getForwardOp();
-  if (!forward || std::next(forward->getIterator()) !=
-                      body.getTerminator()->getIterator())
+  if (!forward ||
+      std::next(forward->getIterator()) != body.getTerminator()->getIterator())
     return emitOpError() << "body must hold exactly one op and moe.yield";
   if (forward->getNumRegions() != 0)
     return emitOpError() << "cannot differentiate an op with regions";
   if (!llvm::equal(forward->getOperands(), body.getArguments()))
     return emitOpError() << "the body op must take the body arguments, in "
                             "order, as its operands";
-  if (!llvm::equal(body.getTerminator()->getOperands(),
-                   forward->getResults()))
+  if (!llvm::equal(body.getTerminator()->getOperands(), forward->getResults()))
     return emitOpError() << "the body must yield the results of its op";
 
   SmallVector<Type> expectedCotangents, expectedGradients;
@@ -749,8 +741,8 @@ static LogicalResult verifyEqualSplit(Operation *op, ShapedType whole,
   auto part = cast<ShapedType>(first);
   if (whole.getRank() < 1 || part.getRank() != whole.getRank() ||
       part.getElementType() != whole.getElementType())
-    return op->emitOpError() << "micro-batch type " << first
-                             << " does not match " << whole;
+    return op->emitOpError()
+           << "micro-batch type " << first << " does not match " << whole;
   if (!whole.getShape().drop_front().equals(part.getShape().drop_front()))
     return op->emitOpError() << "micro-batches may only differ in dimension 0";
   int64_t r = parts.size();
@@ -766,7 +758,8 @@ LogicalResult SplitOp::verify() {
   return verifyEqualSplit(*this, shapeOf(getInput()), getResultTypes());
 }
 
-LogicalResult SplitOp::fold(FoldAdaptor, SmallVectorImpl<OpFoldResult> &results) {
+LogicalResult SplitOp::fold(FoldAdaptor,
+                            SmallVectorImpl<OpFoldResult> &results) {
   auto merge = getInput().getDefiningOp<MergeOp>();
   if (!merge || merge.getInputs().getTypes() != getResultTypes())
     return failure();
@@ -775,15 +768,15 @@ LogicalResult SplitOp::fold(FoldAdaptor, SmallVectorImpl<OpFoldResult> &results)
 }
 
 LogicalResult MergeOp::verify() {
-  return verifyEqualSplit(*this, shapeOf(getResult()),
-                          getInputs().getTypes());
+  return verifyEqualSplit(*this, shapeOf(getResult()), getInputs().getTypes());
 }
 
 LogicalResult WaitEventOp::verify() {
   if (auto record = getEvent().getDefiningOp<RecordEventOp>())
     if (record.getStream() == getStream())
       return emitOpError() << "waits on an event recorded on the same stream "
-                           << getStream() << "; stream order already implies it";
+                           << getStream()
+                           << "; stream order already implies it";
   return success();
 }
 

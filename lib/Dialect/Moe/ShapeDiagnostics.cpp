@@ -47,21 +47,21 @@ LogicalResult verifyShape(Operation *op, StringRef name, ShapedType type,
       !llvm::all_of(llvm::zip(type.getShape(), expected), [](auto pair) {
         return sameOrDynamic(std::get<0>(pair), std::get<1>(pair));
       }))
-    return op->emitOpError() << "'" << name << "' must have shape "
-                             << formatShape(expected) << ", got "
-                             << formatShape(type.getShape());
+    return op->emitOpError()
+           << "'" << name << "' must have shape " << formatShape(expected)
+           << ", got " << formatShape(type.getShape());
   return success();
 }
 
 } // namespace mlir::moe::detail
 
-int64_t mlir::moe::expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
-                       int64_t experts) {
+int64_t mlir::moe::expertCapacity(double capacityFactor, int64_t topK,
+                                  int64_t tokens, int64_t experts) {
   // Compute in long double and nudge down by a relative epsilon so that
   // f = 1.1 (not exactly representable) with an integral product does not
   // round up to one slot too many.
-  long double exact = static_cast<long double>(capacityFactor) * topK *
-                      tokens / static_cast<long double>(experts);
+  long double exact = static_cast<long double>(capacityFactor) * topK * tokens /
+                      static_cast<long double>(experts);
   long double nudged = exact * (1.0L - 1e-12L);
   return static_cast<int64_t>(std::ceil(nudged));
 }

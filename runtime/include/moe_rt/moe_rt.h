@@ -73,8 +73,7 @@ typedef struct moe_rt_event_impl *moe_rt_event;
  * later tasks are skipped and moe_rt_stream_synchronize reports the error. */
 typedef int (*moe_rt_task_fn)(void *arg);
 
-moe_rt_status moe_rt_stream_create(moe_rt_backend backend,
-                                   moe_rt_stream *out);
+moe_rt_status moe_rt_stream_create(moe_rt_backend backend, moe_rt_stream *out);
 /* Waits for queued work, then frees the stream. */
 moe_rt_status moe_rt_stream_destroy(moe_rt_stream stream);
 /* Queues a host task after all work already on the stream (CPU only). */
@@ -82,8 +81,7 @@ moe_rt_status moe_rt_stream_enqueue(moe_rt_stream stream, moe_rt_task_fn fn,
                                     void *arg);
 /* Blocks until the stream is idle; MOE_RT_TIMEOUT after timeout_s seconds
  * (timeout_s <= 0 waits without limit). Reports a failed task or wait. */
-moe_rt_status moe_rt_stream_synchronize(moe_rt_stream stream,
-                                        double timeout_s);
+moe_rt_status moe_rt_stream_synchronize(moe_rt_stream stream, double timeout_s);
 
 moe_rt_status moe_rt_event_create(moe_rt_backend backend, moe_rt_event *out);
 moe_rt_status moe_rt_event_destroy(moe_rt_event event);
@@ -93,8 +91,7 @@ moe_rt_status moe_rt_event_record(moe_rt_event event, moe_rt_stream stream);
  * recent record (at the time of this call) has completed. A wait longer than
  * wait_timeout_s (<= 0: no limit) fails the stream with MOE_RT_TIMEOUT, so a
  * peer that never records cannot hang the step. */
-moe_rt_status moe_rt_stream_wait_event(moe_rt_stream stream,
-                                       moe_rt_event event,
+moe_rt_status moe_rt_stream_wait_event(moe_rt_stream stream, moe_rt_event event,
                                        double wait_timeout_s);
 /* 1 if the event's latest record has completed (or it was never recorded). */
 int moe_rt_event_query(moe_rt_event event);
@@ -106,7 +103,8 @@ int moe_rt_event_query(moe_rt_event event);
 moe_rt_status moe_rt_tensor_scale(moe_rt_stream stream, moe_rt_tensor *tensor,
                                   float factor);
 
-/*--- CUDA backend ------------------------------------------------------------*/
+/*--- CUDA backend
+ * ------------------------------------------------------------*/
 
 /* 1 if the runtime was built with CUDA (nvcc found at build time). */
 int moe_rt_cuda_compiled(void);

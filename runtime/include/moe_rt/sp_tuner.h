@@ -95,7 +95,7 @@ private:
   std::vector<double> xs, ys; // normalised S_p in (0, 1], time
   // Fitted GP state.
   double lengthScale = 0.2, yMean = 0, yStd = 1;
-  std::vector<double> alpha;  // K^-1 (y - mean) / std
+  std::vector<double> alpha;    // K^-1 (y - mean) / std
   std::vector<double> cholesky; // lower factor of K, row-major n x n
   size_t fitted = 0;            // samples the fit above used
 };

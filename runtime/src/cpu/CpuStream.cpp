@@ -1,4 +1,5 @@
-//===- CpuStream.cpp - a stream as an in-order worker thread ----------------===//
+//===- CpuStream.cpp - a stream as an in-order worker thread
+//----------------===//
 //
 // CUDA stream semantics on the host: tasks run one at a time in issue order
 // on a dedicated thread; events mark points in that order; a wait blocks the
@@ -58,8 +59,8 @@ public:
       changed.wait(lock, done);
       return true;
     }
-    return changed.wait_for(
-        lock, std::chrono::duration<double>(timeoutSeconds), done);
+    return changed.wait_for(lock, std::chrono::duration<double>(timeoutSeconds),
+                            done);
   }
 
 private:
@@ -113,9 +114,8 @@ public:
       this->idle.wait(lock, idle);
     else if (!this->idle.wait_for(
                  lock, std::chrono::duration<double>(timeoutSeconds), idle))
-      return fail(MOE_RT_TIMEOUT,
-                  "stream did not finish within " +
-                      std::to_string(timeoutSeconds) + " s");
+      return fail(MOE_RT_TIMEOUT, "stream did not finish within " +
+                                      std::to_string(timeoutSeconds) + " s");
     if (status != MOE_RT_OK)
       return fail(status, "stream failed: " + statusMessage);
     return ok();
@@ -138,8 +138,7 @@ public:
     push({[&cpuEvent, generation, timeoutSeconds](std::string &message) {
       if (cpuEvent.waitFor(generation, timeoutSeconds))
         return MOE_RT_OK;
-      message = "event wait timed out after " +
-                std::to_string(timeoutSeconds) +
+      message = "event wait timed out after " + std::to_string(timeoutSeconds) +
                 " s (the recording stream or its peer made no progress)";
       return MOE_RT_TIMEOUT;
     }});

@@ -1,4 +1,5 @@
-//===- CudaBackend.cpp - streams and events on CUDA --------------------------===//
+//===- CudaBackend.cpp - streams and events on CUDA
+//--------------------------===//
 //
 // Host-side CUDA runtime calls, compiled by the host compiler and linked with
 // cudart, cuBLAS and NCCL. Every CUDA error becomes a status + message; a
@@ -136,7 +137,8 @@ moe_rt_status createCudaEvent(std::unique_ptr<EventImpl> &out) {
   if (moe_rt_status s = requireDevice("moe_rt_event_create"))
     return s;
   cudaEvent_t event;
-  if (cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming))
+  if (cudaError_t err =
+          cudaEventCreateWithFlags(&event, cudaEventDisableTiming))
     return cudaFail("cudaEventCreate", err);
   out = std::make_unique<CudaEvent>(event);
   return ok();
@@ -191,9 +193,8 @@ extern "C" moe_rt_status moe_rt_cuda_library_versions(int *nccl_version,
     return moe_rt::fail(MOE_RT_INVALID_ARGUMENT,
                         "moe_rt_cuda_library_versions: NULL output");
   if (ncclResult_t r = ncclGetVersion(nccl_version); r != ncclSuccess)
-    return moe_rt::fail(MOE_RT_BACKEND_ERROR,
-                        std::string("ncclGetVersion: ") +
-                            ncclGetErrorString(r));
+    return moe_rt::fail(MOE_RT_BACKEND_ERROR, std::string("ncclGetVersion: ") +
+                                                  ncclGetErrorString(r));
   int major = 0, minor = 0, patch = 0;
   if (cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
       cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||

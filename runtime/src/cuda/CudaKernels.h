@@ -1,4 +1,5 @@
-//===- CudaKernels.h - launchers for the runtime's CUDA kernels ---*- C++ -*-===//
+//===- CudaKernels.h - launchers for the runtime's CUDA kernels ---*- C++
+//-*-===//
 #ifndef MOE_RT_SRC_CUDA_CUDAKERNELS_H
 #define MOE_RT_SRC_CUDA_CUDAKERNELS_H
 

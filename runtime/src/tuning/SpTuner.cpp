@@ -1,4 +1,5 @@
-//===- SpTuner.cpp - Bayesian optimisation of S_p ---------------------------===//
+//===- SpTuner.cpp - Bayesian optimisation of S_p
+//---------------------------===//
 //
 // FlowMoE App. D: GP regression with a Matern kernel (5/2 here), Expected
 // Improvement with xi = 0.1, 8 samples over (0, largest per-block all-reduce
@@ -33,8 +34,8 @@ constexpr double kXi = 0.1;
 // two random starts of the same 8-sample budget halve the mean regret and
 // beat grid search; one does not.
 constexpr int kInitialSamples = 2;
-constexpr double kNoise = 1e-6;    // jitter on the standardised scale
-constexpr int kCandidates = 1024;  // EI maximised over this grid of (0, 1]
+constexpr double kNoise = 1e-6;   // jitter on the standardised scale
+constexpr int kCandidates = 1024; // EI maximised over this grid of (0, 1]
 // The smallest S_p proposed, as a fraction of the largest: FlowMoE's
 // reference code searches 128 KB - 16 MB. Below it, per-chunk start-up
 // costs dominate whatever the hardware.
@@ -169,8 +170,7 @@ void SpTuner::posterior(double u, double &mean, double &stddev) {
   Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic,
                                  Eigen::RowMajor>>
       L(cholesky.data(), n, n);
-  Eigen::VectorXd v =
-      L.triangularView<Eigen::Lower>().solve(k);
+  Eigen::VectorXd v = L.triangularView<Eigen::Lower>().solve(k);
   double var = std::max(1.0 - v.squaredNorm(), 1e-12);
   mean = yMean + yStd * k.dot(a);
   stddev = yStd * std::sqrt(var);

@@ -18,8 +18,6 @@
 #define GET_OP_CLASSES
 #include "Moe/MoeOps.h.inc"
 
-
-
 namespace mlir::moe {
 
 /// The `shard.grid` that `grid` names, seen from `from`, or an error on
