@@ -32,13 +32,20 @@ public:
   virtual moe_rt_status enqueue(moe_rt_task_fn fn, void *arg) = 0;
   /// A host task that reports failure through its status and message.
   using HostTask = std::function<moe_rt_status(std::string &message)>;
-  virtual moe_rt_status enqueueHost(HostTask task) = 0;
+  /// `lowPriority` puts it in a communication pool's low-priority queue
+  /// (all-reduce chunks); streams without a pool ignore it.
+  virtual moe_rt_status enqueueHost(HostTask task,
+                                    bool lowPriority = false) = 0;
   virtual moe_rt_status synchronize(double timeoutSeconds) = 0;
   virtual moe_rt_status record(EventImpl &event) = 0;
   virtual moe_rt_status wait(EventImpl &event, double timeoutSeconds) = 0;
 };
 
 std::unique_ptr<StreamImpl> createCpuStream();
+/// FlowMoE's communication pool (Alg. 2): one worker, two in-order queues;
+/// it runs the first ready high-priority task, or else the first ready
+/// low-priority one. A wait gates the next task enqueued after it.
+std::unique_ptr<StreamImpl> createCpuPoolStream();
 std::unique_ptr<EventImpl> createCpuEvent();
 
 /// CUDA factories: fail with MOE_RT_UNAVAILABLE (and a message) when the

@@ -74,6 +74,16 @@ typedef struct moe_rt_event_impl *moe_rt_event;
 typedef int (*moe_rt_task_fn)(void *arg);
 
 moe_rt_status moe_rt_stream_create(moe_rt_backend backend, moe_rt_stream *out);
+/* A CPU communication stream that is FlowMoE's priority pool (Alg. 2): two
+ * in-order queues on one worker. moe_rt_stream_enqueue adds to the
+ * high-priority queue (all-to-alls), moe_rt_stream_enqueue_low to the
+ * low-priority one (all-reduce chunks); the worker runs the first ready
+ * high-priority task, or else the first ready low-priority one, never
+ * preempting. A wait gates the next task enqueued after it; an event
+ * completes with the task enqueued before it. */
+moe_rt_status moe_rt_stream_create_pool(moe_rt_stream *out);
+moe_rt_status moe_rt_stream_enqueue_low(moe_rt_stream stream,
+                                        moe_rt_task_fn fn, void *arg);
 /* Waits for queued work, then frees the stream. */
 moe_rt_status moe_rt_stream_destroy(moe_rt_stream stream);
 /* Queues a host task after all work already on the stream (CPU only). */

@@ -9,6 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CpuEvent.h"
+
 #include "../Backend.h"
 #include "../Error.h"
 
@@ -24,50 +26,6 @@ namespace moe_rt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-class CpuEvent final : public EventImpl {
-public:
-  moe_rt_backend backend() const override { return MOE_RT_CPU; }
-
-  bool query() override {
-    std::lock_guard<std::mutex> lock(mutex);
-    return completed >= recorded;
-  }
-
-  /// Called at record time on the host: the generation the marker completes.
-  uint64_t nextGeneration() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return ++recorded;
-  }
-  uint64_t latestGeneration() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return recorded;
-  }
-  void complete(uint64_t generation) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (generation > completed)
-        completed = generation;
-    }
-    changed.notify_all();
-  }
-  /// False on timeout (timeoutSeconds <= 0 waits without limit).
-  bool waitFor(uint64_t generation, double timeoutSeconds) {
-    std::unique_lock<std::mutex> lock(mutex);
-    auto done = [&] { return completed >= generation; };
-    if (timeoutSeconds <= 0) {
-      changed.wait(lock, done);
-      return true;
-    }
-    return changed.wait_for(lock, std::chrono::duration<double>(timeoutSeconds),
-                            done);
-  }
-
-private:
-  std::mutex mutex;
-  std::condition_variable changed;
-  uint64_t recorded = 0, completed = 0;
-};
 
 class CpuStream final : public StreamImpl {
 public:
@@ -102,7 +60,7 @@ public:
     return ok();
   }
 
-  moe_rt_status enqueueHost(HostTask task) override {
+  moe_rt_status enqueueHost(HostTask task, bool) override {
     push({std::move(task)});
     return ok();
   }

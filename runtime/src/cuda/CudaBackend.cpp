@@ -66,7 +66,7 @@ public:
                 "CUDA stream through the op API");
   }
 
-  moe_rt_status enqueueHost(HostTask) override {
+  moe_rt_status enqueueHost(HostTask, bool) override {
     return fail(MOE_RT_INVALID_ARGUMENT, "host tasks run on CPU streams only");
   }
 

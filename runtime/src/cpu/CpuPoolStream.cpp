@@ -1,0 +1,223 @@
+//===- CpuPoolStream.cpp - the all-to-all / all-reduce priority pool ------===//
+//
+// FlowMoE §3.3 / Alg. 2 on the host: one communication worker and two
+// in-order queues. When the worker is free it runs the head of the
+// high-priority queue (all-to-alls) if its waits are satisfied, else the head
+// of the low-priority queue (all-reduce chunks) if its waits are, else it
+// waits for an event. A task never preempts another, so a chunk in flight
+// delays a newly ready all-to-all by at most the chunk's length. A wait
+// gates the next task enqueued after it, in whichever queue — exactly the
+// rule the compiler's moe-insert-syncs, verifier and simulator assume
+// (lib/Analysis/StreamOrder.h). Failures are sticky as on CpuStream.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuEvent.h"
+
+#include "../Backend.h"
+#include "../Error.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace moe_rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class CpuPoolStream final : public StreamImpl {
+public:
+  CpuPoolStream() : worker([this] { loop(); }) {}
+
+  ~CpuPoolStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    worker.join();
+  }
+
+  moe_rt_backend backend() const override { return MOE_RT_CPU; }
+
+  moe_rt_status enqueue(moe_rt_task_fn fn, void *arg) override {
+    return enqueueHost(
+        [fn, arg](std::string &message) {
+          int rc = fn(arg);
+          if (rc == 0)
+            return MOE_RT_OK;
+          message = "task returned " + std::to_string(rc);
+          return MOE_RT_BACKEND_ERROR;
+        },
+        false);
+  }
+
+  moe_rt_status enqueueHost(HostTask task, bool lowPriority) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      Item item;
+      item.run = std::move(task);
+      item.waits = std::move(pendingWaits);
+      pendingWaits.clear();
+      // deque::push_back keeps references to the other elements valid.
+      (lowPriority ? low : high).push_back(std::move(item));
+      lastItem = &(lowPriority ? low : high).back();
+      lastRunning = false;
+    }
+    wake.notify_all();
+    return ok();
+  }
+
+  moe_rt_status record(EventImpl &event) override {
+    auto &cpuEvent = static_cast<CpuEvent &>(event);
+    uint64_t generation = cpuEvent.nextGeneration();
+    std::lock_guard<std::mutex> lock(mutex);
+    // The event completes with the task enqueued before it (and so with
+    // everything earlier in that task's queue): still queued, running, or
+    // already done.
+    if (lastItem)
+      lastItem->completes.push_back({&cpuEvent, generation});
+    else if (lastRunning)
+      runningCompletes.push_back({&cpuEvent, generation});
+    else
+      cpuEvent.complete(generation);
+    return ok();
+  }
+
+  moe_rt_status wait(EventImpl &event, double timeoutSeconds) override {
+    auto &cpuEvent = static_cast<CpuEvent &>(event);
+    std::lock_guard<std::mutex> lock(mutex);
+    pendingWaits.push_back({&cpuEvent, cpuEvent.latestGeneration(),
+                            timeoutSeconds});
+    return ok();
+  }
+
+  moe_rt_status synchronize(double timeoutSeconds) override {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto idle = [&] { return high.empty() && low.empty() && !busy; };
+    if (timeoutSeconds <= 0)
+      idleCv.wait(lock, idle);
+    else if (!idleCv.wait_for(
+                 lock, std::chrono::duration<double>(timeoutSeconds), idle))
+      return fail(MOE_RT_TIMEOUT, "communication pool did not finish within " +
+                                      std::to_string(timeoutSeconds) + " s");
+    if (status != MOE_RT_OK)
+      return fail(status, "communication pool failed: " + statusMessage);
+    return ok();
+  }
+
+private:
+  struct Wait {
+    CpuEvent *event;
+    uint64_t generation;
+    double timeoutSeconds;
+  };
+  struct Completion {
+    CpuEvent *event;
+    uint64_t generation;
+  };
+  struct Item {
+    HostTask run;
+    std::vector<Wait> waits;
+    std::vector<Completion> completes;
+    Clock::time_point queuedAt = Clock::now();
+  };
+
+  /// Whether the item's waits are satisfied; sets `timedOut` with a message
+  /// when one has waited past its limit.
+  static bool ready(const Item &item, std::string &timedOut) {
+    for (const Wait &w : item.waits) {
+      if (w.event->reached(w.generation))
+        continue;
+      std::chrono::duration<double> waited = Clock::now() - item.queuedAt;
+      if (w.timeoutSeconds > 0 && waited.count() > w.timeoutSeconds)
+        timedOut = "event wait timed out after " +
+                   std::to_string(w.timeoutSeconds) +
+                   " s (the recording stream or its peer made no progress)";
+      return false;
+    }
+    return true;
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      if (stopping && high.empty() && low.empty())
+        return;
+      // The first ready head, all-to-alls first; else a head whose wait
+      // timed out, which fails the pool; else wait for an event.
+      std::string highTimeout, lowTimeout, timedOut;
+      bool highReady = !high.empty() && ready(high.front(), highTimeout);
+      bool lowReady =
+          !highReady && !low.empty() && ready(low.front(), lowTimeout);
+      std::deque<Item> *queue = nullptr;
+      if (highReady || lowReady) {
+        queue = highReady ? &high : &low;
+      } else if (!highTimeout.empty() || !lowTimeout.empty()) {
+        queue = !highTimeout.empty() ? &high : &low;
+        timedOut = !highTimeout.empty() ? highTimeout : lowTimeout;
+      } else {
+        // Events complete on other threads without telling this one: poll.
+        wake.wait_for(lock, std::chrono::microseconds(200));
+        continue;
+      }
+      bool isLast = lastItem == &queue->front();
+      Item item = std::move(queue->front());
+      queue->pop_front();
+      if (isLast) {
+        lastItem = nullptr;
+        lastRunning = true;
+      }
+      bool skip = status != MOE_RT_OK || !timedOut.empty();
+      busy = true;
+      lock.unlock();
+      std::string message = timedOut;
+      moe_rt_status result =
+          !timedOut.empty() ? MOE_RT_TIMEOUT
+                            : (skip ? MOE_RT_OK : item.run(message));
+      lock.lock();
+      // Events still complete, so that other streams learn of a failure
+      // instead of waiting forever.
+      if (isLast && lastRunning) {
+        item.completes.insert(item.completes.end(), runningCompletes.begin(),
+                              runningCompletes.end());
+        runningCompletes.clear();
+        lastRunning = false;
+      }
+      for (const Completion &c : item.completes)
+        c.event->complete(c.generation);
+      busy = false;
+      if (result != MOE_RT_OK && status == MOE_RT_OK) {
+        status = result;
+        statusMessage = std::move(message);
+      }
+      if (high.empty() && low.empty())
+        idleCv.notify_all();
+    }
+  }
+
+  std::mutex mutex;
+  std::condition_variable wake, idleCv;
+  std::deque<Item> high, low;
+  Item *lastItem = nullptr;   // the last task enqueued, while queued
+  bool lastRunning = false;   // ... or while it runs
+  std::vector<Completion> runningCompletes;
+  std::vector<Wait> pendingWaits;
+  bool busy = false, stopping = false;
+  moe_rt_status status = MOE_RT_OK;
+  std::string statusMessage;
+  std::thread worker; // last: starts after the members it uses exist
+};
+
+} // namespace
+
+std::unique_ptr<StreamImpl> createCpuPoolStream() {
+  return std::make_unique<CpuPoolStream>();
+}
+
+} // namespace moe_rt
