@@ -1,0 +1,77 @@
+/*===- collectives.h - collectives on groups of ranks ----------*- C -*-===*
+ *
+ * The CPU backend's collectives over MPI (OpenMPI), queued on streams like
+ * any task. Every collective is bounded by the communicator's timeout: a
+ * rank that dies or stops responding makes the others fail within it, with
+ * an error that names the ranks that did not answer a liveness probe. With
+ * shape checks on, ranks first exchange each collective's kind and size and
+ * report a mismatch instead of corrupting memory or hanging.
+ *
+ * All-to-alls and all-reduces use separate MPI communicators, so the
+ * communication pool (moe_rt_stream_create_pool) may reorder one class
+ * against the other without ranks deadlocking; all-reduces are queued in the
+ * pool's low-priority queue.
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef MOE_RT_COLLECTIVES_H
+#define MOE_RT_COLLECTIVES_H
+
+#include "moe_rt/moe_rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct moe_rt_comm_impl *moe_rt_comm;
+
+/* Initialises MPI with thread support (streams call it from their workers)
+ * unless the caller already has. */
+moe_rt_status moe_rt_mpi_init(int *argc, char ***argv);
+moe_rt_status moe_rt_mpi_finalize(void);
+/* Ends every rank of the job: what a trainer does after a collective failed,
+ * so that no rank waits on a dead peer. */
+void moe_rt_mpi_abort(int code);
+
+/* All ranks. timeout_s > 0 bounds each collective; check_shapes != 0
+ * exchanges kind and size before each. */
+moe_rt_status moe_rt_comm_create_world(double timeout_s, int check_shapes,
+                                       moe_rt_comm *out);
+/* Ranks with the same color form a group (MPI_Comm_split), ordered by rank.*/
+moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
+                                moe_rt_comm *out);
+moe_rt_status moe_rt_comm_destroy(moe_rt_comm comm);
+int moe_rt_comm_rank(moe_rt_comm comm);
+int moe_rt_comm_size(moe_rt_comm comm);
+
+/* Sums `tensor` (F32) over the group in place; with size_bytes >= 0 only the
+ * byte range [offset_bytes, offset_bytes + size_bytes) (a FlowMoE chunk).
+ * Queued as a low-priority task on a pool stream. */
+moe_rt_status moe_rt_all_reduce(moe_rt_stream stream, moe_rt_comm comm,
+                                moe_rt_tensor *tensor, int64_t offset_bytes,
+                                int64_t size_bytes);
+/* Equal parts along dimension 0: part j of `send` goes to rank j, part i of
+ * `recv` comes from rank i. */
+moe_rt_status moe_rt_all_to_all(moe_rt_stream stream, moe_rt_comm comm,
+                                const moe_rt_tensor *send,
+                                moe_rt_tensor *recv);
+/* Variable counts, in rows of dimension 0 (dropless dispatch). The arrays
+ * have one entry per rank and are read when the call is made. */
+moe_rt_status moe_rt_all_to_all_v(moe_rt_stream stream, moe_rt_comm comm,
+                                  const moe_rt_tensor *send,
+                                  const int64_t *send_rows,
+                                  moe_rt_tensor *recv,
+                                  const int64_t *recv_rows);
+/* recv = concatenation of every rank's send along dimension 0. */
+moe_rt_status moe_rt_all_gather(moe_rt_stream stream, moe_rt_comm comm,
+                                const moe_rt_tensor *send,
+                                moe_rt_tensor *recv);
+/* recv = this rank's part (dimension 0) of the sum of every rank's send. */
+moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream, moe_rt_comm comm,
+                                    const moe_rt_tensor *send,
+                                    moe_rt_tensor *recv);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MOE_RT_COLLECTIVES_H */
