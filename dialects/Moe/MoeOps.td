@@ -212,7 +212,7 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
 
     | kind | scores (FSMoE §2.1) | extra operand |
     |---|---|---|
-    | `softmax_topk` | softmax(top-k(x·W)) (Mixtral; `normalize` renormalises the k weights) | — |
+    | `softmax_topk` | softmax(x·W) over all E, keep the k most probable (GShard/Switch); `normalize` renormalises them to sum to 1 (= softmax over the kept logits, Mixtral) | — |
     | `noisy_topk` | GShard: x·W + N(0,1)·softplus(x·W_noise) before top-k | `W_noise : M x E` |
     | `sigmoid` | σ(x·W) scales the expert output (BASE/StableMoE) | — |
     | `cosine` | X-MoE: cos(W_proj·x, W) / τ, W : d x E | `W_proj : M x d` |
@@ -224,7 +224,9 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
 
     With `capacity_factor = f`, `capacity` must be C = ceil(f·k·B·N/E)
     (FlowMoE §2.2); with neither, routing is dropless. Expert choice always
-    needs a capacity.
+    needs a capacity. When an expert overflows, slots go in GShard order:
+    every token's first choice before any second choice, tokens in order
+    (runtime/include/moe_rt/kernels/Routing.h).
   }];
   let arguments = (ins
     Moe_FloatTensor:$input,
