@@ -36,6 +36,24 @@ public:
   /// (all-reduce chunks); streams without a pool ignore it.
   virtual moe_rt_status enqueueHost(HostTask task,
                                     bool lowPriority = false) = 0;
+  /// A task that runs in non-blocking steps (a collective: post, then test):
+  /// `step` returns true once finished, with `status` and `message` set. A
+  /// pool keeps one in flight per queue while it runs others, so that an
+  /// all-reduce in flight never blocks an all-to-all on this rank (and no
+  /// two ranks deadlock waiting for each other's other class). Streams
+  /// without a pool run it to completion.
+  using AsyncStep =
+      std::function<bool(std::string &message, moe_rt_status &status)>;
+  virtual moe_rt_status enqueueAsync(AsyncStep step, bool lowPriority) {
+    return enqueueHost(
+        [step](std::string &message) {
+          moe_rt_status status = MOE_RT_OK;
+          while (!step(message, status))
+            ;
+          return status;
+        },
+        lowPriority);
+  }
   virtual moe_rt_status synchronize(double timeoutSeconds) = 0;
   virtual moe_rt_status record(EventImpl &event) = 0;
   virtual moe_rt_status wait(EventImpl &event, double timeoutSeconds) = 0;

@@ -73,6 +73,21 @@ public:
     return ok();
   }
 
+  moe_rt_status enqueueAsync(AsyncStep step, bool lowPriority) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      Item item;
+      item.step = std::move(step);
+      item.waits = std::move(pendingWaits);
+      pendingWaits.clear();
+      (lowPriority ? low : high).push_back(std::move(item));
+      lastItem = &(lowPriority ? low : high).back();
+      lastRunning = false;
+    }
+    wake.notify_all();
+    return ok();
+  }
+
   moe_rt_status record(EventImpl &event) override {
     auto &cpuEvent = static_cast<CpuEvent &>(event);
     uint64_t generation = cpuEvent.nextGeneration();
@@ -99,7 +114,9 @@ public:
 
   moe_rt_status synchronize(double timeoutSeconds) override {
     std::unique_lock<std::mutex> lock(mutex);
-    auto idle = [&] { return high.empty() && low.empty() && !busy; };
+    auto idle = [&] {
+      return drained() && !flight[0].active && !flight[1].active;
+    };
     if (timeoutSeconds <= 0)
       idleCv.wait(lock, idle);
     else if (!idleCv.wait_for(
@@ -123,6 +140,7 @@ private:
   };
   struct Item {
     HostTask run;
+    AsyncStep step; // set instead of `run` for a non-blocking task
     std::vector<Wait> waits;
     std::vector<Completion> completes;
     Clock::time_point queuedAt = Clock::now();
@@ -144,66 +162,128 @@ private:
     return true;
   }
 
+  /// Per queue: the non-blocking task in flight, if any.
+  struct InFlight {
+    bool active = false;
+    Item item;
+    bool isLast = false;
+  };
+
+  /// Records a finished task's outcome and completes its events. Called
+  /// with the lock held.
+  void finish(Item &item, bool isLast, moe_rt_status result,
+              std::string &message) {
+    if (isLast && lastRunning) {
+      item.completes.insert(item.completes.end(), runningCompletes.begin(),
+                            runningCompletes.end());
+      runningCompletes.clear();
+      lastRunning = false;
+    }
+    // Events still complete, so that other streams learn of a failure
+    // instead of waiting forever.
+    for (const Completion &c : item.completes)
+      c.event->complete(c.generation);
+    if (result != MOE_RT_OK && status == MOE_RT_OK) {
+      status = result;
+      statusMessage = std::move(message);
+    }
+  }
+
+  /// Takes the head of `queue` off it (lock held).
+  Item take(std::deque<Item> &queue, bool &isLast) {
+    isLast = lastItem == &queue.front();
+    Item item = std::move(queue.front());
+    queue.pop_front();
+    if (isLast) {
+      lastItem = nullptr;
+      lastRunning = true;
+    }
+    return item;
+  }
+
   void loop() {
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
-      if (stopping && high.empty() && low.empty())
-        return;
-      // The first ready head, all-to-alls first; else a head whose wait
-      // timed out, which fails the pool; else wait for an event.
+      bool progressed = false;
+      // Progress the tasks in flight.
+      for (InFlight &f : flight) {
+        if (!f.active)
+          continue;
+        lock.unlock();
+        std::string message;
+        moe_rt_status result = MOE_RT_OK;
+        bool done = f.item.step(message, result);
+        lock.lock();
+        if (done) {
+          finish(f.item, f.isLast, result, message);
+          f.active = false;
+          progressed = true;
+        }
+      }
+      // Start the next task: the high queue's head when it is free and
+      // ready; the low queue's only when no all-to-all is in flight or
+      // ready (Alg. 2).
       std::string highTimeout, lowTimeout, timedOut;
-      bool highReady = !high.empty() && ready(high.front(), highTimeout);
-      bool lowReady =
-          !highReady && !low.empty() && ready(low.front(), lowTimeout);
-      std::deque<Item> *queue = nullptr;
-      if (highReady || lowReady) {
-        queue = highReady ? &high : &low;
-      } else if (!highTimeout.empty() || !lowTimeout.empty()) {
-        queue = !highTimeout.empty() ? &high : &low;
+      bool highReady = !flight[0].active && !high.empty() &&
+                       ready(high.front(), highTimeout);
+      bool lowReady = !highReady && !flight[0].active && !flight[1].active &&
+                      !low.empty() && ready(low.front(), lowTimeout);
+      int q = highReady ? 0 : lowReady ? 1 : -1;
+      if (q < 0 && (!highTimeout.empty() || !lowTimeout.empty())) {
+        q = !highTimeout.empty() ? 0 : 1;
         timedOut = !highTimeout.empty() ? highTimeout : lowTimeout;
-      } else {
-        // Events complete on other threads without telling this one: poll.
-        wake.wait_for(lock, std::chrono::microseconds(200));
-        continue;
       }
-      bool isLast = lastItem == &queue->front();
-      Item item = std::move(queue->front());
-      queue->pop_front();
-      if (isLast) {
-        lastItem = nullptr;
-        lastRunning = true;
+      if (q >= 0) {
+        std::deque<Item> &queue = q == 0 ? high : low;
+        bool isLast = false;
+        Item item = take(queue, isLast);
+        bool skip = status != MOE_RT_OK;
+        std::string message = timedOut;
+        moe_rt_status result = !timedOut.empty() ? MOE_RT_TIMEOUT : MOE_RT_OK;
+        busy = true;
+        lock.unlock();
+        bool done = true;
+        if (timedOut.empty() && !skip) {
+          if (item.step)
+            done = item.step(message, result);
+          else
+            result = item.run(message);
+        }
+        lock.lock();
+        busy = false;
+        if (done) {
+          finish(item, isLast, result, message);
+        } else {
+          flight[q].active = true;
+          flight[q].item = std::move(item);
+          flight[q].isLast = isLast;
+        }
+        progressed = true;
       }
-      bool skip = status != MOE_RT_OK || !timedOut.empty();
-      busy = true;
-      lock.unlock();
-      std::string message = timedOut;
-      moe_rt_status result =
-          !timedOut.empty() ? MOE_RT_TIMEOUT
-                            : (skip ? MOE_RT_OK : item.run(message));
-      lock.lock();
-      // Events still complete, so that other streams learn of a failure
-      // instead of waiting forever.
-      if (isLast && lastRunning) {
-        item.completes.insert(item.completes.end(), runningCompletes.begin(),
-                              runningCompletes.end());
-        runningCompletes.clear();
-        lastRunning = false;
-      }
-      for (const Completion &c : item.completes)
-        c.event->complete(c.generation);
-      busy = false;
-      if (result != MOE_RT_OK && status == MOE_RT_OK) {
-        status = result;
-        statusMessage = std::move(message);
-      }
-      if (high.empty() && low.empty())
+      bool idle = high.empty() && low.empty() && !flight[0].active &&
+                  !flight[1].active;
+      if (idle) {
         idleCv.notify_all();
+        if (stopping)
+          return;
+      }
+      if (!progressed) {
+        // Events complete and requests progress without telling this
+        // thread: poll.
+        wake.wait_for(lock, std::chrono::microseconds(
+                                flight[0].active || flight[1].active ? 20
+                                                                     : 200));
+      }
     }
   }
+
+  /// Whether nothing is queued or in flight (lock held).
+  bool drained() const { return high.empty() && low.empty() && !busy; }
 
   std::mutex mutex;
   std::condition_variable wake, idleCv;
   std::deque<Item> high, low;
+  InFlight flight[2];         // 0: high, 1: low
   Item *lastItem = nullptr;   // the last task enqueued, while queued
   bool lastRunning = false;   // ... or while it runs
   std::vector<Completion> runningCompletes;

@@ -111,63 +111,115 @@ std::string unresponsiveRanks(moe_rt_comm_impl &c, double window) {
   return missing;
 }
 
-/// Polls `request` until it completes or the communicator's timeout passes.
-moe_rt_status waitBounded(moe_rt_comm_impl &c, MPI_Request &request,
-                          const char *what, std::string &message) {
-  auto start = Clock::now();
-  for (;;) {
-    int done = 0;
-    int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      message = std::string(what) + " failed: " + mpiError(rc);
-      return MOE_RT_BACKEND_ERROR;
-    }
-    if (done)
-      return MOE_RT_OK;
-    std::chrono::duration<double> waited = Clock::now() - start;
-    if (c.timeoutSeconds > 0 && waited.count() > c.timeoutSeconds) {
-      std::string missing =
-          unresponsiveRanks(c, std::min(2.0, c.timeoutSeconds));
-      message = std::string(what) + " on rank " + std::to_string(c.rank) +
-                " timed out after " + std::to_string(c.timeoutSeconds) +
-                " s; " +
-                (missing.empty()
-                     ? std::string("every rank answered a liveness probe, so "
-                                   "a rank is stuck in a different "
-                                   "collective")
-                     : "rank(s) " + missing + " did not respond");
-      std::lock_guard<std::mutex> lock(c.mutex);
-      c.failed = message;
-      return MOE_RT_TIMEOUT;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+/// The error for a collective that outlived the communicator's timeout:
+/// names the ranks that do not answer a liveness probe, and marks the
+/// communicator failed (its requests cannot be cancelled).
+moe_rt_status timedOut(moe_rt_comm_impl &c, const char *what,
+                       std::string &message) {
+  std::string missing = unresponsiveRanks(c, std::min(2.0, c.timeoutSeconds));
+  message = std::string(what) + " on rank " + std::to_string(c.rank) +
+            " timed out after " + std::to_string(c.timeoutSeconds) + " s; " +
+            (missing.empty()
+                 ? std::string("every rank answered a liveness probe, so a "
+                               "rank is stuck in a different collective")
+                 : "rank(s) " + missing + " did not respond");
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.failed = message;
+  return MOE_RT_TIMEOUT;
 }
 
-/// Ranks agree on what they are about to do, or every rank reports who
-/// differs (FlowMoE App. K: mismatches must not corrupt or hang).
-moe_rt_status checkSignature(moe_rt_comm_impl &c, MPI_Comm comm, int64_t kind,
-                             int64_t bytes, std::string &message) {
-  if (!c.checkShapes)
-    return MOE_RT_OK;
-  int64_t mine[2] = {kind, bytes};
-  std::vector<int64_t> all(2 * c.size);
-  MPI_Request request;
-  MPI_Iallgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm,
-                 &request);
-  if (moe_rt_status s = waitBounded(c, request, "shape check", message))
-    return s;
-  for (int p = 0; p < c.size; ++p)
-    if (all[2 * p] != kind || all[2 * p + 1] != bytes) {
-      message = "mismatch between ranks: rank " + std::to_string(p) +
-                " issued " + kindName(all[2 * p]) + " of " +
-                std::to_string(all[2 * p + 1]) + " B while rank " +
-                std::to_string(c.rank) + " issued " + kindName(kind) + " of " +
-                std::to_string(bytes) + " B";
-      return MOE_RT_INVALID_ARGUMENT;
+/// A collective as non-blocking steps: [signature exchange,] post, test.
+/// With shape checks, ranks exchange kind and size first (FlowMoE App. K: a
+/// mismatch must not corrupt memory or hang). Non-blocking so that the
+/// communication pool can keep an all-reduce and an all-to-all in flight
+/// together: a rank blocked in one class while its peer blocks in the other
+/// would deadlock.
+class CollectiveSteps {
+public:
+  CollectiveSteps(moe_rt_comm c, MPI_Comm comm, int64_t kind, int64_t bytes,
+                  std::function<int(MPI_Request *)> post)
+      : c(c), comm(comm), kind(kind), bytes(bytes), post(std::move(post)) {}
+
+  /// One step; true when finished, with `status` and `message` set.
+  bool operator()(std::string &message, moe_rt_status &status) {
+    if (state == Start) {
+      start = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(c->mutex);
+        if (!c->failed.empty()) {
+          message = "communicator failed earlier: " + c->failed;
+          status = MOE_RT_BACKEND_ERROR;
+          return true;
+        }
+      }
+      if (c->checkShapes) {
+        mine[0] = kind;
+        mine[1] = bytes;
+        all.resize(2 * c->size);
+        MPI_Iallgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, comm,
+                       &request);
+        state = Checking;
+        return false;
+      }
+      return !postCollective(message, status);
     }
-  return MOE_RT_OK;
-}
+    int done = 0;
+    if (int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        rc != MPI_SUCCESS) {
+      message = std::string(kindName(kind)) + " failed: " + mpiError(rc);
+      status = MOE_RT_BACKEND_ERROR;
+      return true;
+    }
+    if (!done) {
+      std::chrono::duration<double> waited = Clock::now() - start;
+      if (c->timeoutSeconds > 0 && waited.count() > c->timeoutSeconds) {
+        status = timedOut(*c, state == Checking ? "shape check"
+                                                : kindName(kind),
+                          message);
+        return true;
+      }
+      return false;
+    }
+    if (state == Checking) {
+      for (int p = 0; p < c->size; ++p)
+        if (all[2 * p] != kind || all[2 * p + 1] != bytes) {
+          message = "mismatch between ranks: rank " + std::to_string(p) +
+                    " issued " + kindName(all[2 * p]) + " of " +
+                    std::to_string(all[2 * p + 1]) + " B while rank " +
+                    std::to_string(c->rank) + " issued " + kindName(kind) +
+                    " of " + std::to_string(bytes) + " B";
+          status = MOE_RT_INVALID_ARGUMENT;
+          return true;
+        }
+      return !postCollective(message, status);
+    }
+    status = MOE_RT_OK;
+    return true;
+  }
+
+private:
+  /// Posts the collective; false (with status set) if MPI refused.
+  bool postCollective(std::string &message, moe_rt_status &status) {
+    if (int rc = post(&request); rc != MPI_SUCCESS) {
+      message = std::string(kindName(kind)) + ": " + mpiError(rc);
+      status = MOE_RT_BACKEND_ERROR;
+      return false;
+    }
+    state = Running;
+    return true;
+  }
+
+  enum State { Start, Checking, Running };
+  moe_rt_comm c;
+  MPI_Comm comm;
+  int64_t kind, bytes;
+  std::function<int(MPI_Request *)> post;
+  State state = Start;
+  MPI_Request request = MPI_REQUEST_NULL;
+  int64_t mine[2] = {0, 0};
+  std::vector<int64_t> all;
+  Clock::time_point start;
+};
 
 moe_rt_status checkTensor(const moe_rt_tensor *t, const char *what) {
   if (!t || !t->data)
@@ -180,30 +232,16 @@ moe_rt_status checkTensor(const moe_rt_tensor *t, const char *what) {
   return MOE_RT_OK;
 }
 
-/// Queues `body` (which posts one non-blocking collective on `comm` and
-/// returns its request) after a signature check, bounded by the timeout.
-moe_rt_status enqueueCollective(
-    moe_rt_stream stream, moe_rt_comm c, MPI_Comm comm, int64_t kind,
-    int64_t bytes, bool lowPriority,
-    std::function<int(MPI_Request *)> post) {
-  return stream->impl->enqueueHost(
-      [c, comm, kind, bytes, post](std::string &message) {
-        {
-          std::lock_guard<std::mutex> lock(c->mutex);
-          if (!c->failed.empty()) {
-            message = "communicator failed earlier: " + c->failed;
-            return MOE_RT_BACKEND_ERROR;
-          }
-        }
-        if (moe_rt_status s = checkSignature(*c, comm, kind, bytes, message))
-          return s;
-        MPI_Request request;
-        int rc = post(&request);
-        if (rc != MPI_SUCCESS) {
-          message = std::string(kindName(kind)) + ": " + mpiError(rc);
-          return MOE_RT_BACKEND_ERROR;
-        }
-        return waitBounded(*c, request, kindName(kind), message);
+/// Queues the collective that `post` starts, as non-blocking steps.
+moe_rt_status enqueueCollective(moe_rt_stream stream, moe_rt_comm c,
+                                MPI_Comm comm, int64_t kind, int64_t bytes,
+                                bool lowPriority,
+                                std::function<int(MPI_Request *)> post) {
+  auto steps = std::make_shared<CollectiveSteps>(c, comm, kind, bytes,
+                                                 std::move(post));
+  return stream->impl->enqueueAsync(
+      [steps](std::string &message, moe_rt_status &status) {
+        return (*steps)(message, status);
       },
       lowPriority);
 }
