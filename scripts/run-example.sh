@@ -15,3 +15,13 @@ PIPELINE="degree=2 chunk-bytes=2MiB policy=flowmoe"
 echo "== moe-opt $(basename "$MODEL") --moe-flowmoe-pipeline=\"$PIPELINE\" --moe-print-schedule"
 "$OPT" "$MODEL" --moe-flowmoe-pipeline="$PIPELINE" --moe-print-schedule -o "$OUT"
 echo "== scheduled training step written to $OUT ($(wc -l < "$OUT") lines)"
+echo "== predicted on FlowMoE Cluster 1 (simulated)"
+"$OPT" "$OUT" --moe-simulate=profile=flowmoe-cluster1 -o /dev/null
+# A real run needs as many ranks as the model's grid: the shipped 2-block
+# model (2 x 2) on 4 CPU ranks, a few steps.
+if [[ -x "$BUILD_DIR/bin/moe-run" && $# -eq 0 ]]; then
+  SMALL="$BUILD_DIR/examples/gpt-moe-2block.step.mlir"
+  "$OPT" "$ROOT/examples/gpt-moe-2block.mlir" --moe-flowmoe-pipeline="$PIPELINE" -o "$SMALL"
+  echo "== mpirun -np 4 moe-run gpt-moe-2block (real execution on CPU ranks)"
+  mpirun --allow-run-as-root --oversubscribe -np 4 "$BUILD_DIR/bin/moe-run" "$SMALL" --steps 3
+fi
