@@ -59,6 +59,17 @@ public:
   virtual moe_rt_status wait(EventImpl &event, double timeoutSeconds) = 0;
 };
 
+/// A C task function as a host task: a non-zero return fails the stream.
+inline StreamImpl::HostTask hostTask(moe_rt_task_fn fn, void *arg) {
+  return [fn, arg](std::string &message) {
+    int rc = fn(arg);
+    if (rc == 0)
+      return MOE_RT_OK;
+    message = "task returned " + std::to_string(rc);
+    return MOE_RT_BACKEND_ERROR;
+  };
+}
+
 std::unique_ptr<StreamImpl> createCpuStream();
 /// FlowMoE's communication pool (Alg. 2): one worker, two in-order queues;
 /// it runs the first ready high-priority task, or else the first ready

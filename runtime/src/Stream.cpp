@@ -52,25 +52,17 @@ extern "C" moe_rt_status moe_rt_stream_create_pool(moe_rt_stream *out) {
   }
   *out = new (std::nothrow) moe_rt_stream_impl{std::move(impl)};
   if (!*out)
-    return fail(MOE_RT_OUT_OF_MEMORY, "moe_rt_stream_create_pool: out of memory");
+    return fail(MOE_RT_OUT_OF_MEMORY,
+                "moe_rt_stream_create_pool: out of memory");
   return ok();
 }
 
-extern "C" moe_rt_status moe_rt_stream_enqueue_low(moe_rt_stream stream,
-                                                   moe_rt_task_fn fn,
-                                                   void *arg) {
+extern "C" moe_rt_status
+moe_rt_stream_enqueue_low(moe_rt_stream stream, moe_rt_task_fn fn, void *arg) {
   if (!stream || !fn)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_stream_enqueue_low: NULL stream or task");
-  return stream->impl->enqueueHost(
-      [fn, arg](std::string &message) {
-        int rc = fn(arg);
-        if (rc == 0)
-          return MOE_RT_OK;
-        message = "task returned " + std::to_string(rc);
-        return MOE_RT_BACKEND_ERROR;
-      },
-      /*lowPriority=*/true);
+  return stream->impl->enqueueHost(hostTask(fn, arg), /*lowPriority=*/true);
 }
 
 extern "C" moe_rt_status moe_rt_stream_destroy(moe_rt_stream stream) {

@@ -1,4 +1,5 @@
-//===- KernelGradTest.cpp - backward kernels against finite differences ----===//
+//===- KernelGradTest.cpp - backward kernels against finite differences
+//----===//
 //
 // Every backward kernel is checked against central differences of the
 // forward kernel in double precision: with a random cotangent c, the
@@ -66,8 +67,8 @@ TEST(KernelGrad, Linear) {
   };
   Vec c = random(rows * n, rng);
   Vec dx(x.size()), dw(w.size()), db(b.size());
-  linearBackward(rows, k, n, x.data(), w.data(), c.data(), dx.data(),
-                 dw.data(), db.data());
+  linearBackward(rows, k, n, x.data(), w.data(), c.data(), dx.data(), dw.data(),
+                 db.data());
   checkGradient("dx", x, dx, forward, c);
   checkGradient("dw", w, dw, forward, c);
   checkGradient("db", b, db, forward, c);
@@ -102,18 +103,18 @@ TEST(KernelGrad, EmbeddingAndBadIds) {
   Vec table = random(vocab * m, rng);
   auto forward = [&] {
     Vec y(tokens * m);
-    EXPECT_TRUE(embeddingForward(tokens, vocab, m, ids.data(), table.data(),
-                                 y.data()));
+    EXPECT_TRUE(
+        embeddingForward(tokens, vocab, m, ids.data(), table.data(), y.data()));
     return y;
   };
   Vec c = random(tokens * m, rng), dtable(table.size());
-  ASSERT_TRUE(embeddingBackward(tokens, vocab, m, ids.data(), c.data(),
-                                dtable.data()));
+  ASSERT_TRUE(
+      embeddingBackward(tokens, vocab, m, ids.data(), c.data(), dtable.data()));
   checkGradient("dtable", table, dtable, forward, c);
   std::vector<int64_t> bad = {0, 5};
   Vec y(2 * m);
-  EXPECT_FALSE(embeddingForward(int64_t(2), vocab, m, bad.data(),
-                                table.data(), y.data()));
+  EXPECT_FALSE(embeddingForward(int64_t(2), vocab, m, bad.data(), table.data(),
+                                y.data()));
 }
 
 TEST(KernelGrad, CrossEntropyMatchesADirectComputation) {
@@ -123,8 +124,8 @@ TEST(KernelGrad, CrossEntropyMatchesADirectComputation) {
   std::vector<int64_t> labels = {1, 6, 0, 3};
   auto forward = [&] {
     Vec loss(1);
-    EXPECT_TRUE(crossEntropyForward(tokens, vocab, logits.data(),
-                                    labels.data(), loss.data()));
+    EXPECT_TRUE(crossEntropyForward(tokens, vocab, logits.data(), labels.data(),
+                                    loss.data()));
     return loss;
   };
   // A known answer: uniform logits give log(vocab).
@@ -133,12 +134,12 @@ TEST(KernelGrad, CrossEntropyMatchesADirectComputation) {
                                   loss.data()));
   EXPECT_NEAR(loss[0], std::log(7.0), 1e-12);
   Vec c = {0.7}, dlogits(logits.size());
-  ASSERT_TRUE(crossEntropyBackward(tokens, vocab, logits.data(),
-                                   labels.data(), c[0], dlogits.data()));
+  ASSERT_TRUE(crossEntropyBackward(tokens, vocab, logits.data(), labels.data(),
+                                   c[0], dlogits.data()));
   checkGradient("dlogits", logits, dlogits, forward, c);
   std::vector<int64_t> bad = {7};
-  EXPECT_FALSE(crossEntropyForward(int64_t(1), vocab, logits.data(),
-                                   bad.data(), loss.data()));
+  EXPECT_FALSE(crossEntropyForward(int64_t(1), vocab, logits.data(), bad.data(),
+                                   loss.data()));
 }
 
 TEST(KernelGrad, ExpertFfnEveryActivationGatedOrNot) {
@@ -157,8 +158,7 @@ TEST(KernelGrad, ExpertFfnEveryActivationGatedOrNot) {
         return y;
       };
       Vec c = random(x.size(), rng);
-      Vec dx(x.size()), dup(up.size()), dgate(gate.size()),
-          ddown(down.size());
+      Vec dx(x.size()), dup(up.size()), dgate(gate.size()), ddown(down.size());
       expertBackward(act, experts, slots, m, h, x.data(), up.data(),
                      gated ? gate.data() : nullptr, down.data(), c.data(),
                      dx.data(), dup.data(), gated ? dgate.data() : nullptr,
@@ -196,11 +196,13 @@ TEST(KernelGrad, AttentionEveryVariant) {
     int64_t heads, kvHeads;
     bool causal, rotary;
     int norm;
-  } variants[] = {{2, 2, false, false, 0}, {4, 2, true, true, 2},
-                  {4, 1, true, false, 1}, {2, 2, false, true, 1}};
+  } variants[] = {{2, 2, false, false, 0},
+                  {4, 2, true, true, 2},
+                  {4, 1, true, false, 1},
+                  {2, 2, false, true, 1}};
   for (const Variant &v : variants) {
-    AttentionShape s{2, 4, 8, v.heads, v.kvHeads, 2, v.causal, v.rotary,
-                     v.norm, 1e-5};
+    AttentionShape s{2, 4,        8,        v.heads, v.kvHeads,
+                     2, v.causal, v.rotary, v.norm,  1e-5};
     std::mt19937 rng(20 + v.heads + v.norm);
     int64_t hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim;
     Vec x = random(s.batch * s.seq * s.embed, rng),
@@ -211,8 +213,8 @@ TEST(KernelGrad, AttentionEveryVariant) {
     const double *bp = v.norm == 1 ? bias.data() : nullptr;
     auto forward = [&] {
       Vec y(x.size());
-      attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(),
-                       wo.data(), sp, bp, y.data());
+      attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
+                       sp, bp, y.data());
       return y;
     };
     Vec c = random(x.size(), rng);
@@ -241,13 +243,11 @@ TEST(Kernels, CausalAttentionIgnoresTheFuture) {
   Vec x = random(5 * 4, rng), w = random(4 * 4, rng), y1(x.size()),
       y2(x.size());
   attentionForward(s, x.data(), w.data(), w.data(), w.data(), w.data(),
-                   (const double *)nullptr, (const double *)nullptr,
-                   y1.data());
+                   (const double *)nullptr, (const double *)nullptr, y1.data());
   for (int e = 0; e < 4; ++e)
     x[4 * 4 + e] += 3.0; // change the last token only
   attentionForward(s, x.data(), w.data(), w.data(), w.data(), w.data(),
-                   (const double *)nullptr, (const double *)nullptr,
-                   y2.data());
+                   (const double *)nullptr, (const double *)nullptr, y2.data());
   for (int i = 0; i < 4 * 4; ++i)
     EXPECT_DOUBLE_EQ(y1[i], y2[i]) << "position " << i / 4;
 }

@@ -1,4 +1,5 @@
-//===- PoolStreamTest.cpp - the communication priority pool ----------------===//
+//===- PoolStreamTest.cpp - the communication priority pool
+//----------------===//
 
 #include "moe_rt/moe_rt.h"
 
@@ -96,8 +97,7 @@ TEST_F(PoolTest, WaitingChunkDoesNotBlockAllToAll) {
   gradient.open = true;
   ASSERT_EQ(moe_rt_stream_synchronize(pool, 10.0), MOE_RT_OK);
   ASSERT_EQ(moe_rt_stream_synchronize(compute, 10.0), MOE_RT_OK);
-  EXPECT_EQ(log.entries,
-            (std::vector<std::string>{"C_1", "AT_1", "AR.0"}));
+  EXPECT_EQ(log.entries, (std::vector<std::string>{"C_1", "AT_1", "AR.0"}));
 }
 
 // Each queue stays in order; an event recorded on the pool completes with

@@ -1,4 +1,5 @@
-//===- RoutingTest.cpp - gate, capacity slots, dispatch and combine ---------===//
+//===- RoutingTest.cpp - gate, capacity slots, dispatch and combine
+//---------===//
 
 #include "moe_rt/kernels/Routing.h"
 
@@ -120,8 +121,7 @@ TEST(Routing, DispatchAndCombineAreAdjoints) {
               counts.data());
   routeTokens(tokens, experts, k, capacity, idx.data(), slots.data());
   // <dispatch(x), s> == <x, dispatch^T(s)>.
-  Vec s = random(experts * capacity * m, rng), send(s.size()),
-      back(x.size());
+  Vec s = random(experts * capacity * m, rng), send(s.size()), back(x.size());
   dispatchLayout(tokens, k, experts, capacity, m, idx.data(), slots.data(),
                  x.data(), send.data());
   dispatchLayoutBackward(tokens, k, capacity, m, idx.data(), slots.data(),

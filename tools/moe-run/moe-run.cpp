@@ -92,8 +92,7 @@ private:
   void computeForward(Operation *op, ArrayRef<Buffer *> in,
                       ArrayRef<Buffer *> out);
   void computeBackward(Operation *fwd, ArrayRef<Buffer *> primals,
-                       ArrayRef<Buffer *> cotangents,
-                       ArrayRef<Buffer *> grads);
+                       ArrayRef<Buffer *> cotangents, ArrayRef<Buffer *> grads);
   void dispatchOrCombine(Operation *op, moe_rt_stream s, bool backward,
                          ArrayRef<Buffer *> in, ArrayRef<Buffer *> out);
 
@@ -140,15 +139,13 @@ void Runner::initArguments() {
   for (BlockArgument arg : entry.getArguments()) {
     allocate(arg);
     Buffer &b = buf(arg);
-    auto name =
-        func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                          MoeDialect::getParamAttrName());
+    auto name = func.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), MoeDialect::getParamAttrName());
     bool expert = llvm::any_of(arg.getUsers(), [](Operation *u) {
       return isa<ExpertOp>(u) ||
              (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
     });
-    uint64_t h = llvm::hash_value(name ? name.getValue()
-                                       : StringRef("input") );
+    uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
     std::mt19937_64 rng(seed ^ h ^ (expert || !name ? (rank + 1) * 7919 : 0) ^
                         arg.getArgNumber());
     if (b.isInt) {
@@ -173,8 +170,9 @@ void Runner::initArguments() {
     std::uniform_real_distribution<float> d(-1.0f / std::sqrt(float(fanIn)),
                                             1.0f / std::sqrt(float(fanIn)));
     for (float &v : b.f)
-      v = isNormScale ? 1.0f + 0.1f * d(rng) : isNormBias ? 0.1f * d(rng)
-                                                          : d(rng);
+      v = isNormScale  ? 1.0f + 0.1f * d(rng)
+          : isNormBias ? 0.1f * d(rng)
+                       : d(rng);
   }
 }
 
@@ -231,24 +229,35 @@ int trampoline(void *p) { return (*static_cast<std::function<int()> *>(p))(); }
 
 void Runner::enqueue(moe_rt_stream s, bool low, std::function<int()> task) {
   tasks.push_back(std::make_unique<std::function<int()>>(std::move(task)));
-  moe_rt_status st = low ? moe_rt_stream_enqueue_low(s, trampoline,
-                                                     tasks.back().get())
-                         : moe_rt_stream_enqueue(s, trampoline,
-                                                 tasks.back().get());
+  moe_rt_status st =
+      low ? moe_rt_stream_enqueue_low(s, trampoline, tasks.back().get())
+          : moe_rt_stream_enqueue(s, trampoline, tasks.back().get());
   if (st != MOE_RT_OK)
     die(moe_rt_last_error());
+}
+
+/// The kernel's view of a moe.attention on a B x N x M input.
+k::AttentionShape attentionShape(AttentionOp a, const Buffer &x) {
+  std::optional<NormKind> norm = a.getNorm();
+  return {x.shape[0],
+          x.shape[1],
+          x.shape[2],
+          a.getNumHeads(),
+          a.getNumKvHeads(),
+          a.getHeadDim(),
+          a.getCausal(),
+          a.getRotary(),
+          !norm                    ? 0
+          : *norm == NormKind::rms ? 2
+                                   : 1,
+          a.getEpsilon().convertToDouble()};
 }
 
 /// Forward compute ops: reads `in` (the op's operands), writes `out`.
 void Runner::computeForward(Operation *op, ArrayRef<Buffer *> in,
                             ArrayRef<Buffer *> out) {
   if (auto a = dyn_cast<AttentionOp>(op)) {
-    k::AttentionShape s{in[0]->shape[0], in[0]->shape[1], in[0]->shape[2],
-                        a.getNumHeads(), a.getNumKvHeads(), a.getHeadDim(),
-                        a.getCausal(), a.getRotary(),
-                        !a.getNorm() ? 0 : *a.getNorm() == NormKind::rms ? 2
-                                                                         : 1,
-                        a.getEpsilon().convertToDouble()};
+    k::AttentionShape s = attentionShape(a, *in[0]);
     const float *scale = in.size() > 5 ? in[5]->f.data() : nullptr;
     const float *bias = in.size() > 6 ? in[6]->f.data() : nullptr;
     k::attentionForward(s, in[0]->f.data(), in[1]->f.data(), in[2]->f.data(),
@@ -282,9 +291,8 @@ void Runner::computeForward(Operation *op, ArrayRef<Buffer *> in,
     std::vector<float> logits(t * e);
     k::linearForward(t, m, e, in[0]->f.data(), in[1]->f.data(),
                      (const float *)nullptr, logits.data());
-    k::softmaxTopK(t, e, int64_t(g.getTopK()), g.getNormalize(),
-                   logits.data(), out[0]->i.data(), out[1]->f.data(),
-                   out[2]->i.data());
+    k::softmaxTopK(t, e, int64_t(g.getTopK()), g.getNormalize(), logits.data(),
+                   out[0]->i.data(), out[1]->f.data(), out[2]->i.data());
   } else if (auto x = dyn_cast<ExpertOp>(op)) {
     auto act = k::Activation(int(x.getActivation()));
     bool gated = x.isGated();
@@ -336,12 +344,7 @@ void Runner::computeForward(Operation *op, ArrayRef<Buffer *> in,
 void Runner::computeBackward(Operation *fwd, ArrayRef<Buffer *> in,
                              ArrayRef<Buffer *> ct, ArrayRef<Buffer *> g) {
   if (auto a = dyn_cast<AttentionOp>(fwd)) {
-    k::AttentionShape s{in[0]->shape[0], in[0]->shape[1], in[0]->shape[2],
-                        a.getNumHeads(), a.getNumKvHeads(), a.getHeadDim(),
-                        a.getCausal(), a.getRotary(),
-                        !a.getNorm() ? 0 : *a.getNorm() == NormKind::rms ? 2
-                                                                         : 1,
-                        a.getEpsilon().convertToDouble()};
+    k::AttentionShape s = attentionShape(a, *in[0]);
     const float *scale = in.size() > 5 ? in[5]->f.data() : nullptr;
     const float *bias = in.size() > 6 ? in[6]->f.data() : nullptr;
     k::attentionBackward(s, in[0]->f.data(), in[1]->f.data(), in[2]->f.data(),
@@ -380,32 +383,28 @@ void Runner::computeBackward(Operation *fwd, ArrayRef<Buffer *> in,
                    w.data(), counts.data());
     k::softmaxTopKBackward(t, e, kk, gate.getNormalize(), logits.data(),
                            idx.data(), ct[0]->f.data(), dlogits.data());
-    k::linearBackward(t, m, e, in[0]->f.data(), in[1]->f.data(),
-                      dlogits.data(), g[0]->f.data(), g[1]->f.data(),
-                      (float *)nullptr);
+    k::linearBackward(t, m, e, in[0]->f.data(), in[1]->f.data(), dlogits.data(),
+                      g[0]->f.data(), g[1]->f.data(), (float *)nullptr);
   } else if (auto x = dyn_cast<ExpertOp>(fwd)) {
     bool gated = x.isGated();
-    k::expertBackward(k::Activation(int(x.getActivation())), in[0]->shape[0],
-                      in[0]->shape[1], in[0]->shape[2], in[1]->shape[2],
-                      in[0]->f.data(), in[1]->f.data(),
-                      gated ? in[2]->f.data() : nullptr,
-                      in[gated ? 3 : 2]->f.data(), ct[0]->f.data(),
-                      g[0]->f.data(), g[1]->f.data(),
-                      gated ? g[2]->f.data() : nullptr,
-                      g[gated ? 3 : 2]->f.data());
+    k::expertBackward(
+        k::Activation(int(x.getActivation())), in[0]->shape[0], in[0]->shape[1],
+        in[0]->shape[2], in[1]->shape[2], in[0]->f.data(), in[1]->f.data(),
+        gated ? in[2]->f.data() : nullptr, in[gated ? 3 : 2]->f.data(),
+        ct[0]->f.data(), g[0]->f.data(), g[1]->f.data(),
+        gated ? g[2]->f.data() : nullptr, g[gated ? 3 : 2]->f.data());
   } else if (auto x = dyn_cast<SharedExpertOp>(fwd)) {
     bool gated = static_cast<bool>(x.getGateProj());
     int64_t m = in[0]->shape.back();
-    k::expertBackward(k::Activation(int(x.getActivation())), 1,
-                      in[0]->numel() / m, m, in[1]->shape[1], in[0]->f.data(),
-                      in[1]->f.data(), gated ? in[2]->f.data() : nullptr,
-                      in[gated ? 3 : 2]->f.data(), ct[0]->f.data(),
-                      g[0]->f.data(), g[1]->f.data(),
-                      gated ? g[2]->f.data() : nullptr,
-                      g[gated ? 3 : 2]->f.data());
+    k::expertBackward(
+        k::Activation(int(x.getActivation())), 1, in[0]->numel() / m, m,
+        in[1]->shape[1], in[0]->f.data(), in[1]->f.data(),
+        gated ? in[2]->f.data() : nullptr, in[gated ? 3 : 2]->f.data(),
+        ct[0]->f.data(), g[0]->f.data(), g[1]->f.data(),
+        gated ? g[2]->f.data() : nullptr, g[gated ? 3 : 2]->f.data());
   } else {
-    die("moe-run cannot differentiate '" +
-        fwd->getName().getStringRef().str() + "'");
+    die("moe-run cannot differentiate '" + fwd->getName().getStringRef().str() +
+        "'");
   }
 }
 
@@ -414,8 +413,8 @@ void Runner::computeBackward(Operation *fwd, ArrayRef<Buffer *> in,
 void Runner::dispatchOrCombine(Operation *op, moe_rt_stream s, bool backward,
                                ArrayRef<Buffer *> in, ArrayRef<Buffer *> out) {
   auto collective = cast<CollectiveOpInterface>(op);
-  moe_rt_comm comm = commFor(op, collective.getGridAttr(),
-                             collective.getAxes());
+  moe_rt_comm comm =
+      commFor(op, collective.getGridAttr(), collective.getAxes());
   int64_t G = moe_rt_comm_size(comm);
   bool isDispatch = isa<DispatchOp>(op);
   int64_t E = isDispatch ? cast<DispatchOp>(op).getNumExperts()
@@ -434,7 +433,8 @@ void Runner::dispatchOrCombine(Operation *op, moe_rt_stream s, bool backward,
     b->f.assign(E * C * M, 0.0f);
   }
   auto slots = std::make_shared<std::vector<int64_t>>(T * kk);
-  auto allToAll = [&](std::shared_ptr<Buffer> from, std::shared_ptr<Buffer> to) {
+  auto allToAll = [&](std::shared_ptr<Buffer> from,
+                      std::shared_ptr<Buffer> to) {
     moe_rt_tensor a = from->tensor(), b = to->tensor();
     if (moe_rt_all_to_all(s, comm, &a, &b) != MOE_RT_OK)
       die(moe_rt_last_error());
@@ -465,8 +465,8 @@ void Runner::dispatchOrCombine(Operation *op, moe_rt_stream s, bool backward,
     });
     allToAll(send, recv);
     enqueue(s, false, [=] {
-      k::dispatchLayoutBackward(T, kk, C, M, idx, slots->data(),
-                                recv->f.data(), dx->f.data());
+      k::dispatchLayoutBackward(T, kk, C, M, idx, slots->data(), recv->f.data(),
+                                dx->f.data());
       return 0;
     });
   } else if (!backward) {
@@ -522,7 +522,8 @@ void Runner::execute(Operation *op) {
       die("moe-run supports splat tensor constants only");
     Buffer &b = buf(c.getResult());
     if (b.isInt)
-      std::fill(b.i.begin(), b.i.end(), dense.getSplatValue<APInt>().getSExtValue());
+      std::fill(b.i.begin(), b.i.end(),
+                dense.getSplatValue<APInt>().getSExtValue());
     else
       std::fill(b.f.begin(), b.f.end(),
                 dense.getSplatValue<APFloat>().convertToFloat());
@@ -580,7 +581,8 @@ void Runner::execute(Operation *op) {
   }
   if (auto vjp = dyn_cast<VjpOp>(op)) {
     Operation *fwd = vjp.getForwardOp();
-    SmallVector<Buffer *> primals(in.begin(), in.begin() + vjp.getPrimals().size());
+    SmallVector<Buffer *> primals(in.begin(),
+                                  in.begin() + vjp.getPrimals().size());
     SmallVector<Buffer *> cts(in.begin() + vjp.getPrimals().size(), in.end());
     if (isa<DispatchOp, CombineOp>(fwd)) {
       SmallVector<Buffer *> all(primals);
@@ -593,25 +595,28 @@ void Runner::execute(Operation *op) {
       dispatchOrCombine(fwd, s, true, all, out);
       return;
     }
-    enqueue(s, low, [this, fwd, primals, cts, out = SmallVector<Buffer *>(out)] {
-      for (Buffer *b : out)
-        std::fill(b->f.begin(), b->f.end(), 0.0f);
-      computeBackward(fwd, primals, cts, out);
-      return 0;
-    });
+    enqueue(s, low,
+            [this, fwd, primals, cts, out = SmallVector<Buffer *>(out)] {
+              for (Buffer *b : out)
+                std::fill(b->f.begin(), b->f.end(), 0.0f);
+              computeBackward(fwd, primals, cts, out);
+              return 0;
+            });
     return;
   }
   if (op->hasTrait<OpTrait::IsTerminator>())
     return;
-  enqueue(s, low, [this, op, in = SmallVector<Buffer *>(in),
-                   out = SmallVector<Buffer *>(out)] {
-    computeForward(op, in, out);
-    return 0;
-  });
+  enqueue(s, low,
+          [this, op, in = SmallVector<Buffer *>(in),
+           out = SmallVector<Buffer *>(out)] {
+            computeForward(op, in, out);
+            return 0;
+          });
 }
 
 void Runner::run() {
-  if (!worldComm && moe_rt_comm_create_world(timeout, 1, &worldComm) != MOE_RT_OK)
+  if (!worldComm &&
+      moe_rt_comm_create_world(timeout, 1, &worldComm) != MOE_RT_OK)
     die(moe_rt_last_error());
   if (buffers.empty())
     initArguments();
@@ -628,7 +633,8 @@ void Runner::run() {
 
 std::vector<std::pair<std::string, Buffer *>> Runner::results() {
   std::vector<std::pair<std::string, Buffer *>> out;
-  auto ret = cast<func::ReturnOp>(func.getFunctionBody().front().getTerminator());
+  auto ret =
+      cast<func::ReturnOp>(func.getFunctionBody().front().getTerminator());
   Block &entry = func.getFunctionBody().front();
   std::vector<std::string> names = {"loss"};
   for (BlockArgument arg : entry.getArguments())
@@ -636,8 +642,8 @@ std::vector<std::pair<std::string, Buffer *>> Runner::results() {
             arg.getArgNumber(), MoeDialect::getParamAttrName()))
       names.push_back(n.getValue().str());
   for (auto [i, v] : llvm::enumerate(ret.getOperands()))
-    out.push_back({i < names.size() ? names[i] : "result" + std::to_string(i),
-                   &buf(v)});
+    out.push_back(
+        {i < names.size() ? names[i] : "result" + std::to_string(i), &buf(v)});
   return out;
 }
 
@@ -705,7 +711,8 @@ int main(int argc, char **argv) {
     if (f->hasAttr(MoeDialect::getScheduleAttrName()))
       step = f;
   if (!step)
-    die("'" + input + "' has no scheduled step (run moe-opt "
+    die("'" + input +
+        "' has no scheduled step (run moe-opt "
         "--moe-flowmoe-pipeline)");
 
   int rank = 0, world = 1;

@@ -52,19 +52,16 @@ moe_rt_status moe_rt_all_reduce(moe_rt_stream stream, moe_rt_comm comm,
 /* Equal parts along dimension 0: part j of `send` goes to rank j, part i of
  * `recv` comes from rank i. */
 moe_rt_status moe_rt_all_to_all(moe_rt_stream stream, moe_rt_comm comm,
-                                const moe_rt_tensor *send,
-                                moe_rt_tensor *recv);
+                                const moe_rt_tensor *send, moe_rt_tensor *recv);
 /* Variable counts, in rows of dimension 0 (dropless dispatch). The arrays
  * have one entry per rank and are read when the call is made. */
 moe_rt_status moe_rt_all_to_all_v(moe_rt_stream stream, moe_rt_comm comm,
                                   const moe_rt_tensor *send,
-                                  const int64_t *send_rows,
-                                  moe_rt_tensor *recv,
+                                  const int64_t *send_rows, moe_rt_tensor *recv,
                                   const int64_t *recv_rows);
 /* recv = concatenation of every rank's send along dimension 0. */
 moe_rt_status moe_rt_all_gather(moe_rt_stream stream, moe_rt_comm comm,
-                                const moe_rt_tensor *send,
-                                moe_rt_tensor *recv);
+                                const moe_rt_tensor *send, moe_rt_tensor *recv);
 /* recv = this rank's part (dimension 0) of the sum of every rank's send. */
 moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream, moe_rt_comm comm,
                                     const moe_rt_tensor *send,

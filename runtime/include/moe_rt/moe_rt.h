@@ -82,8 +82,8 @@ moe_rt_status moe_rt_stream_create(moe_rt_backend backend, moe_rt_stream *out);
  * preempting. A wait gates the next task enqueued after it; an event
  * completes with the task enqueued before it. */
 moe_rt_status moe_rt_stream_create_pool(moe_rt_stream *out);
-moe_rt_status moe_rt_stream_enqueue_low(moe_rt_stream stream,
-                                        moe_rt_task_fn fn, void *arg);
+moe_rt_status moe_rt_stream_enqueue_low(moe_rt_stream stream, moe_rt_task_fn fn,
+                                        void *arg);
 /* Waits for queued work, then frees the stream. */
 moe_rt_status moe_rt_stream_destroy(moe_rt_stream stream);
 /* Queues a host task after all work already on the stream (CPU only). */

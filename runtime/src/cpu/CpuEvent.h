@@ -67,7 +67,6 @@ private:
   uint64_t recorded = 0, completed = 0;
 };
 
-
 } // namespace moe_rt
 
 #endif // MOE_RT_SRC_CPU_CPUEVENT_H

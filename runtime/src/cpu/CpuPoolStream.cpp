@@ -46,46 +46,19 @@ public:
   moe_rt_backend backend() const override { return MOE_RT_CPU; }
 
   moe_rt_status enqueue(moe_rt_task_fn fn, void *arg) override {
-    return enqueueHost(
-        [fn, arg](std::string &message) {
-          int rc = fn(arg);
-          if (rc == 0)
-            return MOE_RT_OK;
-          message = "task returned " + std::to_string(rc);
-          return MOE_RT_BACKEND_ERROR;
-        },
-        false);
+    return enqueueHost(hostTask(fn, arg), false);
   }
 
   moe_rt_status enqueueHost(HostTask task, bool lowPriority) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      Item item;
-      item.run = std::move(task);
-      item.waits = std::move(pendingWaits);
-      pendingWaits.clear();
-      // deque::push_back keeps references to the other elements valid.
-      (lowPriority ? low : high).push_back(std::move(item));
-      lastItem = &(lowPriority ? low : high).back();
-      lastRunning = false;
-    }
-    wake.notify_all();
-    return ok();
+    Item item;
+    item.run = std::move(task);
+    return push(std::move(item), lowPriority);
   }
 
   moe_rt_status enqueueAsync(AsyncStep step, bool lowPriority) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      Item item;
-      item.step = std::move(step);
-      item.waits = std::move(pendingWaits);
-      pendingWaits.clear();
-      (lowPriority ? low : high).push_back(std::move(item));
-      lastItem = &(lowPriority ? low : high).back();
-      lastRunning = false;
-    }
-    wake.notify_all();
-    return ok();
+    Item item;
+    item.step = std::move(step);
+    return push(std::move(item), lowPriority);
   }
 
   moe_rt_status record(EventImpl &event) override {
@@ -107,8 +80,8 @@ public:
   moe_rt_status wait(EventImpl &event, double timeoutSeconds) override {
     auto &cpuEvent = static_cast<CpuEvent &>(event);
     std::lock_guard<std::mutex> lock(mutex);
-    pendingWaits.push_back({&cpuEvent, cpuEvent.latestGeneration(),
-                            timeoutSeconds});
+    pendingWaits.push_back(
+        {&cpuEvent, cpuEvent.latestGeneration(), timeoutSeconds});
     return ok();
   }
 
@@ -160,6 +133,22 @@ private:
       return false;
     }
     return true;
+  }
+
+  /// Queues `item` behind the waits issued since the last task.
+  moe_rt_status push(Item item, bool lowPriority) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      item.waits = std::move(pendingWaits);
+      pendingWaits.clear();
+      std::deque<Item> &queue = lowPriority ? low : high;
+      // deque::push_back keeps references to the other elements valid.
+      queue.push_back(std::move(item));
+      lastItem = &queue.back();
+      lastRunning = false;
+    }
+    wake.notify_all();
+    return ok();
   }
 
   /// Per queue: the non-blocking task in flight, if any.
@@ -260,8 +249,8 @@ private:
         }
         progressed = true;
       }
-      bool idle = high.empty() && low.empty() && !flight[0].active &&
-                  !flight[1].active;
+      bool idle =
+          high.empty() && low.empty() && !flight[0].active && !flight[1].active;
       if (idle) {
         idleCv.notify_all();
         if (stopping)
@@ -270,9 +259,9 @@ private:
       if (!progressed) {
         // Events complete and requests progress without telling this
         // thread: poll.
-        wake.wait_for(lock, std::chrono::microseconds(
-                                flight[0].active || flight[1].active ? 20
-                                                                     : 200));
+        wake.wait_for(lock,
+                      std::chrono::microseconds(
+                          flight[0].active || flight[1].active ? 20 : 200));
       }
     }
   }
@@ -283,9 +272,9 @@ private:
   std::mutex mutex;
   std::condition_variable wake, idleCv;
   std::deque<Item> high, low;
-  InFlight flight[2];         // 0: high, 1: low
-  Item *lastItem = nullptr;   // the last task enqueued, while queued
-  bool lastRunning = false;   // ... or while it runs
+  InFlight flight[2];       // 0: high, 1: low
+  Item *lastItem = nullptr; // the last task enqueued, while queued
+  bool lastRunning = false; // ... or while it runs
   std::vector<Completion> runningCompletes;
   std::vector<Wait> pendingWaits;
   bool busy = false, stopping = false;

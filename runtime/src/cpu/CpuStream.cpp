@@ -50,13 +50,7 @@ public:
   moe_rt_backend backend() const override { return MOE_RT_CPU; }
 
   moe_rt_status enqueue(moe_rt_task_fn fn, void *arg) override {
-    push({[fn, arg](std::string &message) {
-      int rc = fn(arg);
-      if (rc == 0)
-        return MOE_RT_OK;
-      message = "task returned " + std::to_string(rc);
-      return MOE_RT_BACKEND_ERROR;
-    }});
+    push({hostTask(fn, arg)});
     return ok();
   }
 

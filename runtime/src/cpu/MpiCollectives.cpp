@@ -1,4 +1,5 @@
-//===- MpiCollectives.cpp - bounded MPI collectives on streams --------------===//
+//===- MpiCollectives.cpp - bounded MPI collectives on streams
+//--------------===//
 //
 // Non-blocking MPI collectives polled to a deadline, so that no rank waits
 // forever on a dead or stuck peer (FlowMoE App. K.3: a barrier with timeout
@@ -17,8 +18,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,8 +51,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Kind : int64_t { AllReduce = 1, AllToAll, AllToAllV, AllGather,
-                      ReduceScatter };
+enum Kind : int64_t {
+  AllReduce = 1,
+  AllToAll,
+  AllToAllV,
+  AllGather,
+  ReduceScatter
+};
 
 const char *kindName(int64_t k) {
   switch (k) {
@@ -173,9 +179,8 @@ public:
     if (!done) {
       std::chrono::duration<double> waited = Clock::now() - start;
       if (c->timeoutSeconds > 0 && waited.count() > c->timeoutSeconds) {
-        status = timedOut(*c, state == Checking ? "shape check"
-                                                : kindName(kind),
-                          message);
+        status = timedOut(
+            *c, state == Checking ? "shape check" : kindName(kind), message);
         return true;
       }
       return false;
@@ -237,8 +242,8 @@ moe_rt_status enqueueCollective(moe_rt_stream stream, moe_rt_comm c,
                                 MPI_Comm comm, int64_t kind, int64_t bytes,
                                 bool lowPriority,
                                 std::function<int(MPI_Request *)> post) {
-  auto steps = std::make_shared<CollectiveSteps>(c, comm, kind, bytes,
-                                                 std::move(post));
+  auto steps =
+      std::make_shared<CollectiveSteps>(c, comm, kind, bytes, std::move(post));
   return stream->impl->enqueueAsync(
       [steps](std::string &message, moe_rt_status &status) {
         return (*steps)(message, status);
@@ -291,9 +296,8 @@ extern "C" moe_rt_status moe_rt_mpi_finalize(void) {
 
 extern "C" void moe_rt_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 
-extern "C" moe_rt_status moe_rt_comm_create_world(double timeout_s,
-                                                  int check_shapes,
-                                                  moe_rt_comm *out) {
+extern "C" moe_rt_status
+moe_rt_comm_create_world(double timeout_s, int check_shapes, moe_rt_comm *out) {
   if (!out)
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_comm_create_world: NULL out");
   *out = nullptr;
@@ -334,11 +338,9 @@ extern "C" int moe_rt_comm_size(moe_rt_comm comm) {
   return comm ? comm->size : 0;
 }
 
-extern "C" moe_rt_status moe_rt_all_reduce(moe_rt_stream stream,
-                                           moe_rt_comm comm,
-                                           moe_rt_tensor *tensor,
-                                           int64_t offset_bytes,
-                                           int64_t size_bytes) {
+extern "C" moe_rt_status
+moe_rt_all_reduce(moe_rt_stream stream, moe_rt_comm comm, moe_rt_tensor *tensor,
+                  int64_t offset_bytes, int64_t size_bytes) {
   if (!stream || !comm)
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_all_reduce: NULL argument");
   if (moe_rt_status s = checkTensor(tensor, "moe_rt_all_reduce"))
@@ -385,12 +387,11 @@ extern "C" moe_rt_status moe_rt_all_to_all(moe_rt_stream stream,
   int part = static_cast<int>(n / comm->size);
   const float *in = static_cast<const float *>(send->data);
   float *outData = static_cast<float *>(recv->data);
-  return enqueueCollective(stream, comm, comm->a2a, AllToAll, n * 4, false,
-                           [=](MPI_Request *r) {
-                             return MPI_Ialltoall(in, part, MPI_FLOAT, outData,
-                                                  part, MPI_FLOAT, comm->a2a,
-                                                  r);
-                           });
+  return enqueueCollective(
+      stream, comm, comm->a2a, AllToAll, n * 4, false, [=](MPI_Request *r) {
+        return MPI_Ialltoall(in, part, MPI_FLOAT, outData, part, MPI_FLOAT,
+                             comm->a2a, r);
+      });
 }
 
 extern "C" moe_rt_status
@@ -406,8 +407,10 @@ moe_rt_all_to_all_v(moe_rt_stream stream, moe_rt_comm comm,
   if (send->rank < 1 || recv->rank < 1)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_all_to_all_v: tensors need a row dimension");
-  int64_t rowSend = moe_rt_tensor_numel(send) / std::max<int64_t>(1, send->shape[0]);
-  int64_t rowRecv = moe_rt_tensor_numel(recv) / std::max<int64_t>(1, recv->shape[0]);
+  int64_t rowSend =
+      moe_rt_tensor_numel(send) / std::max<int64_t>(1, send->shape[0]);
+  int64_t rowRecv =
+      moe_rt_tensor_numel(recv) / std::max<int64_t>(1, recv->shape[0]);
   std::vector<int> sc(comm->size), sd(comm->size), rc(comm->size),
       rd(comm->size);
   int64_t sendTotal = 0, recvTotal = 0;
@@ -431,8 +434,7 @@ moe_rt_all_to_all_v(moe_rt_stream stream, moe_rt_comm comm,
   float *outData = static_cast<float *>(recv->data);
   // The signature is what this rank sends; counts are checked by MPI.
   return enqueueCollective(
-      stream, comm, comm->a2a, AllToAllV, -1, false,
-      [=](MPI_Request *r) {
+      stream, comm, comm->a2a, AllToAllV, -1, false, [=](MPI_Request *r) {
         return MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_FLOAT, outData,
                               rc.data(), rd.data(), MPI_FLOAT, comm->a2a, r);
       });
@@ -454,12 +456,11 @@ extern "C" moe_rt_status moe_rt_all_gather(moe_rt_stream stream,
                 "moe_rt_all_gather: recv must hold group size x send");
   const float *in = static_cast<const float *>(send->data);
   float *outData = static_cast<float *>(recv->data);
-  return enqueueCollective(stream, comm, comm->a2a, AllGather, n * 4, false,
-                           [=](MPI_Request *r) {
-                             return MPI_Iallgather(in, int(n), MPI_FLOAT,
-                                                   outData, int(n), MPI_FLOAT,
-                                                   comm->a2a, r);
-                           });
+  return enqueueCollective(
+      stream, comm, comm->a2a, AllGather, n * 4, false, [=](MPI_Request *r) {
+        return MPI_Iallgather(in, int(n), MPI_FLOAT, outData, int(n), MPI_FLOAT,
+                              comm->a2a, r);
+      });
 }
 
 extern "C" moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream,
@@ -481,8 +482,8 @@ extern "C" moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream,
   float *outData = static_cast<float *>(recv->data);
   // FSMoE's reduce-scatter belongs to the MoE layer's pipeline, like the
   // all-to-alls: high priority, same communicator class.
-  return enqueueCollective(stream, comm, comm->a2a, ReduceScatter, n * 4,
-                           false, [=](MPI_Request *r) {
+  return enqueueCollective(stream, comm, comm->a2a, ReduceScatter, n * 4, false,
+                           [=](MPI_Request *r) {
                              return MPI_Ireduce_scatter_block(
                                  in, outData, int(n), MPI_FLOAT, MPI_SUM,
                                  comm->a2a, r);

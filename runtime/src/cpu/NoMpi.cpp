@@ -1,4 +1,5 @@
-//===- NoMpi.cpp - collectives when built without MPI ----------------------===//
+//===- NoMpi.cpp - collectives when built without MPI
+//----------------------===//
 
 #include "moe_rt/collectives.h"
 

@@ -1,4 +1,5 @@
-//===- CollectivesMpiTest.cpp - collectives across real MPI ranks ----------===//
+//===- CollectivesMpiTest.cpp - collectives across real MPI ranks
+//----------===//
 //
 // Run with mpirun -np P (P >= 2). Each rank checks the results it receives
 // and prints "rank r: N checks passed"; any failure prints why and exits 1.
@@ -162,8 +163,7 @@ int main(int argc, char **argv) {
     int64_t offset = int64_t(rank) * (rank + 1) / 2;
     for (int64_t k = 0; k < rank + 1; ++k, ++row)
       for (int e = 0; e < 2; ++e)
-        expect(f(rv)[row * 2 + e] ==
-                   1000.0f * i + float((offset + k) * 2 + e),
+        expect(f(rv)[row * 2 + e] == 1000.0f * i + float((offset + k) * 2 + e),
                "all_to_all_v row from rank " + std::to_string(i));
   }
   for (int i = 0; i < size; ++i)

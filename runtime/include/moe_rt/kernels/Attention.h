@@ -1,4 +1,5 @@
-//===- Attention.h - multi-head / grouped-query attention ---------*- C++ -*-===//
+//===- Attention.h - multi-head / grouped-query attention ---------*- C++
+//-*-===//
 //
 // moe.attention on the CPU, forward and backward: optional pre-norm, Q, K, V
 // projections, rotary embeddings, scaled dot-product attention (causal or
@@ -41,8 +42,8 @@ void rotary(T *v, int64_t heads, int64_t d, int64_t pos, bool inverse) {
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i) {
       double angle = pos * std::pow(10000.0, -2.0 * i / d);
-      double c = std::cos(angle), s = inverse ? -std::sin(angle)
-                                              : std::sin(angle);
+      double c = std::cos(angle),
+             s = inverse ? -std::sin(angle) : std::sin(angle);
       T &a = v[h * d + i], &b = v[h * d + i + half];
       T x = a, y = b;
       a = T(x * c - y * s);
@@ -191,8 +192,8 @@ void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
     gemm(true, false, m, kvd, n, T(1), act.xn.data(), dV.data(), T(1), dwv);
     T *dxb = dx + b * n * m;
     if (s.norm)
-      normBackward(s.norm == 2, n, m, xb, scale, s.eps, dxn.data(), dxb,
-                   dscale, dbias);
+      normBackward(s.norm == 2, n, m, xb, scale, s.eps, dxn.data(), dxb, dscale,
+                   dbias);
     else
       for (int64_t i = 0; i < n * m; ++i)
         dxb[i] += dxn[i];

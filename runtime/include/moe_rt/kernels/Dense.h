@@ -1,4 +1,5 @@
-//===- Dense.h - linear, norms, embedding, loss: forward and backward -*- C++ -*-===//
+//===- Dense.h - linear, norms, embedding, loss: forward and backward -*- C++
+//-*-===//
 //
 // The CPU kernels of the dense ops (moe.linear, moe.norm, moe.embedding,
 // moe.cross_entropy) and their vjps, on row-major buffers: T rows (tokens)
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace moe_rt::kernels {
@@ -23,8 +25,8 @@ namespace moe_rt::kernels {
 //===--- linear: y = x W (+ b), W: K x N --------------------------------===//
 
 template <typename T>
-void linearForward(int64_t rows, int64_t k, int64_t n, const T *x,
-                   const T *w, const T *bias, T *y) {
+void linearForward(int64_t rows, int64_t k, int64_t n, const T *x, const T *w,
+                   const T *bias, T *y) {
   gemm(false, false, rows, n, k, T(1), x, w, T(0), y);
   if (bias)
     for (int64_t r = 0; r < rows; ++r)
@@ -33,8 +35,8 @@ void linearForward(int64_t rows, int64_t k, int64_t n, const T *x,
 }
 
 template <typename T>
-void linearBackward(int64_t rows, int64_t k, int64_t n, const T *x,
-                    const T *w, const T *dy, T *dx, T *dw, T *dbias) {
+void linearBackward(int64_t rows, int64_t k, int64_t n, const T *x, const T *w,
+                    const T *dy, T *dx, T *dw, T *dbias) {
   if (dx)
     gemm(false, true, rows, k, n, T(1), dy, w, T(1), dx); // dx += dy W^T
   if (dw)
@@ -47,20 +49,28 @@ void linearBackward(int64_t rows, int64_t k, int64_t n, const T *x,
 
 //===--- norms over the last dimension ---------------------------------===//
 
+/// Mean (0 for RMSNorm) and 1 / sqrt(variance + eps) of one row, the
+/// variance taken around that mean.
+template <typename T>
+std::pair<double, double> normStats(bool rms, int64_t m, const T *row,
+                                    double eps) {
+  double mean = 0, var = 0;
+  if (!rms)
+    for (int64_t j = 0; j < m; ++j)
+      mean += row[j];
+  mean /= m;
+  for (int64_t j = 0; j < m; ++j)
+    var += (row[j] - mean) * (row[j] - mean);
+  return {mean, 1.0 / std::sqrt(var / m + eps)};
+}
+
 /// LayerNorm (bias may be null) when `rms` is false, RMSNorm otherwise.
 template <typename T>
-void normForward(bool rms, int64_t rows, int64_t m, const T *x,
-                 const T *scale, const T *bias, double eps, T *y) {
+void normForward(bool rms, int64_t rows, int64_t m, const T *x, const T *scale,
+                 const T *bias, double eps, T *y) {
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * m;
-    double mean = 0, var = 0;
-    if (!rms)
-      for (int64_t j = 0; j < m; ++j)
-        mean += xr[j];
-    mean /= m;
-    for (int64_t j = 0; j < m; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean);
-    double inv = 1.0 / std::sqrt(var / m + eps);
+    auto [mean, inv] = normStats(rms, m, xr, eps);
     for (int64_t j = 0; j < m; ++j)
       y[r * m + j] =
           T((xr[j] - mean) * inv * scale[j] + (bias ? bias[j] : T(0)));
@@ -68,21 +78,13 @@ void normForward(bool rms, int64_t rows, int64_t m, const T *x,
 }
 
 template <typename T>
-void normBackward(bool rms, int64_t rows, int64_t m, const T *x,
-                  const T *scale, double eps, const T *dy, T *dx, T *dscale,
-                  T *dbias) {
+void normBackward(bool rms, int64_t rows, int64_t m, const T *x, const T *scale,
+                  double eps, const T *dy, T *dx, T *dscale, T *dbias) {
   std::vector<double> xhat(m), g(m);
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * m;
     const T *dyr = dy + r * m;
-    double mean = 0, var = 0;
-    if (!rms)
-      for (int64_t j = 0; j < m; ++j)
-        mean += xr[j];
-    mean /= m;
-    for (int64_t j = 0; j < m; ++j)
-      var += (xr[j] - mean) * (xr[j] - mean);
-    double inv = 1.0 / std::sqrt(var / m + eps);
+    auto [mean, inv] = normStats(rms, m, xr, eps);
     double sumG = 0, sumGx = 0;
     for (int64_t j = 0; j < m; ++j) {
       xhat[j] = (xr[j] - mean) * inv;

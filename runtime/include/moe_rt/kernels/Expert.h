@@ -1,4 +1,5 @@
-//===- Expert.h - grouped expert FFN: forward and backward -------*- C++ -*-===//
+//===- Expert.h - grouped expert FFN: forward and backward -------*- C++
+//-*-===//
 //
 // moe.expert / moe.shared_expert on the CPU: for each local expert e of an
 // E_l x S x M input, h = x up[e]; a = act(h) (or act(x gate[e]) * h when
@@ -66,8 +67,8 @@ void expertForward(Activation act, int64_t experts, int64_t slots, int64_t m,
     for (int64_t i = 0; i < slots * h; ++i)
       hidden[i] = gate ? T(activate(act, gated[i]) * hidden[i])
                        : T(activate(act, hidden[i]));
-    gemm(false, false, slots, m, h, T(1), hidden.data(), down + e * h * m,
-         T(0), y + e * slots * m);
+    gemm(false, false, slots, m, h, T(1), hidden.data(), down + e * h * m, T(0),
+         y + e * slots * m);
   }
 }
 
@@ -77,8 +78,8 @@ void expertBackward(Activation act, int64_t experts, int64_t slots, int64_t m,
                     int64_t h, const T *x, const T *up, const T *gate,
                     const T *down, const T *dy, T *dx, T *dup, T *dgate,
                     T *ddown) {
-  std::vector<T> hidden(slots * h), gated(gate ? slots * h : 0),
-      a(slots * h), da(slots * h), dh(slots * h), dg(gate ? slots * h : 0);
+  std::vector<T> hidden(slots * h), gated(gate ? slots * h : 0), a(slots * h),
+      da(slots * h), dh(slots * h), dg(gate ? slots * h : 0);
   for (int64_t e = 0; e < experts; ++e) {
     const T *xe = x + e * slots * m, *dye = dy + e * slots * m;
     gemm(false, false, slots, h, m, T(1), xe, up + e * m * h, T(0),

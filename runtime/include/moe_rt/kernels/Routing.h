@@ -1,4 +1,5 @@
-//===- Routing.h - gate, dispatch and combine: forward and backward -*- C++ -*-===//
+//===- Routing.h - gate, dispatch and combine: forward and backward -*- C++
+//-*-===//
 //
 // The token side of MoE routing on the CPU (the all-to-all between is the
 // collectives' job):
@@ -29,6 +30,16 @@
 
 namespace moe_rt::kernels {
 
+/// p = softmax(row), computed stably.
+template <typename T>
+void softmaxRow(int64_t n, const T *row, std::vector<double> &p) {
+  double mx = *std::max_element(row, row + n), sum = 0;
+  for (int64_t e = 0; e < n; ++e)
+    sum += p[e] = std::exp(row[e] - mx);
+  for (double &v : p)
+    v /= sum;
+}
+
 /// logits: tokens x experts. Writes indices and weights (tokens x k) and
 /// per-expert counts (before capacity).
 template <typename T>
@@ -39,12 +50,7 @@ void softmaxTopK(int64_t tokens, int64_t experts, int64_t k, bool normalize,
   std::vector<double> p(experts);
   std::vector<int64_t> order(experts);
   for (int64_t t = 0; t < tokens; ++t) {
-    const T *row = logits + t * experts;
-    double mx = *std::max_element(row, row + experts), sum = 0;
-    for (int64_t e = 0; e < experts; ++e)
-      sum += p[e] = std::exp(row[e] - mx);
-    for (double &v : p)
-      v /= sum;
+    softmaxRow(experts, logits + t * experts, p);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [&](int64_t a, int64_t b) { return p[a] > p[b]; });
@@ -67,12 +73,7 @@ void softmaxTopKBackward(int64_t tokens, int64_t experts, int64_t k,
                          T *dlogits) {
   std::vector<double> p(experts), dp(experts);
   for (int64_t t = 0; t < tokens; ++t) {
-    const T *row = logits + t * experts;
-    double mx = *std::max_element(row, row + experts), sum = 0;
-    for (int64_t e = 0; e < experts; ++e)
-      sum += p[e] = std::exp(row[e] - mx);
-    for (double &v : p)
-      v /= sum;
+    softmaxRow(experts, logits + t * experts, p);
     std::fill(dp.begin(), dp.end(), 0.0);
     double kept = 0, dot = 0;
     for (int64_t j = 0; j < k; ++j)
@@ -158,8 +159,7 @@ template <typename T>
 void combineGatherBackward(int64_t tokens, int64_t k, int64_t capacity,
                            int64_t m, const int64_t *indices,
                            const int64_t *slots, const T *weights,
-                           const T *recv, const T *dy, T *drecv,
-                           T *dweights) {
+                           const T *recv, const T *dy, T *drecv, T *dweights) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
       if (int64_t s = slots[t * k + j]; s >= 0) {
