@@ -44,4 +44,7 @@ import subprocess
 if subprocess.call(["/usr/bin/python3", "-c", "import matplotlib"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
     config.available_features.add("matplotlib")
+if subprocess.call(["/usr/bin/python3", "-c", "import torch"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+    config.available_features.add("torch")
 config.substitutions.append(("%system_python", "/usr/bin/python3"))

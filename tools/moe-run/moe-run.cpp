@@ -75,8 +75,13 @@ public:
          double timeout)
       : func(func), rank(rank), world(world), seed(seed), timeout(timeout) {}
 
+  /// Creates the world communicator and the step's arguments.
+  void prepare();
   void run();
   std::vector<std::pair<std::string, Buffer *>> results();
+  /// Writes every argument (parameters, token ids, labels) as
+  /// "name DIMS values..." lines, for a reference implementation.
+  void dumpInputs(const std::string &path);
   /// The updated parameters become the next step's arguments.
   void advance();
 
@@ -614,12 +619,13 @@ void Runner::execute(Operation *op) {
           });
 }
 
-void Runner::run() {
-  if (!worldComm &&
-      moe_rt_comm_create_world(timeout, 1, &worldComm) != MOE_RT_OK)
+void Runner::prepare() {
+  if (moe_rt_comm_create_world(timeout, 1, &worldComm) != MOE_RT_OK)
     die(moe_rt_last_error());
-  if (buffers.empty())
-    initArguments();
+  initArguments();
+}
+
+void Runner::run() {
   for (Operation &op : func.getFunctionBody().front())
     if (!isa<func::ReturnOp>(op))
       execute(&op);
@@ -629,6 +635,32 @@ void Runner::run() {
       die(std::string("rank ") + std::to_string(rank) + ": " +
           moe_rt_last_error());
   tasks.clear();
+}
+
+void Runner::dumpInputs(const std::string &path) {
+  FILE *f = std::fopen(path.c_str(), "w");
+  if (!f)
+    die("cannot write '" + path + "'");
+  for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
+    auto name = func.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), MoeDialect::getParamAttrName());
+    Buffer &b = buf(arg);
+    std::string dims;
+    for (int64_t d : b.shape)
+      dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    std::fprintf(f, "%s %s",
+                 name ? name.getValue().str().c_str()
+                      : ("arg" + std::to_string(arg.getArgNumber())).c_str(),
+                 dims.c_str());
+    if (b.isInt)
+      for (int64_t v : b.i)
+        std::fprintf(f, " %lld", (long long)v);
+    else
+      for (float v : b.f)
+        std::fprintf(f, " %.9g", v);
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
 }
 
 std::vector<std::pair<std::string, Buffer *>> Runner::results() {
@@ -664,7 +696,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "moe-run: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string input, dump;
+  std::string input, dump, dumpInputs;
   int steps = 1;
   uint64_t seed = 1;
   double timeout = 60;
@@ -681,11 +713,13 @@ int main(int argc, char **argv) {
       seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--dump")
       dump = value();
+    else if (a == "--dump-inputs")
+      dumpInputs = value();
     else if (a == "--timeout")
       timeout = std::atof(value().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
-                  "[--seed S] [--dump FILE] [--timeout SECONDS]\n");
+                  "[--seed S] [--dump FILE] [--dump-inputs FILE] [--timeout SECONDS]\n");
       moe_rt_mpi_finalize();
       return 0;
     } else if (!a.empty() && a[0] == '-')
@@ -725,6 +759,9 @@ int main(int argc, char **argv) {
     moe_rt_comm_destroy(probe);
   }
   Runner runner(step, rank, world, seed, timeout);
+  runner.prepare();
+  if (!dumpInputs.empty())
+    runner.dumpInputs(dumpInputs + ".rank" + std::to_string(rank));
   for (int s = 1; s <= steps; ++s) {
     runner.run();
     auto res = runner.results();

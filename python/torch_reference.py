@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""PyTorch reference for one training step of a generated MoE model.
+
+Reads the inputs every rank of `moe-run --dump-inputs` used (parameters,
+token ids, labels) and the results of `moe-run --dump` (loss and updated
+parameters), recomputes the same step with PyTorch autograd in float64 —
+the whole model over all ranks' data at once: replicated weights shared,
+each rank's experts concatenated into the global expert set, the loss the
+mean over ranks, one SGD step — and compares. Run with Debian's
+/usr/bin/python3 (python3-torch).
+
+The model is rebuilt from the generator's preset and overrides, so the
+reference does not read the compiler's IR: attention (MHA/GQA, causal,
+rotary in the rotate-half convention, layer/RMS pre-norm), residuals,
+softmax top-k gate (optionally renormalised), experts, final norm, LM head,
+mean token cross-entropy. Routing must drop no token (capacity factor of
+at least E/k), which keeps the reference free of capacity logic.
+
+  torch_reference.py --inputs PREFIX --results PREFIX --ranks 4 --lr 1.0 \
+      gpt-moe-2block [--capacity-factor 4.0] [--set seq=16] ...
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gen_model_mlir as gen  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit("error: needs PyTorch (Debian: python3-torch; run with "
+             "/usr/bin/python3)")
+
+
+def load_inputs(path):
+    values = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            name, dims = parts[0], [int(d) for d in parts[1].split("x") if d]
+            data = [float(x) for x in parts[2:]]
+            values[name] = torch.tensor(data, dtype=torch.float64).reshape(dims)
+    return values
+
+
+def load_results(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            out[parts[0]] = torch.tensor([float(x) for x in parts[2:]],
+                                         dtype=torch.float64)
+    return out
+
+
+def rotary(x):
+    # x: B x N x heads x D; rotate-half with angle pos * 10000^(-2i/D).
+    b, n, h, d = x.shape
+    half = d // 2
+    i = torch.arange(half, dtype=torch.float64)
+    freq = 10000.0 ** (-2.0 * i / d)
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * freq[None, :]
+    cos = torch.cat([angle.cos(), angle.cos()], -1)[None, :, None, :]
+    sin = torch.cat([angle.sin(), angle.sin()], -1)[None, :, None, :]
+    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
+def norm(c, x, scale, bias):
+    if c.norm == "rms":
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5) * scale
+    return F.layer_norm(x, (x.shape[-1],), scale, bias, 1e-5)
+
+
+def act(c, x):
+    return {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[c.activation](x)
+
+
+def step_loss(c, p, tokens, labels):
+    kv = c.kv_heads or c.heads
+    b, n = tokens.shape
+    h = p["embed.table"][tokens]
+    for l in range(c.layers):
+        pre = f"block{l}"
+        ln = [p[f"{pre}.attn_norm.scale"], p.get(f"{pre}.attn_norm.bias")]
+        xn = norm(c, h, *ln)
+        q = (xn @ p[f"{pre}.attn.wq"]).view(b, n, c.heads, c.head_dim)
+        k = (xn @ p[f"{pre}.attn.wk"]).view(b, n, kv, c.head_dim)
+        v = (xn @ p[f"{pre}.attn.wv"]).view(b, n, kv, c.head_dim)
+        if c.rotary:
+            q, k = rotary(q), rotary(k)
+        rep = c.heads // kv
+        k = k.repeat_interleave(rep, dim=2)
+        v = v.repeat_interleave(rep, dim=2)
+        scores = torch.einsum("bihd,bjhd->bhij", q, k) / c.head_dim ** 0.5
+        if c.causal:
+            mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
+        h1 = h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
+        x = norm(c, h1, p[f"{pre}.moe_norm.scale"], p.get(f"{pre}.moe_norm.bias"))
+        probs = (x @ p[f"{pre}.gate.weight"]).softmax(-1)
+        w, idx = probs.topk(c.top_k, dim=-1)
+        if c.normalize:
+            w = w / w.sum(-1, keepdim=True)
+        up, down = p[f"{pre}.experts.up"], p[f"{pre}.experts.down"]
+        gate = p.get(f"{pre}.experts.gate")
+        out = torch.zeros_like(x)
+        for j in range(c.top_k):
+            e = idx[..., j]
+            hid = torch.einsum("bnm,bnmh->bnh", x, up[e])
+            if gate is not None:
+                hid = act(c, torch.einsum("bnm,bnmh->bnh", x, gate[e])) * hid
+            else:
+                hid = act(c, hid)
+            out = out + w[..., j:j + 1] * torch.einsum("bnh,bnhm->bnm", hid,
+                                                        down[e])
+        h = h1 + out
+    hf = norm(c, h, p["final_norm.scale"], p.get("final_norm.bias"))
+    logits = hf @ p["lm_head.weight"]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                           labels.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("preset")
+    ap.add_argument("--inputs", required=True)
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--atol", type=float, default=1e-5)
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--capacity-factor")
+    ap.add_argument("--grid")
+    ap.add_argument("--experts-per-rank", type=int)
+    ap.add_argument("--layers", type=int)
+    args = ap.parse_args()
+    c = gen.PRESETS[args.preset]
+    overrides = {k: int(v) for k, v in (s.split("=") for s in args.set)}
+    if args.layers:
+        overrides["layers"] = args.layers
+    if args.experts_per_rank:
+        overrides["experts_per_rank"] = args.experts_per_rank
+    c = gen.replace(c, **overrides)
+
+    inputs = [load_inputs(f"{args.inputs}.rank{r}") for r in range(args.ranks)]
+    results = [load_results(f"{args.results}.rank{r}") for r in range(args.ranks)]
+    expert_keys = [k for k in inputs[0] if ".experts." in k]
+    params = {}
+    for k, v in inputs[0].items():
+        if k.startswith("arg"):
+            continue
+        params[k] = (torch.cat([inp[k] for inp in inputs], 0)
+                     if k in expert_keys else v.clone())
+        params[k].requires_grad_(True)
+    losses = [step_loss(c, params, inp["arg0"].long(), inp["arg1"].long())
+              for inp in inputs]
+    loss = torch.stack(losses).mean()
+    loss.backward()
+
+    worst, bad, count = 0.0, 0, 0
+    ours_loss = sum(float(r["loss"][0]) for r in results) / args.ranks
+    def check(name, ref, got):
+        nonlocal worst, bad, count
+        ref = ref.reshape(-1)
+        got = got.reshape(-1)
+        if ref.numel() != got.numel():
+            sys.exit(f"FAIL: {name}: {ref.numel()} vs {got.numel()} values")
+        tol = args.atol + args.rtol * ref.abs()
+        excess = (got - ref).abs() / tol
+        worst = max(worst, float(excess.max()))
+        bad += int((excess > 1).sum())
+        count += ref.numel()
+    check("loss", torch.tensor([float(loss)]), torch.tensor([ours_loss]))
+    with torch.no_grad():
+        for k, p in params.items():
+            updated = p - args.lr * p.grad
+            for r in range(args.ranks):
+                if k in expert_keys:
+                    per = updated.shape[0] // args.ranks
+                    check(k, updated[r * per:(r + 1) * per], results[r][k])
+                else:
+                    check(k, updated, results[r][k])
+    print(f"pytorch reference: loss {float(loss):.6f} vs ours {ours_loss:.6f}; "
+          f"{count} values compared, {bad} out of tolerance (worst "
+          f"{worst:.3f} x tolerance)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
