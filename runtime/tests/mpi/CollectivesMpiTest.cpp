@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/ops.h"
 
 #include <chrono>
 #include <cstdio>
@@ -190,6 +191,53 @@ int main(int argc, char **argv) {
   moe_rt_tensor odd = make({int64_t(size) + 1});
   expect(moe_rt_all_to_all(pool, world, &odd, &odd) == MOE_RT_INVALID_ARGUMENT,
          "indivisible all_to_all rejected");
+
+  // moe_rt_dispatch / moe_rt_combine (moe_rt/ops.h): one expert per rank,
+  // top-1, capacity large enough that nothing drops. Dispatch is then a
+  // permutation: combining with weight 1 through identity experts, or
+  // taking dispatch's vjp of its own output, gives x back.
+  {
+    const int64_t tokens = 4, model = 3, capacity = tokens;
+    const int64_t experts = size;
+    moe_rt_tensor x = make({tokens, model}), back = make({tokens, model}),
+                  dx = make({tokens, model}), w = make({tokens, 1}),
+                  routed = make({1, size * capacity, model});
+    moe_rt_tensor idx;
+    int64_t idxShape[] = {tokens, 1};
+    ok(moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, 2, idxShape, &idx),
+       "indices");
+    for (int64_t t = 0; t < tokens; ++t) {
+      static_cast<int64_t *>(idx.data)[t] = (rank + t) % experts;
+      f(w)[t] = 1.0f;
+      for (int64_t m = 0; m < model; ++m)
+        f(x)[t * model + m] = 10.0f * (rank + 1) + t + 0.1f * m;
+    }
+    ok(moe_rt_dispatch(pool, world, experts, capacity, &x, &idx, &routed),
+       "dispatch");
+    ok(moe_rt_combine(pool, world, experts, capacity, &routed, &idx, &w, &back),
+       "combine");
+    ok(moe_rt_dispatch_grad(pool, world, experts, capacity, &idx, &routed, &dx),
+       "dispatch_grad");
+    ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize routing");
+    int64_t filled = 0, want = 0;
+    for (int i = 0; i < size; ++i)
+      for (int64_t t = 0; t < tokens; ++t)
+        want += (i + t) % experts == rank;
+    for (int64_t row = 0; row < size * capacity; ++row)
+      filled += f(routed)[row * model] != 0.0f;
+    expect(filled == want, "dispatch delivers every token routed here");
+    for (int64_t i = 0; i < tokens * model; ++i) {
+      expect(std::abs(f(back)[i] - f(x)[i]) < 1e-5f,
+             "combine(dispatch(x)) == x");
+      expect(std::abs(f(dx)[i] - f(x)[i]) < 1e-5f,
+             "dispatch vjp of dispatch(x) == x");
+    }
+    moe_rt_tensor smallOut = make({1, capacity, model});
+    expect(size == 1 ||
+               moe_rt_dispatch(pool, world, experts, capacity, &x, &idx,
+                               &smallOut) == MOE_RT_INVALID_ARGUMENT,
+           "dispatch refuses a buffer without G C slots");
+  }
 
   std::printf("rank %d: %d checks passed\n", rank, checks);
   std::fflush(stdout);

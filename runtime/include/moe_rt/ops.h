@@ -1,0 +1,166 @@
+/*===- ops.h - the step's ops, queued on streams -----------------*- C -*-===*
+ *
+ * One call per moe dialect op and per backward (vjp) op, as generated code
+ * and moe-run issue them: each checks its arguments, then queues the CPU
+ * kernel (include/moe_rt/kernels) on `stream` and returns. Tensors are F32
+ * (routing indices I64) in CPU memory and must stay alive until the stream
+ * has run the task. Backward calls overwrite their gradient outputs (as
+ * moe.vjp defines them); moe-build-train-step sums a value's contributions
+ * with moe_rt_add. Dispatch and combine queue their layout kernels around
+ * moe_rt_all_to_all on a communication stream (the priority pool's
+ * high-priority queue).
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef MOE_RT_OPS_H
+#define MOE_RT_OPS_H
+
+#include "moe_rt/collectives.h"
+#include "moe_rt/moe_rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum moe_rt_norm_kind {
+  MOE_RT_NORM_NONE = 0,
+  MOE_RT_NORM_LAYER = 1,
+  MOE_RT_NORM_RMS = 2
+} moe_rt_norm_kind;
+
+typedef enum moe_rt_activation {
+  MOE_RT_RELU = 0,
+  MOE_RT_GELU = 1,
+  MOE_RT_SILU = 2
+} moe_rt_activation;
+
+typedef struct moe_rt_attention_attrs {
+  int64_t heads, kv_heads, head_dim;
+  int causal, rotary;
+  moe_rt_norm_kind norm; /* pre-norm */
+  double eps;
+} moe_rt_attention_attrs;
+
+/* x, out: B x N x M; norm_scale / norm_bias may be NULL. */
+moe_rt_status moe_rt_attention(moe_rt_stream s, const moe_rt_attention_attrs *a,
+                               const moe_rt_tensor *x, const moe_rt_tensor *wq,
+                               const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+                               const moe_rt_tensor *wo,
+                               const moe_rt_tensor *norm_scale,
+                               const moe_rt_tensor *norm_bias,
+                               moe_rt_tensor *out);
+moe_rt_status
+moe_rt_attention_grad(moe_rt_stream s, const moe_rt_attention_attrs *a,
+                      const moe_rt_tensor *x, const moe_rt_tensor *wq,
+                      const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+                      const moe_rt_tensor *wo, const moe_rt_tensor *norm_scale,
+                      const moe_rt_tensor *norm_bias, const moe_rt_tensor *dout,
+                      moe_rt_tensor *dx, moe_rt_tensor *dwq, moe_rt_tensor *dwk,
+                      moe_rt_tensor *dwv, moe_rt_tensor *dwo,
+                      moe_rt_tensor *dnorm_scale, moe_rt_tensor *dnorm_bias);
+
+/* Over the last dimension; bias may be NULL (always NULL for RMS). */
+moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
+                          const moe_rt_tensor *x, const moe_rt_tensor *scale,
+                          const moe_rt_tensor *bias, moe_rt_tensor *out);
+moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
+                               double eps, const moe_rt_tensor *x,
+                               const moe_rt_tensor *scale,
+                               const moe_rt_tensor *bias,
+                               const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                               moe_rt_tensor *dscale, moe_rt_tensor *dbias);
+
+/* out = x w (+ bias), w: K x N over the last dimension of x. */
+moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
+                            const moe_rt_tensor *w, const moe_rt_tensor *bias,
+                            moe_rt_tensor *out);
+moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
+                                 const moe_rt_tensor *w,
+                                 const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                                 moe_rt_tensor *dw, moe_rt_tensor *dbias);
+
+/* ids: I64; a bad id fails the stream with a message. */
+moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
+                               const moe_rt_tensor *table, moe_rt_tensor *out);
+moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
+                                    const moe_rt_tensor *dout,
+                                    moe_rt_tensor *dtable);
+
+/* Mean token cross-entropy; loss and dloss are 0-d. */
+moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
+                                   const moe_rt_tensor *labels,
+                                   moe_rt_tensor *loss);
+moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
+                                        const moe_rt_tensor *logits,
+                                        const moe_rt_tensor *labels,
+                                        const moe_rt_tensor *dloss,
+                                        moe_rt_tensor *dlogits);
+
+/* softmax_topk gate: indices (I64, B x N x k), weights (B x N x k), counts
+ * (I64, E). */
+moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t k, int normalize,
+                               const moe_rt_tensor *x, const moe_rt_tensor *w,
+                               moe_rt_tensor *indices, moe_rt_tensor *weights,
+                               moe_rt_tensor *counts);
+moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t k, int normalize,
+                                    const moe_rt_tensor *x,
+                                    const moe_rt_tensor *w,
+                                    const moe_rt_tensor *dweights,
+                                    moe_rt_tensor *dx, moe_rt_tensor *dw);
+
+/* Grouped FFN: x E_l x S x M with 3-D weights, or (shared experts) any
+ * x ... x M with 2-D weights; gate may be NULL. */
+moe_rt_status moe_rt_expert(moe_rt_stream s, moe_rt_activation act,
+                            const moe_rt_tensor *x, const moe_rt_tensor *up,
+                            const moe_rt_tensor *gate,
+                            const moe_rt_tensor *down, moe_rt_tensor *out);
+moe_rt_status moe_rt_expert_grad(
+    moe_rt_stream s, moe_rt_activation act, const moe_rt_tensor *x,
+    const moe_rt_tensor *up, const moe_rt_tensor *gate,
+    const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
+    moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown);
+
+/* moe.dispatch / moe.combine with capacity C over the group `comm`. */
+moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
+                              int64_t experts, int64_t capacity,
+                              const moe_rt_tensor *x,
+                              const moe_rt_tensor *indices, moe_rt_tensor *out);
+moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
+                                   int64_t experts, int64_t capacity,
+                                   const moe_rt_tensor *indices,
+                                   const moe_rt_tensor *dout,
+                                   moe_rt_tensor *dx);
+moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+                             int64_t capacity, const moe_rt_tensor *expert_out,
+                             const moe_rt_tensor *indices,
+                             const moe_rt_tensor *weights, moe_rt_tensor *out);
+moe_rt_status
+moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+                    int64_t capacity, const moe_rt_tensor *expert_out,
+                    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+                    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+                    moe_rt_tensor *dweights);
+
+/* Elementwise and plumbing. */
+moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
+                         const moe_rt_tensor *b, moe_rt_tensor *out);
+/* Copies `count` elements (any dtype) from src + src_offset to dst +
+ * dst_offset: moe.split / moe.merge. */
+moe_rt_status moe_rt_copy(moe_rt_stream s, const moe_rt_tensor *src,
+                          int64_t src_offset, moe_rt_tensor *dst,
+                          int64_t dst_offset, int64_t count);
+moe_rt_status moe_rt_sgd(moe_rt_stream s, const moe_rt_tensor *param,
+                         const moe_rt_tensor *grad, double lr,
+                         moe_rt_tensor *out);
+/* out = src with bytes [offset, offset + size) summed over the group (size
+ * < 0: all of it): moe.all_reduce, both steps on the pool's low-priority
+ * queue. */
+moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
+                                     const moe_rt_tensor *src,
+                                     moe_rt_tensor *out, int64_t offset_bytes,
+                                     int64_t size_bytes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MOE_RT_OPS_H */

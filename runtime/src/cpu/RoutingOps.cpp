@@ -1,0 +1,312 @@
+//===- RoutingOps.cpp - dispatch, combine and plumbing on streams
+//----------===//
+//
+// moe.dispatch / moe.combine and their vjps: the routing kernels around the
+// group's all-to-all, queued in order on one communication stream. The
+// vjp of combine brings the expert outputs to the tokens' ranks again
+// rather than keeping them from the forward (one more all-to-all, no saved
+// state). Plumbing: add, copy (split/merge), SGD, all-reduce into a result.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe_rt/ops.h"
+
+#include "../Backend.h"
+#include "../Error.h"
+
+#include "moe_rt/kernels/Routing.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace moe_rt;
+namespace k = moe_rt::kernels;
+
+namespace {
+
+float *f32(const moe_rt_tensor *t) { return static_cast<float *>(t->data); }
+const int64_t *i64(const moe_rt_tensor *t) {
+  return static_cast<const int64_t *>(t->data);
+}
+
+bool isCpu(const moe_rt_tensor *t, moe_rt_dtype dtype) {
+  return t && t->data && t->backend == MOE_RT_CPU && t->dtype == dtype &&
+         moe_rt_tensor_numel(t) >= 0;
+}
+
+/// A scratch buffer shared by the tasks of one op, with a tensor view.
+struct Scratch {
+  std::vector<float> data;
+  moe_rt_tensor view{};
+  explicit Scratch(int64_t e, int64_t c, int64_t m) : data(e * c * m, 0.0f) {
+    view.data = data.data();
+    view.rank = 3;
+    view.shape[0] = e;
+    view.shape[1] = c;
+    view.shape[2] = m;
+    view.dtype = MOE_RT_F32;
+    view.backend = MOE_RT_CPU;
+  }
+};
+
+/// Shapes of a routed op: T tokens with k choices, E experts over G ranks
+/// (E_l local), capacity C, embedding M.
+struct Route {
+  int64_t T, k, E, G, El, C, M;
+};
+
+moe_rt_status routeChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
+                          int64_t experts, int64_t capacity,
+                          const moe_rt_tensor *indices,
+                          const moe_rt_tensor *expertSide,
+                          const moe_rt_tensor *tokenSide, Route &r) {
+  auto bad = [&](const std::string &why) {
+    return fail(MOE_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
+  };
+  if (!s || !comm)
+    return bad("NULL stream or group");
+  if (!isCpu(indices, MOE_RT_I64) || indices->rank < 1)
+    return bad("indices must be a CPU I64 tensor (tokens x k)");
+  if (!isCpu(expertSide, MOE_RT_F32) || expertSide->rank != 3 ||
+      !isCpu(tokenSide, MOE_RT_F32) || tokenSide->rank < 1)
+    return bad("needs F32 CPU tensors: E_l x (G C) x M and tokens x M");
+  r.G = moe_rt_comm_size(comm);
+  r.E = experts;
+  r.C = capacity;
+  r.k = indices->shape[indices->rank - 1];
+  r.T = moe_rt_tensor_numel(indices) / std::max<int64_t>(1, r.k);
+  r.M = expertSide->shape[2];
+  if (experts <= 0 || capacity <= 0 || experts % r.G)
+    return bad("experts must divide evenly over the group and capacity be "
+               "positive");
+  r.El = experts / r.G;
+  if (expertSide->shape[0] != r.El || expertSide->shape[1] != r.G * r.C ||
+      tokenSide->shape[tokenSide->rank - 1] != r.M ||
+      moe_rt_tensor_numel(tokenSide) != r.T * r.M)
+    return bad("shapes do not match E_l x (G C) x M and the routed tokens");
+  return MOE_RT_OK;
+}
+
+moe_rt_status task(moe_rt_stream s, std::function<void()> body) {
+  return s->impl->enqueueHost(
+      [body](std::string &) {
+        body();
+        return MOE_RT_OK;
+      },
+      false);
+}
+
+} // namespace
+
+extern "C" {
+
+moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
+                              int64_t experts, int64_t capacity,
+                              const moe_rt_tensor *x,
+                              const moe_rt_tensor *indices,
+                              moe_rt_tensor *out) {
+  Route r{};
+  if (moe_rt_status st = routeChecks("moe_rt_dispatch", s, comm, experts,
+                                     capacity, indices, out, x, r))
+    return st;
+  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  const int64_t *idx = i64(indices);
+  float *px = f32(x), *py = f32(out);
+  if (moe_rt_status st = task(s, [=] {
+        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
+        k::dispatchLayout(r.T, r.k, r.E, r.C, r.M, idx, slots->data(), px,
+                          send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return task(s, [=] {
+    k::toExpertMajor(r.G, r.El, r.C, r.M, recv->data.data(), py);
+    (void)send;
+  });
+}
+
+moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
+                                   int64_t experts, int64_t capacity,
+                                   const moe_rt_tensor *indices,
+                                   const moe_rt_tensor *dout,
+                                   moe_rt_tensor *dx) {
+  Route r{};
+  if (moe_rt_status st = routeChecks("moe_rt_dispatch_grad", s, comm, experts,
+                                     capacity, indices, dout, dx, r))
+    return st;
+  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  const int64_t *idx = i64(indices);
+  float *pd = f32(dout), *pdx = f32(dx);
+  if (moe_rt_status st = task(s, [=] {
+        k::toRankMajor(r.G, r.El, r.C, r.M, pd, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return task(s, [=] {
+    std::memset(pdx, 0, sizeof(float) * r.T * r.M);
+    k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
+    k::dispatchLayoutBackward(r.T, r.k, r.C, r.M, idx, slots->data(),
+                              recv->data.data(), pdx);
+    (void)send;
+  });
+}
+
+moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+                             int64_t capacity, const moe_rt_tensor *expert_out,
+                             const moe_rt_tensor *indices,
+                             const moe_rt_tensor *weights, moe_rt_tensor *out) {
+  Route r{};
+  if (moe_rt_status st = routeChecks("moe_rt_combine", s, comm, experts,
+                                     capacity, indices, expert_out, out, r))
+    return st;
+  if (!isCpu(weights, MOE_RT_F32) ||
+      moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_combine: weights must match indices");
+  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  const int64_t *idx = i64(indices);
+  float *pe = f32(expert_out), *pw = f32(weights), *py = f32(out);
+  if (moe_rt_status st = task(s, [=] {
+        k::toRankMajor(r.G, r.El, r.C, r.M, pe, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return task(s, [=] {
+    k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
+    k::combineGather(r.T, r.k, r.C, r.M, idx, slots->data(), pw,
+                     recv->data.data(), py);
+    (void)send;
+  });
+}
+
+moe_rt_status
+moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+                    int64_t capacity, const moe_rt_tensor *expert_out,
+                    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+                    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+                    moe_rt_tensor *dweights) {
+  Route r{};
+  if (moe_rt_status st = routeChecks("moe_rt_combine_grad", s, comm, experts,
+                                     capacity, indices, expert_out, dout, r))
+    return st;
+  if (!isCpu(weights, MOE_RT_F32) || !isCpu(dweights, MOE_RT_F32) ||
+      !isCpu(dexpert_out, MOE_RT_F32) ||
+      moe_rt_tensor_numel(dexpert_out) != moe_rt_tensor_numel(expert_out) ||
+      moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices) ||
+      moe_rt_tensor_numel(dweights) != moe_rt_tensor_numel(indices))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_combine_grad: bad weights or gradient tensors");
+  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M),
+       drecv = std::make_shared<Scratch>(r.E, r.C, r.M),
+       dsend = std::make_shared<Scratch>(r.E, r.C, r.M);
+  const int64_t *idx = i64(indices);
+  float *pe = f32(expert_out), *pw = f32(weights), *pdy = f32(dout),
+        *pde = f32(dexpert_out), *pdw = f32(dweights);
+  if (moe_rt_status st = task(s, [=] {
+        k::toRankMajor(r.G, r.El, r.C, r.M, pe, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  if (moe_rt_status st = task(s, [=] {
+        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
+        std::memset(pdw, 0, sizeof(float) * r.T * r.k);
+        k::combineGatherBackward(r.T, r.k, r.C, r.M, idx, slots->data(), pw,
+                                 recv->data.data(), pdy, drecv->data.data(),
+                                 pdw);
+        (void)send;
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &drecv->view, &dsend->view))
+    return st;
+  return task(s, [=] {
+    k::toExpertMajor(r.G, r.El, r.C, r.M, dsend->data.data(), pde);
+    (void)drecv;
+  });
+}
+
+moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
+                         const moe_rt_tensor *b, moe_rt_tensor *out) {
+  if (!s || !isCpu(a, MOE_RT_F32) || !isCpu(b, MOE_RT_F32) ||
+      !isCpu(out, MOE_RT_F32) ||
+      moe_rt_tensor_numel(a) != moe_rt_tensor_numel(b) ||
+      moe_rt_tensor_numel(a) != moe_rt_tensor_numel(out))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_add: needs three F32 CPU tensors of one size");
+  int64_t n = moe_rt_tensor_numel(a);
+  float *pa = f32(a), *pb = f32(b), *po = f32(out);
+  return task(s, [=] {
+    for (int64_t i = 0; i < n; ++i)
+      po[i] = pa[i] + pb[i];
+  });
+}
+
+moe_rt_status moe_rt_copy(moe_rt_stream s, const moe_rt_tensor *src,
+                          int64_t src_offset, moe_rt_tensor *dst,
+                          int64_t dst_offset, int64_t count) {
+  if (!s || !src || !dst || !src->data || !dst->data ||
+      src->dtype != dst->dtype || src_offset < 0 || dst_offset < 0 ||
+      count < 0 || src_offset + count > moe_rt_tensor_numel(src) ||
+      dst_offset + count > moe_rt_tensor_numel(dst))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_copy: tensors of one dtype and a range inside both");
+  size_t size = moe_rt_dtype_size(src->dtype);
+  const char *from = static_cast<const char *>(src->data) + src_offset * size;
+  char *to = static_cast<char *>(dst->data) + dst_offset * size;
+  return task(s, [=] { std::memcpy(to, from, count * size); });
+}
+
+moe_rt_status moe_rt_sgd(moe_rt_stream s, const moe_rt_tensor *param,
+                         const moe_rt_tensor *grad, double lr,
+                         moe_rt_tensor *out) {
+  if (!s || !isCpu(param, MOE_RT_F32) || !isCpu(grad, MOE_RT_F32) ||
+      !isCpu(out, MOE_RT_F32) ||
+      moe_rt_tensor_numel(param) != moe_rt_tensor_numel(grad) ||
+      moe_rt_tensor_numel(param) != moe_rt_tensor_numel(out))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_sgd: needs three F32 CPU tensors of one size");
+  int64_t n = moe_rt_tensor_numel(param);
+  float *pp = f32(param), *pg = f32(grad), *po = f32(out);
+  float step = float(lr);
+  return task(s, [=] {
+    for (int64_t i = 0; i < n; ++i)
+      po[i] = pp[i] - step * pg[i];
+  });
+}
+
+moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
+                                     const moe_rt_tensor *src,
+                                     moe_rt_tensor *out, int64_t offset_bytes,
+                                     int64_t size_bytes) {
+  if (!s || !comm || !isCpu(src, MOE_RT_F32) || !isCpu(out, MOE_RT_F32) ||
+      moe_rt_tensor_numel(src) != moe_rt_tensor_numel(out))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_all_reduce_into: needs F32 CPU tensors of one size");
+  int64_t n = moe_rt_tensor_numel(src);
+  float *ps = f32(src), *po = f32(out);
+  // The copy joins the all-reduce in the pool's low-priority queue, so that
+  // a wait before this op gates both.
+  if (moe_rt_status st = s->impl->enqueueHost(
+          [=](std::string &) {
+            std::memcpy(po, ps, sizeof(float) * n);
+            return MOE_RT_OK;
+          },
+          /*lowPriority=*/true))
+    return st;
+  return moe_rt_all_reduce(s, comm, out, offset_bytes, size_bytes);
+}
+
+} // extern "C"

@@ -1,0 +1,582 @@
+//===- StepOps.cpp - the step's ops, queued on streams
+//----------------------===//
+//
+// Argument checks, then the CPU kernel as a stream task. Shapes are read
+// when the call is made; data when the task runs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe_rt/ops.h"
+
+#include "../Backend.h"
+#include "../Error.h"
+
+#include "moe_rt/kernels/Attention.h"
+#include "moe_rt/kernels/Expert.h"
+#include "moe_rt/kernels/Routing.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace moe_rt;
+namespace k = moe_rt::kernels;
+
+namespace {
+
+float *f32(const moe_rt_tensor *t) {
+  return t ? static_cast<float *>(t->data) : nullptr;
+}
+int64_t *i64(const moe_rt_tensor *t) { return static_cast<int64_t *>(t->data); }
+
+int64_t dim(const moe_rt_tensor *t, int i) {
+  return t->shape[i < 0 ? t->rank + i : i];
+}
+
+/// A failed check: the status and a message naming the call and operand.
+struct Check {
+  const char *call;
+  moe_rt_status status = MOE_RT_OK;
+
+  Check &tensor(const moe_rt_tensor *t, const char *name, moe_rt_dtype dtype,
+                int minRank = 0, bool optional = false) {
+    if (status != MOE_RT_OK)
+      return *this;
+    if (!t) {
+      if (!optional)
+        status = fail(MOE_RT_INVALID_ARGUMENT,
+                      std::string(call) + ": " + name + " is NULL");
+      return *this;
+    }
+    if (!t->data || t->backend != MOE_RT_CPU || t->dtype != dtype ||
+        t->rank < minRank || moe_rt_tensor_numel(t) < 0)
+      status = fail(MOE_RT_INVALID_ARGUMENT,
+                    std::string(call) + ": " + name + " must be a CPU " +
+                        (dtype == MOE_RT_I64 ? "I64" : "F32") +
+                        " tensor of rank >= " + std::to_string(minRank));
+    return *this;
+  }
+  /// An optional operand, when given, holds exactly `n` elements.
+  Check &size(const moe_rt_tensor *t, const char *name, int64_t n) {
+    if (status == MOE_RT_OK && t && moe_rt_tensor_numel(t) != n)
+      status = fail(MOE_RT_INVALID_ARGUMENT,
+                    std::string(call) + ": " + name + " must have " +
+                        std::to_string(n) + " elements, not " +
+                        std::to_string(moe_rt_tensor_numel(t)));
+    return *this;
+  }
+  /// `t`, when given, has as many elements as `like` (a gradient and its
+  /// value, an output and its input).
+  Check &sizeOf(const moe_rt_tensor *t, const char *name,
+                const moe_rt_tensor *like) {
+    return like ? size(t, name, moe_rt_tensor_numel(like)) : *this;
+  }
+  Check &that(bool ok, const std::string &why) {
+    if (status == MOE_RT_OK && !ok)
+      status = fail(MOE_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
+    return *this;
+  }
+};
+
+moe_rt_status enqueue(moe_rt_stream s,
+                      std::function<moe_rt_status(std::string &)> task,
+                      bool low = false) {
+  return s->impl->enqueueHost(std::move(task), low);
+}
+
+void zero(moe_rt_tensor *t) {
+  if (t)
+    std::memset(t->data, 0,
+                moe_rt_tensor_numel(t) * moe_rt_dtype_size(t->dtype));
+}
+
+k::AttentionShape attentionShape(const moe_rt_attention_attrs *a,
+                                 const moe_rt_tensor *x) {
+  return {dim(x, 0),    dim(x, 1),   dim(x, 2),      a->heads,
+          a->kv_heads,  a->head_dim, a->causal != 0, a->rotary != 0,
+          int(a->norm), a->eps};
+}
+
+Check attentionChecks(const char *call, moe_rt_stream s,
+                      const moe_rt_attention_attrs *a, const moe_rt_tensor *x,
+                      const moe_rt_tensor *wq, const moe_rt_tensor *wk,
+                      const moe_rt_tensor *wv, const moe_rt_tensor *wo,
+                      const moe_rt_tensor *scale, const moe_rt_tensor *bias) {
+  Check c{call};
+  c.that(s && a, "NULL stream or attributes")
+      .tensor(x, "x", MOE_RT_F32, 3)
+      .tensor(wq, "wq", MOE_RT_F32, 2)
+      .tensor(wk, "wk", MOE_RT_F32, 2)
+      .tensor(wv, "wv", MOE_RT_F32, 2)
+      .tensor(wo, "wo", MOE_RT_F32, 2)
+      .tensor(scale, "norm_scale", MOE_RT_F32, 1, true)
+      .tensor(bias, "norm_bias", MOE_RT_F32, 1, true);
+  if (c.status == MOE_RT_OK)
+    c.that(a->heads > 0 && a->kv_heads > 0 && a->head_dim > 0 &&
+               a->heads % a->kv_heads == 0,
+           "heads must be a positive multiple of kv_heads")
+        .that(dim(wq, 1) == a->heads * a->head_dim &&
+                  dim(wk, 1) == a->kv_heads * a->head_dim &&
+                  dim(wo, 0) == a->heads * a->head_dim &&
+                  dim(wq, 0) == dim(x, 2),
+              "weights do not match the heads and the embedding")
+        .that(a->norm == MOE_RT_NORM_NONE || scale,
+              "a pre-norm needs its scale")
+        .sizeOf(wv, "wv", wk)
+        .size(wo, "wo", a->heads * a->head_dim * dim(x, 2))
+        .size(scale, "norm_scale", dim(x, 2))
+        .size(bias, "norm_bias", dim(x, 2));
+  return c;
+}
+
+} // namespace
+
+extern "C" {
+
+moe_rt_status moe_rt_attention(moe_rt_stream s, const moe_rt_attention_attrs *a,
+                               const moe_rt_tensor *x, const moe_rt_tensor *wq,
+                               const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+                               const moe_rt_tensor *wo,
+                               const moe_rt_tensor *scale,
+                               const moe_rt_tensor *bias, moe_rt_tensor *out) {
+  Check c =
+      attentionChecks("moe_rt_attention", s, a, x, wq, wk, wv, wo, scale, bias);
+  c.tensor(out, "out", MOE_RT_F32, 3).sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  k::AttentionShape shape = attentionShape(a, x);
+  float *px = f32(x), *pq = f32(wq), *pk = f32(wk), *pv = f32(wv),
+        *po = f32(wo), *ps = f32(scale), *pb = f32(bias), *pout = f32(out);
+  return enqueue(s, [=](std::string &) {
+    k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout);
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_attention_grad(
+    moe_rt_stream s, const moe_rt_attention_attrs *a, const moe_rt_tensor *x,
+    const moe_rt_tensor *wq, const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+    const moe_rt_tensor *wo, const moe_rt_tensor *scale,
+    const moe_rt_tensor *bias, const moe_rt_tensor *dout, moe_rt_tensor *dx,
+    moe_rt_tensor *dwq, moe_rt_tensor *dwk, moe_rt_tensor *dwv,
+    moe_rt_tensor *dwo, moe_rt_tensor *dscale, moe_rt_tensor *dbias) {
+  Check c = attentionChecks("moe_rt_attention_grad", s, a, x, wq, wk, wv, wo,
+                            scale, bias);
+  c.tensor(dout, "dout", MOE_RT_F32, 3)
+      .tensor(dx, "dx", MOE_RT_F32, 3)
+      .tensor(dwq, "dwq", MOE_RT_F32, 2)
+      .tensor(dwk, "dwk", MOE_RT_F32, 2)
+      .tensor(dwv, "dwv", MOE_RT_F32, 2)
+      .tensor(dwo, "dwo", MOE_RT_F32, 2)
+      .tensor(dscale, "dnorm_scale", MOE_RT_F32, 1, true)
+      .tensor(dbias, "dnorm_bias", MOE_RT_F32, 1, true);
+  c.sizeOf(dout, "dout", x)
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dwq, "dwq", wq)
+      .sizeOf(dwk, "dwk", wk)
+      .sizeOf(dwv, "dwv", wv)
+      .sizeOf(dwo, "dwo", wo)
+      .that(!scale == !dscale && !bias == !dbias,
+            "dnorm_scale / dnorm_bias go with norm_scale / norm_bias")
+      .sizeOf(dscale, "dnorm_scale", scale)
+      .sizeOf(dbias, "dnorm_bias", bias);
+  if (c.status)
+    return c.status;
+  k::AttentionShape shape = attentionShape(a, x);
+  return enqueue(s, [=](std::string &) {
+    for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias})
+      zero(g);
+    k::attentionBackward(shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
+                         f32(scale), f32(bias), f32(dout), f32(dx), f32(dwq),
+                         f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
+                          const moe_rt_tensor *x, const moe_rt_tensor *scale,
+                          const moe_rt_tensor *bias, moe_rt_tensor *out) {
+  Check c{"moe_rt_norm"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(scale, "scale", MOE_RT_F32, 1)
+      .tensor(bias, "bias", MOE_RT_F32, 1, true)
+      .tensor(out, "out", MOE_RT_F32, 1);
+  if (c.status)
+    return c.status;
+  c.that(kind != MOE_RT_NORM_NONE && eps > 0, "needs a norm kind and eps > 0")
+      .that(kind != MOE_RT_NORM_RMS || !bias, "an RMS norm has no bias")
+      .size(scale, "scale", dim(x, -1))
+      .size(bias, "bias", dim(x, -1))
+      .sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
+  return enqueue(s, [=](std::string &) {
+    k::normForward(kind == MOE_RT_NORM_RMS, rows, m, f32(x), f32(scale),
+                   f32(bias), eps, f32(out));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
+                               double eps, const moe_rt_tensor *x,
+                               const moe_rt_tensor *scale,
+                               const moe_rt_tensor *bias,
+                               const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                               moe_rt_tensor *dscale, moe_rt_tensor *dbias) {
+  Check c{"moe_rt_norm_grad"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(scale, "scale", MOE_RT_F32, 1)
+      .tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dscale, "dscale", MOE_RT_F32, 1)
+      .tensor(dbias, "dbias", MOE_RT_F32, 1, true);
+  if (c.status)
+    return c.status;
+  c.that(kind != MOE_RT_NORM_NONE && eps > 0, "needs a norm kind and eps > 0")
+      .that(kind != MOE_RT_NORM_RMS || (!bias && !dbias),
+            "an RMS norm has no bias")
+      .size(scale, "scale", dim(x, -1))
+      .size(bias, "bias", dim(x, -1))
+      .sizeOf(dout, "dout", x)
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dscale, "dscale", scale)
+      .size(dbias, "dbias", dim(x, -1));
+  if (c.status)
+    return c.status;
+  int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
+  return enqueue(s, [=](std::string &) {
+    for (moe_rt_tensor *g : {dx, dscale, dbias})
+      zero(g);
+    k::normBackward(kind == MOE_RT_NORM_RMS, rows, m, f32(x), f32(scale), eps,
+                    f32(dout), f32(dx), f32(dscale), f32(dbias));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
+                            const moe_rt_tensor *w, const moe_rt_tensor *bias,
+                            moe_rt_tensor *out) {
+  Check c{"moe_rt_linear"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2)
+      .tensor(bias, "bias", MOE_RT_F32, 1, true)
+      .tensor(out, "out", MOE_RT_F32, 1);
+  if (c.status)
+    return c.status;
+  c.that(w->rank == 2 && dim(w, 0) == dim(x, -1),
+         "w's rows must match x's last dimension")
+      .size(bias, "bias", dim(w, 1))
+      .size(out, "out", moe_rt_tensor_numel(x) / dim(x, -1) * dim(w, 1));
+  if (c.status)
+    return c.status;
+  int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
+  return enqueue(s, [=](std::string &) {
+    k::linearForward(rows, kk, n, f32(x), f32(w), f32(bias), f32(out));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
+                                 const moe_rt_tensor *w,
+                                 const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                                 moe_rt_tensor *dw, moe_rt_tensor *dbias) {
+  Check c{"moe_rt_linear_grad"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2)
+      .tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dw, "dw", MOE_RT_F32, 2)
+      .tensor(dbias, "dbias", MOE_RT_F32, 1, true);
+  if (c.status)
+    return c.status;
+  c.that(w->rank == 2 && dim(w, 0) == dim(x, -1),
+         "w's rows must match x's last dimension")
+      .size(dout, "dout", moe_rt_tensor_numel(x) / dim(x, -1) * dim(w, 1))
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dw, "dw", w)
+      .size(dbias, "dbias", dim(w, 1));
+  if (c.status)
+    return c.status;
+  int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
+  return enqueue(s, [=](std::string &) {
+    for (moe_rt_tensor *g : {dx, dw, dbias})
+      zero(g);
+    k::linearBackward(rows, kk, n, f32(x), f32(w), f32(dout), f32(dx), f32(dw),
+                      f32(dbias));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
+                               const moe_rt_tensor *table, moe_rt_tensor *out) {
+  Check c{"moe_rt_embedding"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(ids, "ids", MOE_RT_I64)
+      .tensor(table, "table", MOE_RT_F32, 2)
+      .tensor(out, "out", MOE_RT_F32, 1);
+  if (c.status)
+    return c.status;
+  int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(table, 0),
+          m = dim(table, 1);
+  c.size(out, "out", tokens * m);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &message) {
+    if (k::embeddingForward(tokens, vocab, m, i64(ids), f32(table), f32(out)))
+      return MOE_RT_OK;
+    message = "moe_rt_embedding: a token id is outside [0, " +
+              std::to_string(vocab) + ")";
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
+                                    const moe_rt_tensor *dout,
+                                    moe_rt_tensor *dtable) {
+  Check c{"moe_rt_embedding_grad"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(ids, "ids", MOE_RT_I64)
+      .tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dtable, "dtable", MOE_RT_F32, 2);
+  if (c.status)
+    return c.status;
+  int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(dtable, 0),
+          m = dim(dtable, 1);
+  c.size(dout, "dout", tokens * m);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &message) {
+    zero(dtable);
+    if (k::embeddingBackward(tokens, vocab, m, i64(ids), f32(dout),
+                             f32(dtable)))
+      return MOE_RT_OK;
+    message = "moe_rt_embedding_grad: a token id is outside the table";
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
+                                   const moe_rt_tensor *labels,
+                                   moe_rt_tensor *loss) {
+  Check c{"moe_rt_cross_entropy"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(logits, "logits", MOE_RT_F32, 2)
+      .tensor(labels, "labels", MOE_RT_I64)
+      .tensor(loss, "loss", MOE_RT_F32);
+  if (c.status)
+    return c.status;
+  int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
+  c.that(moe_rt_tensor_numel(labels) == tokens, "one label per token")
+      .size(loss, "loss", 1);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &message) {
+    if (k::crossEntropyForward(tokens, v, f32(logits), i64(labels), f32(loss)))
+      return MOE_RT_OK;
+    message = "moe_rt_cross_entropy: a label is outside the vocabulary";
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
+                                        const moe_rt_tensor *logits,
+                                        const moe_rt_tensor *labels,
+                                        const moe_rt_tensor *dloss,
+                                        moe_rt_tensor *dlogits) {
+  Check c{"moe_rt_cross_entropy_grad"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(logits, "logits", MOE_RT_F32, 2)
+      .tensor(labels, "labels", MOE_RT_I64)
+      .tensor(dloss, "dloss", MOE_RT_F32)
+      .tensor(dlogits, "dlogits", MOE_RT_F32, 2);
+  if (c.status)
+    return c.status;
+  int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
+  c.that(moe_rt_tensor_numel(labels) == tokens, "one label per token")
+      .size(dloss, "dloss", 1)
+      .sizeOf(dlogits, "dlogits", logits);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &message) {
+    zero(dlogits);
+    if (k::crossEntropyBackward(tokens, v, f32(logits), i64(labels),
+                                f32(dloss)[0], f32(dlogits)))
+      return MOE_RT_OK;
+    message = "moe_rt_cross_entropy_grad: a label is outside the vocabulary";
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t kk, int normalize,
+                               const moe_rt_tensor *x, const moe_rt_tensor *w,
+                               moe_rt_tensor *indices, moe_rt_tensor *weights,
+                               moe_rt_tensor *counts) {
+  Check c{"moe_rt_gate_topk"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2)
+      .tensor(indices, "indices", MOE_RT_I64)
+      .tensor(weights, "weights", MOE_RT_F32)
+      .tensor(counts, "counts", MOE_RT_I64);
+  if (c.status)
+    return c.status;
+  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
+  if (c.status)
+    return c.status;
+  int64_t m = dim(w, 0), e = dim(w, 1), t = moe_rt_tensor_numel(x) / m;
+  c.that(kk >= 1 && kk <= e, "k must be in [1, experts]")
+      .that(moe_rt_tensor_numel(indices) == t * kk &&
+                moe_rt_tensor_numel(weights) == t * kk &&
+                moe_rt_tensor_numel(counts) == e,
+            "indices and weights need tokens x k entries, counts E");
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &) {
+    std::vector<float> logits(t * e);
+    k::linearForward(t, m, e, f32(x), f32(w), (const float *)nullptr,
+                     logits.data());
+    k::softmaxTopK(t, e, kk, normalize != 0, logits.data(), i64(indices),
+                   f32(weights), i64(counts));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
+                                    const moe_rt_tensor *x,
+                                    const moe_rt_tensor *w,
+                                    const moe_rt_tensor *dweights,
+                                    moe_rt_tensor *dx, moe_rt_tensor *dw) {
+  Check c{"moe_rt_gate_topk_grad"};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2)
+      .tensor(dweights, "dweights", MOE_RT_F32)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dw, "dw", MOE_RT_F32, 2);
+  if (c.status)
+    return c.status;
+  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
+  if (c.status)
+    return c.status;
+  int64_t m = dim(w, 0), e = dim(w, 1), t = moe_rt_tensor_numel(x) / m;
+  c.that(kk >= 1 && kk <= e, "k must be in [1, experts]")
+      .size(dweights, "dweights", t * kk)
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dw, "dw", w);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &) {
+    // The selection is recomputed from x and w, as the forward made it.
+    std::vector<float> logits(t * e), dlogits(t * e), weights(t * kk);
+    std::vector<int64_t> idx(t * kk), counts(e);
+    k::linearForward(t, m, e, f32(x), f32(w), (const float *)nullptr,
+                     logits.data());
+    k::softmaxTopK(t, e, kk, normalize != 0, logits.data(), idx.data(),
+                   weights.data(), counts.data());
+    k::softmaxTopKBackward(t, e, kk, normalize != 0, logits.data(), idx.data(),
+                           f32(dweights), dlogits.data());
+    zero(dx);
+    zero(dw);
+    k::linearBackward(t, m, e, f32(x), f32(w), dlogits.data(), f32(dx), f32(dw),
+                      (float *)nullptr);
+    return MOE_RT_OK;
+  });
+}
+
+} // extern "C"
+
+namespace {
+
+/// Experts, slots, M and H of an expert call: 3-D weights are per local
+/// expert; 2-D weights (shared experts) make one expert of every token.
+struct FfnShape {
+  int64_t experts, slots, m, h;
+};
+
+Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
+                const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                const moe_rt_tensor *down, FfnShape &shape) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(up, "up", MOE_RT_F32, 2)
+      .tensor(gate, "gate", MOE_RT_F32, 2, true)
+      .tensor(down, "down", MOE_RT_F32, 2);
+  if (c.status)
+    return c;
+  bool grouped = up->rank == 3;
+  c.that(up->rank <= 3 && down->rank == up->rank,
+         "up and down must both be 2-D or both 3-D")
+      .that(!grouped || x->rank == 3, "3-D weights need an E x S x M input")
+      .that(!grouped || (dim(up, 0) == dim(x, 0) && dim(down, 0) == dim(x, 0)),
+            "3-D weights need one slice per local expert")
+      .sizeOf(gate, "gate", up);
+  if (c.status)
+    return c;
+  shape.m = dim(x, -1);
+  shape.h = dim(up, -1);
+  shape.experts = grouped ? dim(x, 0) : 1;
+  shape.slots = grouped ? dim(x, 1) : moe_rt_tensor_numel(x) / shape.m;
+  c.that(dim(up, -2) == shape.m && dim(down, -1) == shape.m &&
+             dim(down, -2) == shape.h,
+         "weights do not chain: up M x H, down H x M");
+  return c;
+}
+
+} // namespace
+
+extern "C" {
+
+moe_rt_status moe_rt_expert(moe_rt_stream s, moe_rt_activation act,
+                            const moe_rt_tensor *x, const moe_rt_tensor *up,
+                            const moe_rt_tensor *gate,
+                            const moe_rt_tensor *down, moe_rt_tensor *out) {
+  FfnShape f{};
+  Check c = ffnChecks("moe_rt_expert", s, x, up, gate, down, f);
+  c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &) {
+    k::expertForward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
+                     f32(up), f32(gate), f32(down), f32(out));
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moe_rt_expert_grad(
+    moe_rt_stream s, moe_rt_activation act, const moe_rt_tensor *x,
+    const moe_rt_tensor *up, const moe_rt_tensor *gate,
+    const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
+    moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
+  FfnShape f{};
+  Check c = ffnChecks("moe_rt_expert_grad", s, x, up, gate, down, f);
+  c.tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dup, "dup", MOE_RT_F32, 2)
+      .tensor(dgate, "dgate", MOE_RT_F32, 2, !gate)
+      .tensor(ddown, "ddown", MOE_RT_F32, 2);
+  c.sizeOf(dout, "dout", x)
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dup, "dup", up)
+      .sizeOf(dgate, "dgate", gate)
+      .sizeOf(ddown, "ddown", down);
+  if (c.status)
+    return c.status;
+  return enqueue(s, [=](std::string &) {
+    for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
+      zero(g);
+    k::expertBackward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
+                      f32(up), f32(gate), f32(down), f32(dout), f32(dx),
+                      f32(dup), gate ? f32(dgate) : nullptr, f32(ddown));
+    return MOE_RT_OK;
+  });
+}
+
+} // extern "C"
