@@ -15,10 +15,8 @@
 #include "moe/Dialect/Moe/MoeOps.h"
 
 #include "moe_rt/collectives.h"
-#include "moe_rt/kernels/Attention.h"
-#include "moe_rt/kernels/Expert.h"
-#include "moe_rt/kernels/Routing.h"
 #include "moe_rt/moe_rt.h"
+#include "moe_rt/ops.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -36,7 +34,6 @@
 
 using namespace mlir;
 using namespace mlir::moe;
-namespace k = moe_rt::kernels;
 
 namespace {
 
@@ -51,16 +48,19 @@ struct Buffer {
       n *= d;
     return n;
   }
-  moe_rt_tensor tensor() {
-    moe_rt_tensor t{};
-    t.data = f.data();
+  /// The runtime's view of this buffer. It lives as long as the buffer,
+  /// as queued runtime calls require; the data never reallocates after
+  /// allocation (copies into it keep its size).
+  moe_rt_tensor *view() {
+    t.data = isInt ? static_cast<void *>(i.data()) : f.data();
     t.rank = shape.size();
     for (size_t d = 0; d < shape.size(); ++d)
       t.shape[d] = shape[d];
-    t.dtype = MOE_RT_F32;
+    t.dtype = isInt ? MOE_RT_I64 : MOE_RT_F32;
     t.backend = MOE_RT_CPU;
-    return t;
+    return &t;
   }
+  moe_rt_tensor t{};
 };
 
 [[noreturn]] void die(const std::string &message) {
@@ -92,14 +92,13 @@ private:
   moe_rt_stream streamFor(StreamAttr s);
   moe_rt_comm commFor(Operation *op, FlatSymbolRefAttr grid,
                       ArrayRef<int16_t> axes);
-  void enqueue(moe_rt_stream s, bool low, std::function<int()> task);
   void execute(Operation *op);
-  void computeForward(Operation *op, ArrayRef<Buffer *> in,
-                      ArrayRef<Buffer *> out);
-  void computeBackward(Operation *fwd, ArrayRef<Buffer *> primals,
-                       ArrayRef<Buffer *> cotangents, ArrayRef<Buffer *> grads);
-  void dispatchOrCombine(Operation *op, moe_rt_stream s, bool backward,
-                         ArrayRef<Buffer *> in, ArrayRef<Buffer *> out);
+  void issueForward(Operation *op, moe_rt_stream s, ArrayRef<Buffer *> in,
+                    ArrayRef<Buffer *> out);
+  void issueBackward(Operation *fwd, moe_rt_stream s, ArrayRef<Buffer *> in,
+                     ArrayRef<Buffer *> cotangents, ArrayRef<Buffer *> grads);
+  void issueRouting(Operation *op, moe_rt_stream s, bool backward,
+                    ArrayRef<Buffer *> in, ArrayRef<Buffer *> out);
 
   FunctionOpInterface func;
   int rank, world;
@@ -110,7 +109,6 @@ private:
   DenseMap<Value, moe_rt_event> events;
   std::map<std::string, moe_rt_comm> comms;
   moe_rt_comm worldComm = nullptr;
-  std::vector<std::unique_ptr<std::function<int()>>> tasks;
 };
 
 Buffer &Runner::buf(Value v) {
@@ -230,293 +228,175 @@ moe_rt_comm Runner::commFor(Operation *op, FlatSymbolRefAttr gridName,
   return comms[key] = comm;
 }
 
-int trampoline(void *p) { return (*static_cast<std::function<int()> *>(p))(); }
+/// moe.attention's attributes as moe_rt_attention takes them.
+moe_rt_attention_attrs attentionAttrs(AttentionOp a) {
+  std::optional<NormKind> norm = a.getNorm();
+  moe_rt_attention_attrs attrs{};
+  attrs.heads = a.getNumHeads();
+  attrs.kv_heads = a.getNumKvHeads();
+  attrs.head_dim = a.getHeadDim();
+  attrs.causal = a.getCausal();
+  attrs.rotary = a.getRotary();
+  attrs.norm = !norm                    ? MOE_RT_NORM_NONE
+               : *norm == NormKind::rms ? MOE_RT_NORM_RMS
+                                        : MOE_RT_NORM_LAYER;
+  attrs.eps = a.getEpsilon().convertToDouble();
+  return attrs;
+}
 
-void Runner::enqueue(moe_rt_stream s, bool low, std::function<int()> task) {
-  tasks.push_back(std::make_unique<std::function<int()>>(std::move(task)));
-  moe_rt_status st =
-      low ? moe_rt_stream_enqueue_low(s, trampoline, tasks.back().get())
-          : moe_rt_stream_enqueue(s, trampoline, tasks.back().get());
+moe_rt_norm_kind normKind(NormOp n) {
+  return n.getKind() == NormKind::rms ? MOE_RT_NORM_RMS : MOE_RT_NORM_LAYER;
+}
+
+/// The i-th buffer's tensor, or NULL past the end (an absent optional
+/// operand: a bias, a gated expert's gate projection).
+moe_rt_tensor *opt(ArrayRef<Buffer *> b, size_t i) {
+  return i < b.size() ? b[i]->view() : nullptr;
+}
+
+/// Gate and down projections of an expert op's operands (x, up, [gate],
+/// down) and of its gradients (dx, dup, [dgate], ddown).
+std::pair<moe_rt_tensor *, moe_rt_tensor *> gateDown(ArrayRef<Buffer *> b,
+                                                     bool gated) {
+  return {gated ? b[2]->view() : nullptr, b[gated ? 3 : 2]->view()};
+}
+
+void check(moe_rt_status st) {
   if (st != MOE_RT_OK)
     die(moe_rt_last_error());
 }
 
-/// The kernel's view of a moe.attention on a B x N x M input.
-k::AttentionShape attentionShape(AttentionOp a, const Buffer &x) {
-  std::optional<NormKind> norm = a.getNorm();
-  return {x.shape[0],
-          x.shape[1],
-          x.shape[2],
-          a.getNumHeads(),
-          a.getNumKvHeads(),
-          a.getHeadDim(),
-          a.getCausal(),
-          a.getRotary(),
-          !norm                    ? 0
-          : *norm == NormKind::rms ? 2
-                                   : 1,
-          a.getEpsilon().convertToDouble()};
-}
-
-/// Forward compute ops: reads `in` (the op's operands), writes `out`.
-void Runner::computeForward(Operation *op, ArrayRef<Buffer *> in,
-                            ArrayRef<Buffer *> out) {
+/// Forward compute ops: queues the op's runtime call (moe_rt/ops.h) on `s`,
+/// reading `in` (the op's operands) and writing `out` (its results).
+void Runner::issueForward(Operation *op, moe_rt_stream s, ArrayRef<Buffer *> in,
+                          ArrayRef<Buffer *> out) {
+  moe_rt_tensor *y = out.empty() ? nullptr : out[0]->view();
   if (auto a = dyn_cast<AttentionOp>(op)) {
-    k::AttentionShape s = attentionShape(a, *in[0]);
-    const float *scale = in.size() > 5 ? in[5]->f.data() : nullptr;
-    const float *bias = in.size() > 6 ? in[6]->f.data() : nullptr;
-    k::attentionForward(s, in[0]->f.data(), in[1]->f.data(), in[2]->f.data(),
-                        in[3]->f.data(), in[4]->f.data(), scale, bias,
-                        out[0]->f.data());
+    moe_rt_attention_attrs attrs = attentionAttrs(a);
+    check(moe_rt_attention(s, &attrs, in[0]->view(), in[1]->view(),
+                           in[2]->view(), in[3]->view(), in[4]->view(),
+                           opt(in, 5), opt(in, 6), y));
   } else if (auto n = dyn_cast<NormOp>(op)) {
-    int64_t m = in[0]->shape.back();
-    k::normForward(n.getKind() == NormKind::rms, in[0]->numel() / m, m,
-                   in[0]->f.data(), in[1]->f.data(),
-                   in.size() > 2 ? in[2]->f.data() : nullptr,
-                   n.getEpsilon().convertToDouble(), out[0]->f.data());
+    check(moe_rt_norm(s, normKind(n), n.getEpsilon().convertToDouble(),
+                      in[0]->view(), in[1]->view(), opt(in, 2), y));
   } else if (isa<LinearOp>(op)) {
-    int64_t kk = in[1]->shape[0], nn = in[1]->shape[1];
-    k::linearForward(in[0]->numel() / kk, kk, nn, in[0]->f.data(),
-                     in[1]->f.data(), in.size() > 2 ? in[2]->f.data() : nullptr,
-                     out[0]->f.data());
+    check(moe_rt_linear(s, in[0]->view(), in[1]->view(), opt(in, 2), y));
   } else if (isa<EmbeddingOp>(op)) {
-    if (!k::embeddingForward(in[0]->numel(), in[1]->shape[0], in[1]->shape[1],
-                             in[0]->i.data(), in[1]->f.data(),
-                             out[0]->f.data()))
-      die("token id outside the embedding table");
+    check(moe_rt_embedding(s, in[0]->view(), in[1]->view(), y));
   } else if (isa<CrossEntropyOp>(op)) {
-    int64_t v = in[0]->shape.back();
-    if (!k::crossEntropyForward(in[0]->numel() / v, v, in[0]->f.data(),
-                                in[1]->i.data(), out[0]->f.data()))
-      die("label outside the vocabulary");
+    check(moe_rt_cross_entropy(s, in[0]->view(), in[1]->view(), y));
   } else if (auto g = dyn_cast<GateOp>(op)) {
     if (g.getKind() != GateKind::softmax_topk)
       die("moe-run supports the softmax_topk gate only so far");
-    int64_t m = in[0]->shape[2], e = g.getNumExperts(), t = in[0]->numel() / m;
-    std::vector<float> logits(t * e);
-    k::linearForward(t, m, e, in[0]->f.data(), in[1]->f.data(),
-                     (const float *)nullptr, logits.data());
-    k::softmaxTopK(t, e, int64_t(g.getTopK()), g.getNormalize(), logits.data(),
-                   out[0]->i.data(), out[1]->f.data(), out[2]->i.data());
+    check(moe_rt_gate_topk(s, g.getTopK(), g.getNormalize(), in[0]->view(),
+                           in[1]->view(), y, out[1]->view(), out[2]->view()));
   } else if (auto x = dyn_cast<ExpertOp>(op)) {
-    auto act = k::Activation(int(x.getActivation()));
-    bool gated = x.isGated();
-    const Buffer *down = in[gated ? 3 : 2];
-    k::expertForward(act, in[0]->shape[0], in[0]->shape[1], in[0]->shape[2],
-                     in[1]->shape[2], in[0]->f.data(), in[1]->f.data(),
-                     gated ? in[2]->f.data() : nullptr, down->f.data(),
-                     out[0]->f.data());
+    auto [gate, down] = gateDown(in, x.isGated());
+    check(moe_rt_expert(s, moe_rt_activation(int(x.getActivation())),
+                        in[0]->view(), in[1]->view(), gate, down, y));
   } else if (auto x = dyn_cast<SharedExpertOp>(op)) {
-    bool gated = static_cast<bool>(x.getGateProj());
-    int64_t m = in[0]->shape.back();
-    k::expertForward(k::Activation(int(x.getActivation())), 1,
-                     in[0]->numel() / m, m, in[1]->shape[1], in[0]->f.data(),
-                     in[1]->f.data(), gated ? in[2]->f.data() : nullptr,
-                     in[gated ? 3 : 2]->f.data(), out[0]->f.data());
+    auto [gate, down] = gateDown(in, static_cast<bool>(x.getGateProj()));
+    check(moe_rt_expert(s, moe_rt_activation(int(x.getActivation())),
+                        in[0]->view(), in[1]->view(), gate, down, y));
   } else if (isa<arith::AddFOp>(op)) {
-    for (int64_t i = 0, e = out[0]->numel(); i < e; ++i)
-      out[0]->f[i] = in[0]->f[i] + in[1]->f[i];
+    check(moe_rt_add(s, in[0]->view(), in[1]->view(), y));
   } else if (isa<SplitOp>(op)) {
-    size_t offset = 0;
+    int64_t offset = 0;
     for (Buffer *o : out) {
-      if (in[0]->isInt)
-        std::copy(in[0]->i.begin() + offset,
-                  in[0]->i.begin() + offset + o->numel(), o->i.begin());
-      else
-        std::copy(in[0]->f.begin() + offset,
-                  in[0]->f.begin() + offset + o->numel(), o->f.begin());
+      check(moe_rt_copy(s, in[0]->view(), offset, o->view(), 0, o->numel()));
       offset += o->numel();
     }
   } else if (isa<MergeOp>(op)) {
-    size_t offset = 0;
+    int64_t offset = 0;
     for (Buffer *i : in) {
-      if (out[0]->isInt)
-        std::copy(i->i.begin(), i->i.end(), out[0]->i.begin() + offset);
-      else
-        std::copy(i->f.begin(), i->f.end(), out[0]->f.begin() + offset);
+      check(moe_rt_copy(s, i->view(), 0, y, offset, i->numel()));
       offset += i->numel();
     }
-  } else if (auto s = dyn_cast<SgdOp>(op)) {
-    float lr = float(s.getLr().convertToDouble());
-    for (int64_t i = 0, e = out[0]->numel(); i < e; ++i)
-      out[0]->f[i] = in[0]->f[i] - lr * in[1]->f[i];
+  } else if (auto sgd = dyn_cast<SgdOp>(op)) {
+    check(moe_rt_sgd(s, in[0]->view(), in[1]->view(),
+                     sgd.getLr().convertToDouble(), y));
   } else {
     die("moe-run cannot execute '" + op->getName().getStringRef().str() + "'");
   }
 }
 
-/// vjp compute ops: accumulates into `grads` (zeroed before).
-void Runner::computeBackward(Operation *fwd, ArrayRef<Buffer *> in,
-                             ArrayRef<Buffer *> ct, ArrayRef<Buffer *> g) {
+/// vjp compute ops: queues the backward call, which overwrites `g`.
+void Runner::issueBackward(Operation *fwd, moe_rt_stream s,
+                           ArrayRef<Buffer *> in, ArrayRef<Buffer *> ct,
+                           ArrayRef<Buffer *> g) {
   if (auto a = dyn_cast<AttentionOp>(fwd)) {
-    k::AttentionShape s = attentionShape(a, *in[0]);
-    const float *scale = in.size() > 5 ? in[5]->f.data() : nullptr;
-    const float *bias = in.size() > 6 ? in[6]->f.data() : nullptr;
-    k::attentionBackward(s, in[0]->f.data(), in[1]->f.data(), in[2]->f.data(),
-                         in[3]->f.data(), in[4]->f.data(), scale, bias,
-                         ct[0]->f.data(), g[0]->f.data(), g[1]->f.data(),
-                         g[2]->f.data(), g[3]->f.data(), g[4]->f.data(),
-                         g.size() > 5 ? g[5]->f.data() : nullptr,
-                         g.size() > 6 ? g[6]->f.data() : nullptr);
+    moe_rt_attention_attrs attrs = attentionAttrs(a);
+    check(moe_rt_attention_grad(
+        s, &attrs, in[0]->view(), in[1]->view(), in[2]->view(), in[3]->view(),
+        in[4]->view(), opt(in, 5), opt(in, 6), ct[0]->view(), g[0]->view(),
+        g[1]->view(), g[2]->view(), g[3]->view(), g[4]->view(), opt(g, 5),
+        opt(g, 6)));
   } else if (auto n = dyn_cast<NormOp>(fwd)) {
-    int64_t m = in[0]->shape.back();
-    k::normBackward(n.getKind() == NormKind::rms, in[0]->numel() / m, m,
-                    in[0]->f.data(), in[1]->f.data(),
-                    n.getEpsilon().convertToDouble(), ct[0]->f.data(),
-                    g[0]->f.data(), g[1]->f.data(),
-                    g.size() > 2 ? g[2]->f.data() : nullptr);
+    check(moe_rt_norm_grad(s, normKind(n), n.getEpsilon().convertToDouble(),
+                           in[0]->view(), in[1]->view(), opt(in, 2),
+                           ct[0]->view(), g[0]->view(), g[1]->view(),
+                           opt(g, 2)));
   } else if (isa<LinearOp>(fwd)) {
-    int64_t kk = in[1]->shape[0], nn = in[1]->shape[1];
-    k::linearBackward(in[0]->numel() / kk, kk, nn, in[0]->f.data(),
-                      in[1]->f.data(), ct[0]->f.data(), g[0]->f.data(),
-                      g[1]->f.data(), g.size() > 2 ? g[2]->f.data() : nullptr);
+    check(moe_rt_linear_grad(s, in[0]->view(), in[1]->view(), ct[0]->view(),
+                             g[0]->view(), g[1]->view(), opt(g, 2)));
   } else if (isa<EmbeddingOp>(fwd)) {
-    k::embeddingBackward(in[0]->numel(), in[1]->shape[0], in[1]->shape[1],
-                         in[0]->i.data(), ct[0]->f.data(), g[0]->f.data());
+    check(moe_rt_embedding_grad(s, in[0]->view(), ct[0]->view(), g[0]->view()));
   } else if (isa<CrossEntropyOp>(fwd)) {
-    int64_t v = in[0]->shape.back();
-    k::crossEntropyBackward(in[0]->numel() / v, v, in[0]->f.data(),
-                            in[1]->i.data(), ct[0]->f[0], g[0]->f.data());
+    check(moe_rt_cross_entropy_grad(s, in[0]->view(), in[1]->view(),
+                                    ct[0]->view(), g[0]->view()));
   } else if (auto gate = dyn_cast<GateOp>(fwd)) {
-    int64_t m = in[0]->shape[2], e = gate.getNumExperts(),
-            t = in[0]->numel() / m, kk = gate.getTopK();
-    std::vector<float> logits(t * e), dlogits(t * e), w(t * kk);
-    std::vector<int64_t> idx(t * kk), counts(e);
-    k::linearForward(t, m, e, in[0]->f.data(), in[1]->f.data(),
-                     (const float *)nullptr, logits.data());
-    k::softmaxTopK(t, e, kk, gate.getNormalize(), logits.data(), idx.data(),
-                   w.data(), counts.data());
-    k::softmaxTopKBackward(t, e, kk, gate.getNormalize(), logits.data(),
-                           idx.data(), ct[0]->f.data(), dlogits.data());
-    k::linearBackward(t, m, e, in[0]->f.data(), in[1]->f.data(), dlogits.data(),
-                      g[0]->f.data(), g[1]->f.data(), (float *)nullptr);
+    check(moe_rt_gate_topk_grad(s, gate.getTopK(), gate.getNormalize(),
+                                in[0]->view(), in[1]->view(), ct[0]->view(),
+                                g[0]->view(), g[1]->view()));
   } else if (auto x = dyn_cast<ExpertOp>(fwd)) {
-    bool gated = x.isGated();
-    k::expertBackward(
-        k::Activation(int(x.getActivation())), in[0]->shape[0], in[0]->shape[1],
-        in[0]->shape[2], in[1]->shape[2], in[0]->f.data(), in[1]->f.data(),
-        gated ? in[2]->f.data() : nullptr, in[gated ? 3 : 2]->f.data(),
-        ct[0]->f.data(), g[0]->f.data(), g[1]->f.data(),
-        gated ? g[2]->f.data() : nullptr, g[gated ? 3 : 2]->f.data());
+    auto [gp, down] = gateDown(in, x.isGated());
+    auto [dgp, ddown] = gateDown(g, x.isGated());
+    check(moe_rt_expert_grad(s, moe_rt_activation(int(x.getActivation())),
+                             in[0]->view(), in[1]->view(), gp, down,
+                             ct[0]->view(), g[0]->view(), g[1]->view(), dgp,
+                             ddown));
   } else if (auto x = dyn_cast<SharedExpertOp>(fwd)) {
     bool gated = static_cast<bool>(x.getGateProj());
-    int64_t m = in[0]->shape.back();
-    k::expertBackward(
-        k::Activation(int(x.getActivation())), 1, in[0]->numel() / m, m,
-        in[1]->shape[1], in[0]->f.data(), in[1]->f.data(),
-        gated ? in[2]->f.data() : nullptr, in[gated ? 3 : 2]->f.data(),
-        ct[0]->f.data(), g[0]->f.data(), g[1]->f.data(),
-        gated ? g[2]->f.data() : nullptr, g[gated ? 3 : 2]->f.data());
+    auto [gp, down] = gateDown(in, gated);
+    auto [dgp, ddown] = gateDown(g, gated);
+    check(moe_rt_expert_grad(s, moe_rt_activation(int(x.getActivation())),
+                             in[0]->view(), in[1]->view(), gp, down,
+                             ct[0]->view(), g[0]->view(), g[1]->view(), dgp,
+                             ddown));
   } else {
     die("moe-run cannot differentiate '" + fwd->getName().getStringRef().str() +
         "'");
   }
 }
 
-/// Dispatch / combine (and their vjps): local layout kernels around the
-/// runtime's all-to-all, all on the pool's high-priority queue, in order.
-void Runner::dispatchOrCombine(Operation *op, moe_rt_stream s, bool backward,
-                               ArrayRef<Buffer *> in, ArrayRef<Buffer *> out) {
+/// Dispatch / combine and their vjps: the runtime's routing calls, which
+/// queue their layout kernels around the group's all-to-all on `s`.
+/// `in` holds the forward op's operands, then (for a vjp) the cotangents.
+void Runner::issueRouting(Operation *op, moe_rt_stream s, bool backward,
+                          ArrayRef<Buffer *> in, ArrayRef<Buffer *> out) {
   auto collective = cast<CollectiveOpInterface>(op);
   moe_rt_comm comm =
       commFor(op, collective.getGridAttr(), collective.getAxes());
-  int64_t G = moe_rt_comm_size(comm);
   bool isDispatch = isa<DispatchOp>(op);
-  int64_t E = isDispatch ? cast<DispatchOp>(op).getNumExperts()
-                         : cast<CombineOp>(op).getNumExperts();
+  int64_t experts = isDispatch ? cast<DispatchOp>(op).getNumExperts()
+                               : cast<CombineOp>(op).getNumExperts();
   std::optional<int64_t> cap = isDispatch ? cast<DispatchOp>(op).getCapacity()
                                           : cast<CombineOp>(op).getCapacity();
   if (!cap)
     die("dropless dispatch is not supported by moe-run yet");
-  int64_t C = *cap, El = E / G;
-  int64_t M = in[0]->shape.back(); // x (dispatch) or the expert outputs
-  const Buffer *indices = in[1];
-  int64_t kk = indices->shape.back(), T = indices->numel() / kk;
-  auto send = std::make_shared<Buffer>(), recv = std::make_shared<Buffer>();
-  for (auto b : {send, recv}) {
-    b->shape = {E, C, M};
-    b->f.assign(E * C * M, 0.0f);
-  }
-  auto slots = std::make_shared<std::vector<int64_t>>(T * kk);
-  auto allToAll = [&](std::shared_ptr<Buffer> from,
-                      std::shared_ptr<Buffer> to) {
-    moe_rt_tensor a = from->tensor(), b = to->tensor();
-    if (moe_rt_all_to_all(s, comm, &a, &b) != MOE_RT_OK)
-      die(moe_rt_last_error());
-  };
-  const int64_t *idx = indices->i.data();
-  enqueue(s, false, [=] {
-    k::routeTokens(T, E, kk, C, idx, slots->data());
-    return 0;
-  });
-  if (isDispatch && !backward) {
-    Buffer *x = in[0], *y = out[0];
-    enqueue(s, false, [=] {
-      k::dispatchLayout(T, kk, E, C, M, idx, slots->data(), x->f.data(),
-                        send->f.data());
-      return 0;
-    });
-    allToAll(send, recv);
-    enqueue(s, false, [=] {
-      k::toExpertMajor(G, El, C, M, recv->f.data(), y->f.data());
-      return 0;
-    });
-  } else if (isDispatch && backward) {
-    // d(result) back to the tokens' ranks, then the layout's adjoint.
-    Buffer *dy = in[3], *dx = out[0];
-    enqueue(s, false, [=] {
-      k::toRankMajor(G, El, C, M, dy->f.data(), send->f.data());
-      return 0;
-    });
-    allToAll(send, recv);
-    enqueue(s, false, [=] {
-      k::dispatchLayoutBackward(T, kk, C, M, idx, slots->data(), recv->f.data(),
-                                dx->f.data());
-      return 0;
-    });
-  } else if (!backward) {
-    Buffer *e = in[0], *w = in[2], *y = out[0];
-    enqueue(s, false, [=] {
-      k::toRankMajor(G, El, C, M, e->f.data(), send->f.data());
-      return 0;
-    });
-    allToAll(send, recv);
-    enqueue(s, false, [=] {
-      k::combineGather(T, kk, C, M, idx, slots->data(), w->f.data(),
-                       recv->f.data(), y->f.data());
-      return 0;
-    });
-  } else {
-    // Combine's vjp: bring the expert outputs to the token side again
-    // (recomputed rather than kept), then the adjoint of the weighted
-    // gather, and its expert-side part back to the experts' ranks.
-    Buffer *e = in[0], *w = in[2], *dy = in[4], *de = out[0], *dw = out[1];
-    auto drecv = std::make_shared<Buffer>(), dsend = std::make_shared<Buffer>();
-    for (auto b : {drecv, dsend}) {
-      b->shape = {E, C, M};
-      b->f.assign(E * C * M, 0.0f);
-    }
-    enqueue(s, false, [=] {
-      k::toRankMajor(G, El, C, M, e->f.data(), send->f.data());
-      return 0;
-    });
-    allToAll(send, recv);
-    enqueue(s, false, [=] {
-      std::fill(drecv->f.begin(), drecv->f.end(), 0.0f);
-      k::combineGatherBackward(T, kk, C, M, idx, slots->data(), w->f.data(),
-                               recv->f.data(), dy->f.data(), drecv->f.data(),
-                               dw->f.data());
-      return 0;
-    });
-    allToAll(drecv, dsend);
-    enqueue(s, false, [=] {
-      std::vector<float> tmp(El * G * C * M);
-      k::toExpertMajor(G, El, C, M, dsend->f.data(), tmp.data());
-      for (size_t i = 0; i < tmp.size(); ++i)
-        de->f[i] += tmp[i];
-      return 0;
-    });
-  }
+  if (isDispatch && !backward)
+    check(moe_rt_dispatch(s, comm, experts, *cap, in[0]->view(), in[1]->view(),
+                          out[0]->view()));
+  else if (isDispatch) // operands x, indices, slots; cotangent d(result)
+    check(moe_rt_dispatch_grad(s, comm, experts, *cap, in[1]->view(),
+                               in[3]->view(), out[0]->view()));
+  else if (!backward)
+    check(moe_rt_combine(s, comm, experts, *cap, in[0]->view(), in[1]->view(),
+                         in[2]->view(), out[0]->view()));
+  else // operands expert_out, indices, weights, slots; cotangent d(result)
+    check(moe_rt_combine_grad(s, comm, experts, *cap, in[0]->view(),
+                              in[1]->view(), in[2]->view(), in[4]->view(),
+                              out[0]->view(), out[1]->view()));
 }
 
 void Runner::execute(Operation *op) {
@@ -560,63 +440,34 @@ void Runner::execute(Operation *op) {
     in.push_back(&buf(v));
   for (Value v : op->getResults())
     out.push_back(&buf(v));
-  bool low = StreamOrder::isLowPriority(op);
 
   if (auto ar = dyn_cast<AllReduceOp>(op)) {
+    // Copy and reduce on the pool's low-priority queue (FlowMoE: all-reduce
+    // chunks yield to the all-to-alls).
     moe_rt_comm comm = commFor(op, ar.getGridAttr(), ar.getAxes());
-    for (auto [src, dst] : llvm::zip(in, out)) {
-      enqueue(s, low, [src, dst] {
-        dst->f = src->f;
-        return 0;
-      });
-      moe_rt_tensor t = dst->tensor();
-      int64_t offset = 0, size = -1;
-      if (auto bytes = ar.getBytes()) {
-        offset = (*bytes)[0];
-        size = (*bytes)[1];
-      }
-      if (moe_rt_all_reduce(s, comm, &t, offset, size) != MOE_RT_OK)
-        die(moe_rt_last_error());
+    int64_t offset = 0, size = -1;
+    if (auto bytes = ar.getBytes()) {
+      offset = (*bytes)[0];
+      size = (*bytes)[1];
     }
+    for (auto [src, dst] : llvm::zip(in, out))
+      check(moe_rt_all_reduce_into(s, comm, src->view(), dst->view(), offset,
+                                   size));
     return;
   }
-  if (isa<DispatchOp, CombineOp>(op)) {
-    dispatchOrCombine(op, s, false, in, out);
-    return;
-  }
+  if (isa<DispatchOp, CombineOp>(op))
+    return issueRouting(op, s, false, in, out);
   if (auto vjp = dyn_cast<VjpOp>(op)) {
     Operation *fwd = vjp.getForwardOp();
-    SmallVector<Buffer *> primals(in.begin(),
-                                  in.begin() + vjp.getPrimals().size());
-    SmallVector<Buffer *> cts(in.begin() + vjp.getPrimals().size(), in.end());
-    if (isa<DispatchOp, CombineOp>(fwd)) {
-      SmallVector<Buffer *> all(primals);
-      all.append(cts.begin(), cts.end());
-      enqueue(s, low, [out = SmallVector<Buffer *>(out)] {
-        for (Buffer *b : out)
-          std::fill(b->f.begin(), b->f.end(), 0.0f);
-        return 0;
-      });
-      dispatchOrCombine(fwd, s, true, all, out);
-      return;
-    }
-    enqueue(s, low,
-            [this, fwd, primals, cts, out = SmallVector<Buffer *>(out)] {
-              for (Buffer *b : out)
-                std::fill(b->f.begin(), b->f.end(), 0.0f);
-              computeBackward(fwd, primals, cts, out);
-              return 0;
-            });
-    return;
+    size_t primals = vjp.getPrimals().size();
+    if (isa<DispatchOp, CombineOp>(fwd))
+      return issueRouting(fwd, s, true, in, out);
+    return issueBackward(fwd, s, ArrayRef(in).take_front(primals),
+                         ArrayRef(in).drop_front(primals), out);
   }
   if (op->hasTrait<OpTrait::IsTerminator>())
     return;
-  enqueue(s, low,
-          [this, op, in = SmallVector<Buffer *>(in),
-           out = SmallVector<Buffer *>(out)] {
-            computeForward(op, in, out);
-            return 0;
-          });
+  issueForward(op, s, in, out);
 }
 
 void Runner::prepare() {
@@ -634,7 +485,6 @@ void Runner::run() {
         MOE_RT_OK)
       die(std::string("rank ") + std::to_string(rank) + ": " +
           moe_rt_last_error());
-  tasks.clear();
 }
 
 void Runner::dumpInputs(const std::string &path) {
@@ -719,7 +569,8 @@ int main(int argc, char **argv) {
       timeout = std::atof(value().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
-                  "[--seed S] [--dump FILE] [--dump-inputs FILE] [--timeout SECONDS]\n");
+                  "[--seed S] [--dump FILE] [--dump-inputs FILE] [--timeout "
+                  "SECONDS]\n");
       moe_rt_mpi_finalize();
       return 0;
     } else if (!a.empty() && a[0] == '-')
@@ -772,8 +623,7 @@ int main(int argc, char **argv) {
     moe_rt_comm all;
     moe_rt_comm_create_world(timeout, 0, &all);
     Buffer total = loss;
-    moe_rt_tensor t = total.tensor();
-    moe_rt_all_reduce(sync, all, &t, 0, -1);
+    moe_rt_all_reduce(sync, all, total.view(), 0, -1);
     if (moe_rt_stream_synchronize(sync, timeout) != MOE_RT_OK)
       die(moe_rt_last_error());
     moe_rt_stream_destroy(sync);
