@@ -90,6 +90,39 @@ TEST_F(OpsTest, LinearRefusesMismatchedShapes) {
   EXPECT_EQ(sync(), MOE_RT_OK); // nothing was queued
 }
 
+TEST_F(OpsTest, NullOperandsAreRefusedNotDereferenced) {
+  // Every check that reads a shape must come after the NULL checks.
+  Tensor t({2, 3}), ids({2}, MOE_RT_I64), scalar({});
+  moe_rt_attention_attrs attrs{1, 1, 3, 1, 0, MOE_RT_NORM_LAYER, 1e-5};
+  EXPECT_EQ(moe_rt_norm(s, MOE_RT_NORM_LAYER, 1e-5, nullptr, &t, nullptr, &t),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_norm_grad(s, MOE_RT_NORM_LAYER, 1e-5, nullptr, &t, &t, &t,
+                             &t, &t, &t),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_norm_grad(s, MOE_RT_NORM_LAYER, 1e-5, &t, &t, nullptr, &t,
+                             nullptr, &t, &t),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_linear_grad(s, nullptr, &t, &t, &t, &t, nullptr),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_cross_entropy(s, nullptr, &ids, &scalar),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_cross_entropy_grad(s, &t, nullptr, &scalar, &t),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_gate_topk(s, 1, 0, nullptr, &t, &ids, &t, &ids),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_gate_topk_grad(s, 1, 0, &t, nullptr, &t, &t, &t),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_attention_grad(s, &attrs, nullptr, &t, &t, &t, &t, &t,
+                                  nullptr, &t, &t, &t, &t, &t, &t, nullptr,
+                                  nullptr),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_expert_grad(s, MOE_RT_RELU, &t, nullptr, nullptr, &t, &t, &t,
+                               &t, nullptr, &t),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_embedding_grad(s, nullptr, &t, &t), MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(sync(), MOE_RT_OK); // nothing was queued
+}
+
 TEST_F(OpsTest, AddSgdCopy) {
   Tensor a({3}, {1, 2, 3}), b({3}, {10, 20, 30}), sum({3}), p({3});
   ASSERT_EQ(moe_rt_add(s, &a, &b, &sum), MOE_RT_OK);

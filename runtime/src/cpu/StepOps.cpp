@@ -131,6 +131,119 @@ Check attentionChecks(const char *call, moe_rt_stream s,
   return c;
 }
 
+/// What moe_rt_norm and its vjp both check: the stream, x, scale, an
+/// optional bias (none for RMS), the kind and eps.
+Check normChecks(const char *call, moe_rt_stream s, moe_rt_norm_kind kind,
+                 double eps, const moe_rt_tensor *x, const moe_rt_tensor *scale,
+                 const moe_rt_tensor *bias) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(scale, "scale", MOE_RT_F32, 1)
+      .tensor(bias, "bias", MOE_RT_F32, 1, true);
+  if (c.status)
+    return c;
+  return c
+      .that(kind != MOE_RT_NORM_NONE && eps > 0,
+            "needs a norm kind and eps > 0")
+      .that(kind != MOE_RT_NORM_RMS || !bias, "an RMS norm has no bias")
+      .size(scale, "scale", dim(x, -1))
+      .size(bias, "bias", dim(x, -1));
+}
+
+/// What moe_rt_linear and its vjp both check: the stream, x, and a K x N
+/// w whose K is x's last dimension.
+Check linearChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
+                   const moe_rt_tensor *w) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2);
+  if (c.status)
+    return c;
+  return c.that(w->rank == 2 && dim(w, 0) == dim(x, -1),
+                "w's rows must match x's last dimension");
+}
+
+/// Elements of x W for a linear whose checks passed.
+int64_t linearOutSize(const moe_rt_tensor *x, const moe_rt_tensor *w) {
+  return moe_rt_tensor_numel(x) / dim(x, -1) * dim(w, 1);
+}
+
+/// What moe_rt_cross_entropy and its vjp both check: the stream, logits
+/// (tokens x V) and one I64 label per token.
+Check crossEntropyChecks(const char *call, moe_rt_stream s,
+                         const moe_rt_tensor *logits,
+                         const moe_rt_tensor *labels) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(logits, "logits", MOE_RT_F32, 2)
+      .tensor(labels, "labels", MOE_RT_I64);
+  if (c.status)
+    return c;
+  return c.that(moe_rt_tensor_numel(labels) ==
+                    moe_rt_tensor_numel(logits) / dim(logits, -1),
+                "one label per token");
+}
+
+/// A top-k gate's x (... x M) routed by w (M x E) over T tokens.
+struct GateShape {
+  int64_t m, experts, tokens;
+};
+
+/// What moe_rt_gate_topk and its vjp both check: the stream, x, w whose
+/// rows are x's last dimension, and k in [1, E].
+Check gateChecks(const char *call, moe_rt_stream s, int64_t kk,
+                 const moe_rt_tensor *x, const moe_rt_tensor *w, GateShape &g) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2);
+  if (c.status)
+    return c;
+  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
+  if (c.status)
+    return c;
+  g = {dim(w, 0), dim(w, 1), moe_rt_tensor_numel(x) / dim(w, 0)};
+  return c.that(kk >= 1 && kk <= g.experts, "k must be in [1, experts]");
+}
+
+/// Experts, slots, M and H of an expert call: 3-D weights are per local
+/// expert; 2-D weights (shared experts) make one expert of every token.
+struct FfnShape {
+  int64_t experts, slots, m, h;
+};
+
+Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
+                const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                const moe_rt_tensor *down, FfnShape &shape) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(up, "up", MOE_RT_F32, 2)
+      .tensor(gate, "gate", MOE_RT_F32, 2, true)
+      .tensor(down, "down", MOE_RT_F32, 2);
+  if (c.status)
+    return c;
+  bool grouped = up->rank == 3;
+  c.that(up->rank <= 3 && down->rank == up->rank,
+         "up and down must both be 2-D or both 3-D")
+      .that(!grouped || x->rank == 3, "3-D weights need an E x S x M input")
+      .that(!grouped || (dim(up, 0) == dim(x, 0) && dim(down, 0) == dim(x, 0)),
+            "3-D weights need one slice per local expert")
+      .sizeOf(gate, "gate", up);
+  if (c.status)
+    return c;
+  shape.m = dim(x, -1);
+  shape.h = dim(up, -1);
+  shape.experts = grouped ? dim(x, 0) : 1;
+  shape.slots = grouped ? dim(x, 1) : moe_rt_tensor_numel(x) / shape.m;
+  c.that(dim(up, -2) == shape.m && dim(down, -1) == shape.m &&
+             dim(down, -2) == shape.h,
+         "weights do not chain: up M x H, down H x M");
+  return c;
+}
+
 } // namespace
 
 extern "C" {
@@ -198,19 +311,8 @@ moe_rt_status moe_rt_attention_grad(
 moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
                           const moe_rt_tensor *x, const moe_rt_tensor *scale,
                           const moe_rt_tensor *bias, moe_rt_tensor *out) {
-  Check c{"moe_rt_norm"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(scale, "scale", MOE_RT_F32, 1)
-      .tensor(bias, "bias", MOE_RT_F32, 1, true)
-      .tensor(out, "out", MOE_RT_F32, 1);
-  if (c.status)
-    return c.status;
-  c.that(kind != MOE_RT_NORM_NONE && eps > 0, "needs a norm kind and eps > 0")
-      .that(kind != MOE_RT_NORM_RMS || !bias, "an RMS norm has no bias")
-      .size(scale, "scale", dim(x, -1))
-      .size(bias, "bias", dim(x, -1))
-      .sizeOf(out, "out", x);
+  Check c = normChecks("moe_rt_norm", s, kind, eps, x, scale, bias);
+  c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
   if (c.status)
     return c.status;
   int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
@@ -227,21 +329,14 @@ moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
                                const moe_rt_tensor *bias,
                                const moe_rt_tensor *dout, moe_rt_tensor *dx,
                                moe_rt_tensor *dscale, moe_rt_tensor *dbias) {
-  Check c{"moe_rt_norm_grad"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(scale, "scale", MOE_RT_F32, 1)
-      .tensor(dout, "dout", MOE_RT_F32, 1)
+  Check c = normChecks("moe_rt_norm_grad", s, kind, eps, x, scale, bias);
+  c.tensor(dout, "dout", MOE_RT_F32, 1)
       .tensor(dx, "dx", MOE_RT_F32, 1)
       .tensor(dscale, "dscale", MOE_RT_F32, 1)
       .tensor(dbias, "dbias", MOE_RT_F32, 1, true);
   if (c.status)
     return c.status;
-  c.that(kind != MOE_RT_NORM_NONE && eps > 0, "needs a norm kind and eps > 0")
-      .that(kind != MOE_RT_NORM_RMS || (!bias && !dbias),
-            "an RMS norm has no bias")
-      .size(scale, "scale", dim(x, -1))
-      .size(bias, "bias", dim(x, -1))
+  c.that(kind != MOE_RT_NORM_RMS || !dbias, "an RMS norm has no bias")
       .sizeOf(dout, "dout", x)
       .sizeOf(dx, "dx", x)
       .sizeOf(dscale, "dscale", scale)
@@ -261,18 +356,11 @@ moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
 moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
                             const moe_rt_tensor *w, const moe_rt_tensor *bias,
                             moe_rt_tensor *out) {
-  Check c{"moe_rt_linear"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(w, "w", MOE_RT_F32, 2)
-      .tensor(bias, "bias", MOE_RT_F32, 1, true)
-      .tensor(out, "out", MOE_RT_F32, 1);
+  Check c = linearChecks("moe_rt_linear", s, x, w);
+  c.tensor(bias, "bias", MOE_RT_F32, 1, true).tensor(out, "out", MOE_RT_F32, 1);
   if (c.status)
     return c.status;
-  c.that(w->rank == 2 && dim(w, 0) == dim(x, -1),
-         "w's rows must match x's last dimension")
-      .size(bias, "bias", dim(w, 1))
-      .size(out, "out", moe_rt_tensor_numel(x) / dim(x, -1) * dim(w, 1));
+  c.size(bias, "bias", dim(w, 1)).size(out, "out", linearOutSize(x, w));
   if (c.status)
     return c.status;
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
@@ -286,19 +374,14 @@ moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
                                  const moe_rt_tensor *w,
                                  const moe_rt_tensor *dout, moe_rt_tensor *dx,
                                  moe_rt_tensor *dw, moe_rt_tensor *dbias) {
-  Check c{"moe_rt_linear_grad"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(w, "w", MOE_RT_F32, 2)
-      .tensor(dout, "dout", MOE_RT_F32, 1)
+  Check c = linearChecks("moe_rt_linear_grad", s, x, w);
+  c.tensor(dout, "dout", MOE_RT_F32, 1)
       .tensor(dx, "dx", MOE_RT_F32, 1)
       .tensor(dw, "dw", MOE_RT_F32, 2)
       .tensor(dbias, "dbias", MOE_RT_F32, 1, true);
   if (c.status)
     return c.status;
-  c.that(w->rank == 2 && dim(w, 0) == dim(x, -1),
-         "w's rows must match x's last dimension")
-      .size(dout, "dout", moe_rt_tensor_numel(x) / dim(x, -1) * dim(w, 1))
+  c.size(dout, "dout", linearOutSize(x, w))
       .sizeOf(dx, "dx", x)
       .sizeOf(dw, "dw", w)
       .size(dbias, "dbias", dim(w, 1));
@@ -365,18 +448,11 @@ moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
 moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
                                    const moe_rt_tensor *labels,
                                    moe_rt_tensor *loss) {
-  Check c{"moe_rt_cross_entropy"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(logits, "logits", MOE_RT_F32, 2)
-      .tensor(labels, "labels", MOE_RT_I64)
-      .tensor(loss, "loss", MOE_RT_F32);
+  Check c = crossEntropyChecks("moe_rt_cross_entropy", s, logits, labels);
+  c.tensor(loss, "loss", MOE_RT_F32).size(loss, "loss", 1);
   if (c.status)
     return c.status;
   int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
-  c.that(moe_rt_tensor_numel(labels) == tokens, "one label per token")
-      .size(loss, "loss", 1);
-  if (c.status)
-    return c.status;
   return enqueue(s, [=](std::string &message) {
     if (k::crossEntropyForward(tokens, v, f32(logits), i64(labels), f32(loss)))
       return MOE_RT_OK;
@@ -390,20 +466,14 @@ moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
                                         const moe_rt_tensor *labels,
                                         const moe_rt_tensor *dloss,
                                         moe_rt_tensor *dlogits) {
-  Check c{"moe_rt_cross_entropy_grad"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(logits, "logits", MOE_RT_F32, 2)
-      .tensor(labels, "labels", MOE_RT_I64)
-      .tensor(dloss, "dloss", MOE_RT_F32)
-      .tensor(dlogits, "dlogits", MOE_RT_F32, 2);
-  if (c.status)
-    return c.status;
-  int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
-  c.that(moe_rt_tensor_numel(labels) == tokens, "one label per token")
+  Check c = crossEntropyChecks("moe_rt_cross_entropy_grad", s, logits, labels);
+  c.tensor(dloss, "dloss", MOE_RT_F32)
+      .tensor(dlogits, "dlogits", MOE_RT_F32, 2)
       .size(dloss, "dloss", 1)
       .sizeOf(dlogits, "dlogits", logits);
   if (c.status)
     return c.status;
+  int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
   return enqueue(s, [=](std::string &message) {
     zero(dlogits);
     if (k::crossEntropyBackward(tokens, v, f32(logits), i64(labels),
@@ -418,24 +488,16 @@ moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t kk, int normalize,
                                const moe_rt_tensor *x, const moe_rt_tensor *w,
                                moe_rt_tensor *indices, moe_rt_tensor *weights,
                                moe_rt_tensor *counts) {
-  Check c{"moe_rt_gate_topk"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(w, "w", MOE_RT_F32, 2)
-      .tensor(indices, "indices", MOE_RT_I64)
+  GateShape g{};
+  Check c = gateChecks("moe_rt_gate_topk", s, kk, x, w, g);
+  c.tensor(indices, "indices", MOE_RT_I64)
       .tensor(weights, "weights", MOE_RT_F32)
       .tensor(counts, "counts", MOE_RT_I64);
-  if (c.status)
-    return c.status;
-  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
-  if (c.status)
-    return c.status;
-  int64_t m = dim(w, 0), e = dim(w, 1), t = moe_rt_tensor_numel(x) / m;
-  c.that(kk >= 1 && kk <= e, "k must be in [1, experts]")
-      .that(moe_rt_tensor_numel(indices) == t * kk &&
-                moe_rt_tensor_numel(weights) == t * kk &&
-                moe_rt_tensor_numel(counts) == e,
-            "indices and weights need tokens x k entries, counts E");
+  int64_t m = g.m, e = g.experts, t = g.tokens;
+  c.that(moe_rt_tensor_numel(indices) == t * kk &&
+             moe_rt_tensor_numel(weights) == t * kk &&
+             moe_rt_tensor_numel(counts) == e,
+         "indices and weights need tokens x k entries, counts E");
   if (c.status)
     return c.status;
   return enqueue(s, [=](std::string &) {
@@ -453,23 +515,13 @@ moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
                                     const moe_rt_tensor *w,
                                     const moe_rt_tensor *dweights,
                                     moe_rt_tensor *dx, moe_rt_tensor *dw) {
-  Check c{"moe_rt_gate_topk_grad"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(w, "w", MOE_RT_F32, 2)
-      .tensor(dweights, "dweights", MOE_RT_F32)
+  GateShape g{};
+  Check c = gateChecks("moe_rt_gate_topk_grad", s, kk, x, w, g);
+  c.tensor(dweights, "dweights", MOE_RT_F32)
       .tensor(dx, "dx", MOE_RT_F32, 1)
       .tensor(dw, "dw", MOE_RT_F32, 2);
-  if (c.status)
-    return c.status;
-  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
-  if (c.status)
-    return c.status;
-  int64_t m = dim(w, 0), e = dim(w, 1), t = moe_rt_tensor_numel(x) / m;
-  c.that(kk >= 1 && kk <= e, "k must be in [1, experts]")
-      .size(dweights, "dweights", t * kk)
-      .sizeOf(dx, "dx", x)
-      .sizeOf(dw, "dw", w);
+  int64_t m = g.m, e = g.experts, t = g.tokens;
+  c.size(dweights, "dweights", t * kk).sizeOf(dx, "dx", x).sizeOf(dw, "dw", w);
   if (c.status)
     return c.status;
   return enqueue(s, [=](std::string &) {
@@ -489,50 +541,6 @@ moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
     return MOE_RT_OK;
   });
 }
-
-} // extern "C"
-
-namespace {
-
-/// Experts, slots, M and H of an expert call: 3-D weights are per local
-/// expert; 2-D weights (shared experts) make one expert of every token.
-struct FfnShape {
-  int64_t experts, slots, m, h;
-};
-
-Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
-                const moe_rt_tensor *up, const moe_rt_tensor *gate,
-                const moe_rt_tensor *down, FfnShape &shape) {
-  Check c{call};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(up, "up", MOE_RT_F32, 2)
-      .tensor(gate, "gate", MOE_RT_F32, 2, true)
-      .tensor(down, "down", MOE_RT_F32, 2);
-  if (c.status)
-    return c;
-  bool grouped = up->rank == 3;
-  c.that(up->rank <= 3 && down->rank == up->rank,
-         "up and down must both be 2-D or both 3-D")
-      .that(!grouped || x->rank == 3, "3-D weights need an E x S x M input")
-      .that(!grouped || (dim(up, 0) == dim(x, 0) && dim(down, 0) == dim(x, 0)),
-            "3-D weights need one slice per local expert")
-      .sizeOf(gate, "gate", up);
-  if (c.status)
-    return c;
-  shape.m = dim(x, -1);
-  shape.h = dim(up, -1);
-  shape.experts = grouped ? dim(x, 0) : 1;
-  shape.slots = grouped ? dim(x, 1) : moe_rt_tensor_numel(x) / shape.m;
-  c.that(dim(up, -2) == shape.m && dim(down, -1) == shape.m &&
-             dim(down, -2) == shape.h,
-         "weights do not chain: up M x H, down H x M");
-  return c;
-}
-
-} // namespace
-
-extern "C" {
 
 moe_rt_status moe_rt_expert(moe_rt_stream s, moe_rt_activation act,
                             const moe_rt_tensor *x, const moe_rt_tensor *up,

@@ -135,6 +135,14 @@ bool embeddingBackward(int64_t tokens, int64_t vocab, int64_t m, const Id *ids,
 
 //===--- mean token cross-entropy ---------------------------------------===//
 
+/// log(sum_v exp(row[v])), computed stably.
+template <typename T> double logSumExp(int64_t n, const T *row) {
+  double mx = *std::max_element(row, row + n), sum = 0;
+  for (int64_t v = 0; v < n; ++v)
+    sum += std::exp(row[v] - mx);
+  return std::log(sum) + mx;
+}
+
 /// loss = mean_t (logsumexp(logits_t) - logits_t[label_t]); false on a
 /// label outside [0, vocab).
 template <typename T, typename Id>
@@ -145,10 +153,7 @@ bool crossEntropyForward(int64_t tokens, int64_t vocab, const T *logits,
     const T *row = logits + t * vocab;
     if (labels[t] < 0 || labels[t] >= vocab)
       return false;
-    double mx = *std::max_element(row, row + vocab), sum = 0;
-    for (int64_t v = 0; v < vocab; ++v)
-      sum += std::exp(row[v] - mx);
-    total += std::log(sum) + mx - row[labels[t]];
+    total += logSumExp(vocab, row) - row[labels[t]];
   }
   *loss = T(total / tokens);
   return true;
@@ -161,11 +166,9 @@ bool crossEntropyBackward(int64_t tokens, int64_t vocab, const T *logits,
     const T *row = logits + t * vocab;
     if (labels[t] < 0 || labels[t] >= vocab)
       return false;
-    double mx = *std::max_element(row, row + vocab), sum = 0;
-    for (int64_t v = 0; v < vocab; ++v)
-      sum += std::exp(row[v] - mx);
+    double lse = logSumExp(vocab, row);
     for (int64_t v = 0; v < vocab; ++v) {
-      double p = std::exp(row[v] - mx) / sum;
+      double p = std::exp(row[v] - lse);
       dlogits[t * vocab + v] +=
           T(dloss * (p - (v == labels[t] ? 1.0 : 0.0)) / tokens);
     }

@@ -50,24 +50,35 @@ inline double activateGrad(Activation a, double v) {
   return 1;
 }
 
+/// Expert e's hidden layer for its slots x m input xe: h = xe up[e], the
+/// gate projection g = xe gate[e] (when gated) and the activation a. The
+/// forward and (recomputing it) the backward share it.
+template <typename T>
+void expertHidden(Activation act, int64_t e, int64_t slots, int64_t m,
+                  int64_t h, const T *xe, const T *up, const T *gate,
+                  std::vector<T> &hidden, std::vector<T> &gated,
+                  std::vector<T> &a) {
+  gemm(false, false, slots, h, m, T(1), xe, up + e * m * h, T(0),
+       hidden.data());
+  if (gate)
+    gemm(false, false, slots, h, m, T(1), xe, gate + e * m * h, T(0),
+         gated.data());
+  for (int64_t i = 0; i < slots * h; ++i)
+    a[i] = gate ? T(activate(act, gated[i]) * hidden[i])
+                : T(activate(act, hidden[i]));
+}
+
 /// x: experts x slots x m; up, gate: experts x m x h; down: experts x h x m.
 /// `gate` may be null (ungated FFN).
 template <typename T>
 void expertForward(Activation act, int64_t experts, int64_t slots, int64_t m,
                    int64_t h, const T *x, const T *up, const T *gate,
                    const T *down, T *y) {
-  std::vector<T> hidden(slots * h), gated(gate ? slots * h : 0);
+  std::vector<T> hidden(slots * h), gated(gate ? slots * h : 0), a(slots * h);
   for (int64_t e = 0; e < experts; ++e) {
-    const T *xe = x + e * slots * m;
-    gemm(false, false, slots, h, m, T(1), xe, up + e * m * h, T(0),
-         hidden.data());
-    if (gate)
-      gemm(false, false, slots, h, m, T(1), xe, gate + e * m * h, T(0),
-           gated.data());
-    for (int64_t i = 0; i < slots * h; ++i)
-      hidden[i] = gate ? T(activate(act, gated[i]) * hidden[i])
-                       : T(activate(act, hidden[i]));
-    gemm(false, false, slots, m, h, T(1), hidden.data(), down + e * h * m, T(0),
+    expertHidden(act, e, slots, m, h, x + e * slots * m, up, gate, hidden,
+                 gated, a);
+    gemm(false, false, slots, m, h, T(1), a.data(), down + e * h * m, T(0),
          y + e * slots * m);
   }
 }
@@ -82,14 +93,7 @@ void expertBackward(Activation act, int64_t experts, int64_t slots, int64_t m,
       da(slots * h), dh(slots * h), dg(gate ? slots * h : 0);
   for (int64_t e = 0; e < experts; ++e) {
     const T *xe = x + e * slots * m, *dye = dy + e * slots * m;
-    gemm(false, false, slots, h, m, T(1), xe, up + e * m * h, T(0),
-         hidden.data());
-    if (gate)
-      gemm(false, false, slots, h, m, T(1), xe, gate + e * m * h, T(0),
-           gated.data());
-    for (int64_t i = 0; i < slots * h; ++i)
-      a[i] = gate ? T(activate(act, gated[i]) * hidden[i])
-                  : T(activate(act, hidden[i]));
+    expertHidden(act, e, slots, m, h, xe, up, gate, hidden, gated, a);
     // y = a down: dA = dy down^T, dDown += a^T dy.
     gemm(false, true, slots, h, m, T(1), dye, down + e * h * m, T(0),
          da.data());
