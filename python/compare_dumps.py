@@ -13,6 +13,21 @@ import glob
 import sys
 
 
+def load_file(path):
+    """One rank's `moe-run --dump` file: {name: [values]}."""
+    values = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            name, count = parts[0], int(parts[1])
+            data = [float(x) for x in parts[2:]]
+            if len(data) != count:
+                sys.exit(f"error: {path}: {name} holds {len(data)} of "
+                         f"{count} values")
+            values[name] = data
+    return values
+
+
 def load(prefix):
     files = sorted(glob.glob(prefix + ".rank*"))
     if not files:
@@ -20,15 +35,8 @@ def load(prefix):
     values = {}
     for path in files:
         rank = path.rsplit(".rank", 1)[1]
-        with open(path) as f:
-            for line in f:
-                parts = line.split()
-                name, count = parts[0], int(parts[1])
-                data = [float(x) for x in parts[2:]]
-                if len(data) != count:
-                    sys.exit(f"error: {path}: {name} holds {len(data)} of "
-                             f"{count} values")
-                values[(rank, name)] = data
+        for name, data in load_file(path).items():
+            values[(rank, name)] = data
     return values
 
 

@@ -25,6 +25,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import compare_dumps  # noqa: E402
 import gen_model_mlir as gen  # noqa: E402
 
 try:
@@ -47,13 +48,8 @@ def load_inputs(path):
 
 
 def load_results(path):
-    out = {}
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            out[parts[0]] = torch.tensor([float(x) for x in parts[2:]],
-                                         dtype=torch.float64)
-    return out
+    return {name: torch.tensor(data, dtype=torch.float64)
+            for name, data in compare_dumps.load_file(path).items()}
 
 
 def rotary(x):
