@@ -22,6 +22,23 @@ struct Fit {
 /// the origin, since a profile's alpha must not be negative.
 Fit fitAlphaBeta(const std::vector<double> &n, const std::vector<double> &t);
 
+/// Calls `sweep(scale)` with scale 1 and, while the result's `fit.ok` is
+/// false, again with scale 2, 4, ... at most `retries` more times (the
+/// caller multiplies its repetitions by `scale`). On a shared or
+/// oversubscribed machine one preempted sample can make a small size look
+/// slower than a large one; more repetitions let the median see through it.
+/// Adds the number of re-measurements to `remeasured`.
+template <typename Sweep>
+auto sweepUntilFit(int retries, int &remeasured, Sweep sweep)
+    -> decltype(sweep(1)) {
+  auto m = sweep(1);
+  for (int r = 0, scale = 2; r < retries && !m.fit.ok; ++r, scale *= 2) {
+    ++remeasured;
+    m = sweep(scale);
+  }
+  return m;
+}
+
 } // namespace moe_profile
 
 #endif // MOE_TOOLS_MOEPROFILE_ALPHABETAFIT_H

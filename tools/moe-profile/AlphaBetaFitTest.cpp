@@ -49,3 +49,49 @@ TEST(AlphaBetaFit, DegenerateInputsDoNotFit) {
   EXPECT_FALSE(fitAlphaBeta({5, 5, 5}, {1, 2, 3}).ok);
   EXPECT_FALSE(fitAlphaBeta({1, 2, 3}, {3, 2, 1}).ok) << "negative slope";
 }
+
+namespace {
+struct FakeSweep {
+  moe_profile::Fit fit;
+  int scale;
+};
+} // namespace
+
+TEST(SweepUntilFit, ReMeasuresANoisySweepWithMoreRepetitions) {
+  // The first two attempts are noisy (slope <= 0), the third fits.
+  std::vector<int> scales;
+  int remeasured = 0;
+  auto m = moe_profile::sweepUntilFit(2, remeasured, [&](int scale) {
+    scales.push_back(scale);
+    FakeSweep s{{}, scale};
+    s.fit.ok = scale >= 4;
+    return s;
+  });
+  EXPECT_TRUE(m.fit.ok);
+  EXPECT_EQ(m.scale, 4);
+  EXPECT_EQ(remeasured, 2);
+  EXPECT_EQ(scales, (std::vector<int>{1, 2, 4}));
+}
+
+TEST(SweepUntilFit, StopsAfterTheRetriesAndReportsTheFailure) {
+  int remeasured = 0, calls = 0;
+  auto m = moe_profile::sweepUntilFit(3, remeasured, [&](int scale) {
+    ++calls;
+    return FakeSweep{{}, scale};
+  });
+  EXPECT_FALSE(m.fit.ok);
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(remeasured, 3);
+}
+
+TEST(SweepUntilFit, AGoodFirstSweepIsNotRepeated) {
+  int remeasured = 0, calls = 0;
+  moe_profile::sweepUntilFit(2, remeasured, [&](int scale) {
+    ++calls;
+    FakeSweep s{{}, scale};
+    s.fit.ok = true;
+    return s;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(remeasured, 0);
+}

@@ -37,7 +37,7 @@ namespace {
 struct Options {
   std::string output = "-", name = "measured";
   long minBytes = 1024, maxBytes = 16 << 20;
-  int iters = 10, warmup = 3, gemmMax = 768;
+  int iters = 10, warmup = 3, gemmMax = 768, retries = 2;
   bool quiet = false, gpu = false;
 };
 
@@ -52,6 +52,9 @@ const char *kUsage =
     "  --iters N          timed repetitions per size (default 10)\n"
     "  --warmup N         untimed repetitions per size (default 3)\n"
     "  --gemm-max N       largest square GEMM side (default 768)\n"
+    "  --retries N        re-measure a sweep whose fit fails (noise: a\n"
+    "                     slope <= 0) up to N times, with twice the\n"
+    "                     repetitions each time (default 2)\n"
     "  --gpu              measure NCCL collectives and cuBLAS on one GPU per\n"
     "                     rank instead of MPI and OpenBLAS on CPUs\n"
     "  --quiet            no report on stderr\n";
@@ -89,14 +92,19 @@ std::string parse(int argc, char **argv, Options &o, bool &help) {
       if (!s || !number(s, 16, 1L << 32, v))
         return a + " needs a size in [16, 2^32] bytes";
       (a == "--min-bytes" ? o.minBytes : o.maxBytes) = v;
-    } else if (a == "--iters" || a == "--warmup" || a == "--gemm-max") {
+    } else if (a == "--iters" || a == "--warmup" || a == "--gemm-max" ||
+               a == "--retries") {
       const char *s = value();
-      long lo = a == "--warmup" ? 0 : (a == "--gemm-max" ? 32 : 1);
-      if (!s || !number(s, lo, a == "--gemm-max" ? 8192 : 10000, v))
+      long lo = a == "--warmup" || a == "--retries" ? 0
+                : a == "--gemm-max"                 ? 32
+                                                    : 1;
+      long hi = a == "--gemm-max" ? 8192 : a == "--retries" ? 10 : 10000;
+      if (!s || !number(s, lo, hi, v))
         return a + " needs an integer in range";
-      (a == "--iters"    ? o.iters
-       : a == "--warmup" ? o.warmup
-                         : o.gemmMax) = static_cast<int>(v);
+      (a == "--iters"     ? o.iters
+       : a == "--warmup"  ? o.warmup
+       : a == "--retries" ? o.retries
+                          : o.gemmMax) = static_cast<int>(v);
     } else {
       return "unknown argument '" + a + "'";
     }
@@ -200,6 +208,19 @@ Measured sweepMemory(MPI_Comm comm, const Options &o) {
   return m;
 }
 
+/// Re-measures a sweep whose fit fails (moe_profile::sweepUntilFit). Every
+/// rank sees the same MPI_MAX-reduced times, hence the same fit, so all take
+/// the same decision and the collectives inside `sweep` stay matched.
+Measured measureUntilFit(const Options &o, int &remeasured,
+                         const std::function<Measured(const Options &)> &sweep) {
+  return moe_profile::sweepUntilFit(o.retries, remeasured, [&](int scale) {
+    Options more = o;
+    more.iters *= scale;
+    more.warmup = scale == 1 ? o.warmup : std::max(1, o.warmup * scale);
+    return sweep(more);
+  });
+}
+
 int emptyTask(void *) { return 0; }
 
 /// Issue + completion of an empty task on a runtime CPU stream, in us.
@@ -266,9 +287,13 @@ int main(int argc, char **argv) {
                          "reduce_scatter"};
   nlohmann::json collectives, report = nlohmann::json::array();
   bool ok = true;
+  int remeasured = 0;
+  std::vector<std::string> failed;
   auto record = [&](const std::string &what, const Measured &m,
                     const char *unit) {
     ok &= m.fit.ok;
+    if (!m.fit.ok)
+      failed.push_back(what);
     report.push_back({{"model", what},
                       {"fit", m.fit.ok},
                       {"alpha_us", m.fit.alpha},
@@ -306,13 +331,16 @@ int main(int argc, char **argv) {
       break;
     // Inside a node; across nodes when there are several (the whole world,
     // whose traffic is mostly inter-node).
-    Measured intra =
-        sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, o);
+    Measured intra = measureUntilFit(o, remeasured, [&](const Options &t) {
+      return sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, t);
+    });
     record(std::string(kind) + " intra", intra, "us/B");
     nlohmann::json entry = {
         {"intra", alphaBeta(intra.fit, "beta_us_per_byte")}};
     if (nodes > 1) {
-      Measured inter = sweepCollective(kind, MPI_COMM_WORLD, o);
+      Measured inter = measureUntilFit(o, remeasured, [&](const Options &t) {
+        return sweepCollective(kind, MPI_COMM_WORLD, t);
+      });
       record(std::string(kind) + " inter", inter, "us/B");
       entry["inter"] = alphaBeta(inter.fit, "beta_us_per_byte");
     }
@@ -324,8 +352,12 @@ int main(int argc, char **argv) {
     memory = {gpu.memory.n, gpu.memory.t,
               fitAlphaBeta(gpu.memory.n, gpu.memory.t)};
   } else {
-    gemm = sweepGemm(MPI_COMM_WORLD, o);
-    memory = sweepMemory(MPI_COMM_WORLD, o);
+    gemm = measureUntilFit(o, remeasured, [&](const Options &t) {
+      return sweepGemm(MPI_COMM_WORLD, t);
+    });
+    memory = measureUntilFit(o, remeasured, [&](const Options &t) {
+      return sweepMemory(MPI_COMM_WORLD, t);
+    });
   }
   record(o.gpu ? "gemm (cuBLAS)" : "gemm", gemm, "us/flop");
   record(o.gpu ? "memory (device copy)" : "memory", memory, "us/B");
@@ -362,10 +394,22 @@ int main(int argc, char **argv) {
             r["beta"].get<double>(), r["unit"].get<std::string>().c_str(),
             r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
       std::fprintf(stderr, "  %-22s %12.3f\n", "launch (CPU stream)", launch);
+      if (remeasured)
+        std::fprintf(stderr,
+                     "  (%d sweep(s) re-measured with more repetitions after "
+                     "a noisy fit)\n",
+                     remeasured);
     }
     if (!ok) {
-      std::fprintf(stderr, "moe-profile: error: a fit failed (non-positive "
-                           "slope); widen the sweep with --max-bytes\n");
+      std::string names;
+      for (const auto &f : failed)
+        names += (names.empty() ? "" : ", ") + f;
+      std::fprintf(stderr,
+                   "moe-profile: error: the fit of %s failed (slope <= 0) "
+                   "after %d re-measurement(s); the machine is too noisy "
+                   "for this sweep: raise --iters or widen it with "
+                   "--max-bytes\n",
+                   names.c_str(), o.retries);
       status = 1;
     } else if (o.output == "-") {
       std::printf("%s\n", profile.dump(2).c_str());
