@@ -36,6 +36,15 @@ PACKAGES=(
   "python3-matplotlib=3.6.3-1+b1"
   # The PyTorch reference the runtime's training step is checked against.
   "python3-torch=1.13.1+dfsg-4"
+  # The ONNX frontend: libonnx parses and shape-infers models (built with
+  # ONNX_ML=1), protobuf underneath; python3-onnx and torch build the test
+  # models; clang 14's libFuzzer (libclang-rt) drives the importer fuzzer.
+  "libonnx-dev=1.12.0-2+b4"
+  "libprotobuf-dev=3.21.12-3+deb12u1"
+  "protobuf-compiler=3.21.12-3+deb12u1"
+  "python3-onnx=1.12.0-2+b4"
+  "clang-14=1:14.0.6-12"
+  "libclang-rt-14-dev=1:14.0.6-12"
 )
 
 log() { printf '[setup] %s\n' "$*"; }

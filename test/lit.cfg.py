@@ -47,4 +47,7 @@ if subprocess.call(["/usr/bin/python3", "-c", "import matplotlib"],
 if subprocess.call(["/usr/bin/python3", "-c", "import torch"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
     config.available_features.add("torch")
+if subprocess.call(["/usr/bin/python3", "-c", "import onnx"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+    config.available_features.add("onnx")
 config.substitutions.append(("%system_python", "/usr/bin/python3"))

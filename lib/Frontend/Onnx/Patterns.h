@@ -1,0 +1,94 @@
+//===- Patterns.h - the ONNX matchers that recognise a block ----*- C++ -*-===//
+//
+// The importer (OnnxImport.cpp) walks the residual stream of a transformer:
+// embedding Gather -> per block (sublayer, residual Add) x 2 -> final norm
+// -> LM head MatMul (-> loss). Each sublayer is a Region: the nodes that
+// lie between the stream value it reads and the value added back to the
+// stream. The matchers below each recognise one way a sublayer is written
+// and fill the block's spec and parameters. A matcher returns
+//   - true: it recognised the region (spec and params filled),
+//   - false: not its pattern (nothing emitted; the importer tries the next),
+//   - failure(): its pattern, but unsupported or inconsistent (an error was
+//     emitted at the ONNX node responsible).
+// When no matcher claims a region, the importer reports the region's first
+// unrecognised node.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_LIB_FRONTEND_ONNX_PATTERNS_H
+#define MOE_LIB_FRONTEND_ONNX_PATTERNS_H
+
+#include "OnnxGraph.h"
+
+#include "moe/Frontend/ModelSpec.h"
+
+#include "mlir/Support/LogicalResult.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::moe::frontend {
+
+/// The nodes computing `output` from `input` (and constants), in graph order.
+struct Region {
+  std::string input, output;
+  std::vector<const onnx::NodeProto *> nodes;
+  /// Location used when the region as a whole is reported.
+  const onnx::NodeProto *anchor = nullptr;
+};
+
+/// Collects the region between two values: every node on a path from
+/// `input` to `output` plus the constant-only nodes feeding them.
+Region collectRegion(const OnnxGraph &g, llvm::StringRef input,
+                     llvm::StringRef output);
+
+/// What a sublayer matcher writes into.
+struct MatchTarget {
+  BlockSpec &block;
+  int blockIndex;
+  /// Parameters found (names as ModelSpec.h lists them, with sources).
+  std::vector<ParamSpec> &params;
+};
+
+/// A norm at the start of `region` reading region.input: LayerNormalization
+/// (opset 17), its decomposition (ReduceMean, Sub, Pow, Sqrt, Div, Mul, Add)
+/// or RMSNorm's (Pow/Mul, ReduceMean, Add eps, Sqrt/Reciprocal, Mul). On a
+/// match: the kind, epsilon, the normalised value's name, and the scale
+/// (and bias) params named `<prefix>.scale` / `<prefix>.bias`.
+struct NormMatch {
+  NormKind kind;
+  double epsilon;
+  std::string output;
+  std::vector<const onnx::NodeProto *> nodes;
+};
+FailureOr<bool> matchNorm(const OnnxGraph &g, llvm::StringRef input,
+                          llvm::StringRef paramPrefix,
+                          std::vector<ParamSpec> &params, NormMatch &out);
+
+// Attention sublayers (TorchPatterns / ContribPatterns).
+/// Q/K/V/softmax/O written out with MatMul (hand-written or
+/// nn.MultiheadAttention as exported), with or without rotary and GQA.
+FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
+                                    MatchTarget &t);
+/// com.microsoft MultiHeadAttention / GroupQueryAttention, ai.onnx
+/// Attention (opset 23).
+FailureOr<bool> matchContribAttention(const OnnxGraph &g, const Region &r,
+                                      MatchTarget &t);
+
+// MoE sublayers.
+/// Mixtral/HF (softmax -> TopK, expert loop of NonZero/Gather/ScatterND or
+/// index_add, SwiGLU), GShard/Tutel (one-hot masks, einsum/MatMul dispatch
+/// and combine, capacity), Switch (top-1, capacity, dropping), DeepSeek
+/// (shared experts beside routed ones).
+FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
+                              MatchTarget &t);
+/// com.microsoft MoE (and QMoE where feasible).
+FailureOr<bool> matchContribMoe(const OnnxGraph &g, const Region &r,
+                                MatchTarget &t);
+/// A dense FFN sublayer (DeepSeek's first layers): norm, up (and gate), act,
+/// down.
+FailureOr<bool> matchDenseFfn(const OnnxGraph &g, const Region &r,
+                              MatchTarget &t);
+
+} // namespace mlir::moe::frontend
+
+#endif // MOE_LIB_FRONTEND_ONNX_PATTERNS_H

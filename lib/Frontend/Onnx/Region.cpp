@@ -1,0 +1,2 @@
+// PLACEHOLDER: replaced by the engineer who owns this file.
+#include "Patterns.h"
