@@ -3,6 +3,7 @@
 #include "moe/Frontend/WeightLoader.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Path.h"
 
 #include <onnx/onnx_pb.h>
