@@ -372,6 +372,10 @@ struct AttentionMatch {
       if (theta1 > 0 && theta1 < 1)
         rotaryBase = std::exp(-std::log(theta1) * double(headDim) / 2.0);
     }
+    // A float32 table gives the base to ~1e-5 only; snap to the usual
+    // 10000 (what moe.attention computes) when it is that one.
+    if (std::fabs(rotaryBase - 10000.0) <= 1e-3 * 10000.0)
+      rotaryBase = 10000.0;
     for (int64_t p = 0; p < rows; ++p)
       for (int64_t i = 0; i < half; ++i) {
         double angle = double(p) * std::pow(rotaryBase, -2.0 * i / headDim);
