@@ -1,0 +1,404 @@
+#!/usr/bin/python3
+"""Tiny PyTorch MoE transformers exported to ONNX, for the importer's tests.
+
+Each style writes its sublayers the way a well-known code base does, so the
+ONNX matchers (lib/Frontend/Onnx/Torch*.cpp) see the node patterns that
+torch.onnx.export (torch 1.13, opset 17) really produces:
+
+  mixtral   HF Mixtral: router Linear -> softmax -> topk (renormalised), a
+            loop over experts with one_hot / torch.where / index_add_,
+            SwiGLU experts (w1, w3, w2), RMSNorm, rotary, grouped KV heads
+  gshard    GShard / Tutel: top-2 one-hot dispatch masks with capacity
+            (cumsum positions, tokens >= C dropped), einsum dispatch and
+            combine, GELU experts stacked as [E, M, H] parameters, LayerNorm,
+            nn.MultiheadAttention
+  switch    Switch: top-1 (argmax) with capacity and token dropping, matmul
+            dispatch / combine, ReLU experts as one nn.Linear pair per expert
+  deepseek  DeepSeek: a first dense block, then shared experts beside
+            fine-grained routed top-k experts (SwiGLU), RMSNorm
+  attn-*    attention variants on a Mixtral-style MoE: mha (nn.MHA), hand
+            (plain Q/K/V), rotary, gqa (repeat_interleave), gqa-expand
+  biased    a model whose Linears have biases (the importer must refuse it)
+
+  torch_models.py <style> -o out.onnx [--expect out.json] [--loss]
+
+--expect writes what the importer must find. --loss exports the mean
+cross-entropy against a `labels` input instead of the logits.
+"""
+import argparse
+import json
+import math
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------- norms ----
+class RMSNorm(nn.Module):
+    def __init__(self, m, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(m) + 0.01 * torch.randn(m))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def make_norm(kind, m):
+    return RMSNorm(m) if kind == "rms" else nn.LayerNorm(m, eps=1e-5)
+
+
+# ------------------------------------------------------------ attention ----
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class HandAttention(nn.Module):
+    """HF-LLaMA-style attention: separate q/k/v/o Linears, optional rotary
+    (rotate_half) and grouped KV heads (repeat_interleave or expand)."""
+
+    def __init__(self, m, heads, kv_heads, rotary, repeat="interleave",
+                 base=10000.0, bias=False):
+        super().__init__()
+        self.h, self.kvh, self.d = heads, kv_heads, m // heads
+        self.q_proj = nn.Linear(m, heads * self.d, bias=bias)
+        self.k_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
+        self.v_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
+        self.o_proj = nn.Linear(heads * self.d, m, bias=bias)
+        self.rotary, self.repeat = rotary, repeat
+        inv = 1.0 / (base ** (torch.arange(0, self.d, 2).float() / self.d))
+        self.register_buffer("inv_freq", inv)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.h, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(b, n, self.kvh, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(b, n, self.kvh, self.d).transpose(1, 2)
+        if self.rotary:
+            t = torch.arange(n, dtype=torch.float32)
+            freqs = torch.outer(t, self.inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+        if self.kvh != self.h:
+            r = self.h // self.kvh
+            if self.repeat == "interleave":
+                k = k.repeat_interleave(r, dim=1)
+                v = v.repeat_interleave(r, dim=1)
+            else:  # HF repeat_kv: expand + reshape
+                k = k[:, :, None].expand(b, self.kvh, r, n, self.d).reshape(
+                    b, self.h, n, self.d)
+                v = v[:, :, None].expand(b, self.kvh, r, n, self.d).reshape(
+                    b, self.h, n, self.d)
+        s = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
+        mask = torch.full((n, n), float("-inf")).triu(1)
+        p = torch.softmax(s + mask, dim=-1)
+        o = torch.matmul(p, v).transpose(1, 2).reshape(b, n, self.h * self.d)
+        return self.o_proj(o)
+
+
+class TorchMHA(nn.Module):
+    """nn.MultiheadAttention (packed in_proj_weight), causal bool mask."""
+
+    def __init__(self, m, heads, bias=False):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(m, heads, bias=bias, batch_first=True)
+
+    def forward(self, x):
+        n = x.shape[1]
+        mask = torch.ones(n, n, dtype=torch.bool).triu(1)
+        return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+# -------------------------------------------------------------- experts ----
+class SwiGLU(nn.Module):
+    def __init__(self, m, h, bias=False):
+        super().__init__()
+        self.w1 = nn.Linear(m, h, bias=bias)  # gate (activated)
+        self.w3 = nn.Linear(m, h, bias=bias)  # up
+        self.w2 = nn.Linear(h, m, bias=bias)  # down
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MLP(nn.Module):
+    def __init__(self, m, h, act, bias=False):
+        super().__init__()
+        self.fc1 = nn.Linear(m, h, bias=bias)
+        self.fc2 = nn.Linear(h, m, bias=bias)
+        self.act = act
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+ACTS = {"relu": F.relu, "gelu": F.gelu,
+        "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu}
+
+
+# ---------------------------------------------------------------- MoEs -----
+class MixtralMoe(nn.Module):
+    """HF MixtralSparseMoeBlock (dropless)."""
+
+    def __init__(self, m, h, e, k, normalize=True, bias=False):
+        super().__init__()
+        self.gate = nn.Linear(m, e, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(m, h, bias) for _ in range(e))
+        self.e, self.k, self.normalize = e, k, normalize
+
+    def forward(self, x):
+        b, n, m = x.shape
+        hs = x.view(-1, m)
+        logits = self.gate(hs)
+        w = F.softmax(logits, dim=1, dtype=torch.float)
+        w, sel = torch.topk(w, self.k, dim=-1)
+        if self.normalize:
+            w = w / w.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(hs)
+        mask = F.one_hot(sel, num_classes=self.e).permute(2, 1, 0)
+        for i in range(self.e):
+            idx, top = torch.where(mask[i])
+            cur = hs[top]
+            y = self.experts[i](cur) * w[top, idx, None]
+            out.index_add_(0, top, y)
+        return out.view(b, n, m)
+
+
+def capacity(f, k, tokens, e):
+    return int(math.ceil(f * k * tokens / e))
+
+
+class GShardMoe(nn.Module):
+    """GShard / Tutel: top-k one-hot masks in priority order, positions by
+    cumsum, tokens past capacity C dropped, einsum dispatch / combine over
+    stacked [E, M, H] / [E, H, M] expert weights."""
+
+    def __init__(self, m, h, e, k, f, tokens, act="gelu"):
+        super().__init__()
+        self.wg = nn.Linear(m, e, bias=False)
+        self.w1 = nn.Parameter(torch.randn(e, m, h) / math.sqrt(m))
+        self.w2 = nn.Parameter(torch.randn(e, h, m) / math.sqrt(h))
+        self.e, self.k, self.act = e, k, ACTS[act]
+        self.c = capacity(f, k, tokens, e)
+
+    def forward(self, x):
+        b, n, m = x.shape
+        s = x.reshape(-1, m)
+        probs = F.softmax(self.wg(s), dim=-1)
+        w, sel = torch.topk(probs, self.k, dim=-1)
+        combine = torch.zeros(s.shape[0], self.e, self.c)
+        prev = torch.zeros(1, self.e)
+        for j in range(self.k):
+            mask = F.one_hot(sel[:, j], self.e).float()  # S x E
+            pos = torch.cumsum(mask, dim=0) - 1 + prev
+            prev = prev + mask.sum(dim=0, keepdim=True)
+            mask = mask * torch.lt(pos, self.c).float()
+            slot = F.one_hot((pos * mask).sum(-1).long(), self.c).float()
+            combine = combine + (w[:, j:j + 1] * mask)[:, :, None] * slot[:, None, :]
+        dispatch = (combine > 0).float()
+        xin = torch.einsum("sec,sm->ecm", dispatch, s)
+        hid = self.act(torch.einsum("ecm,emh->ech", xin, self.w1))
+        out = torch.einsum("ech,ehm->ecm", hid, self.w2)
+        y = torch.einsum("sec,ecm->sm", combine, out)
+        return y.reshape(b, n, m)
+
+
+class SwitchMoe(nn.Module):
+    """Switch Transformer: top-1 by argmax, capacity with token dropping,
+    matmul dispatch / combine, one nn.Linear pair per expert."""
+
+    def __init__(self, m, h, e, f, tokens):
+        super().__init__()
+        self.router = nn.Linear(m, e, bias=False)
+        self.experts = nn.ModuleList(MLP(m, h, F.relu) for _ in range(e))
+        self.e = e
+        self.c = capacity(f, 1, tokens, e)
+
+    def forward(self, x):
+        b, n, m = x.shape
+        s = x.reshape(-1, m)
+        probs = torch.softmax(self.router(s), dim=-1)
+        gate, idx = torch.max(probs, dim=-1)
+        mask = F.one_hot(idx, self.e).float()            # S x E
+        pos = torch.cumsum(mask, dim=0) * mask - 1       # S x E
+        keep = mask * (pos < self.c).float()
+        slot = F.one_hot(pos.clamp(0, self.c - 1).long(), self.c).float()
+        disp = keep[:, :, None] * slot                   # S x E x C
+        xin = torch.matmul(disp.permute(1, 2, 0), s)     # E x C x M
+        outs = torch.stack([self.experts[i](xin[i]) for i in range(self.e)])
+        comb = disp * gate[:, None, None]
+        y = torch.matmul(comb.reshape(s.shape[0], -1), outs.reshape(-1, m))
+        return y.reshape(b, n, m)
+
+
+class DeepSeekMoe(nn.Module):
+    """DeepSeek-V2 MoE: fine-grained routed SwiGLU experts (softmax top-k,
+    not renormalised, dropless) plus always-on shared experts (one SwiGLU of
+    hidden n_shared * h)."""
+
+    def __init__(self, m, h, e, k, n_shared):
+        super().__init__()
+        self.gate = nn.Linear(m, e, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(m, h) for _ in range(e))
+        self.shared_experts = SwiGLU(m, h * n_shared)
+        self.e, self.k = e, k
+
+    def forward(self, x):
+        b, n, m = x.shape
+        hs = x.view(-1, m)
+        scores = self.gate(hs).softmax(dim=-1)
+        w, sel = torch.topk(scores, self.k, dim=-1)
+        out = torch.zeros_like(hs)
+        for i in range(self.e):
+            tok, slot = torch.where(sel == i)
+            y = self.experts[i](hs[tok]) * w[tok, slot, None]
+            out = out.index_add(0, tok, y)
+        out = out + self.shared_experts(hs)
+        return out.view(b, n, m)
+
+
+class DenseFfn(nn.Module):
+    def __init__(self, m, h):
+        super().__init__()
+        self.mlp = SwiGLU(m, h)
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
+# ---------------------------------------------------------------- model ----
+class Block(nn.Module):
+    def __init__(self, norm, m, attn, ffn):
+        super().__init__()
+        self.attn_norm, self.attn = make_norm(norm, m), attn
+        self.ffn_norm, self.ffn = make_norm(norm, m), ffn
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Model(nn.Module):
+    def __init__(self, vocab, m, norm, blocks, loss):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, m)
+        self.blocks = nn.ModuleList(blocks)
+        self.norm = make_norm(norm, m)
+        self.lm_head = nn.Linear(m, vocab, bias=False)
+        self.loss = loss
+
+    def forward(self, tokens, labels=None):
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.lm_head(self.norm(x))
+        if not self.loss:
+            return logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               labels.reshape(-1))
+
+
+def build(style, loss):
+    """Returns (model, B, N, expect dict)."""
+    torch.manual_seed(0)
+    B, N = 2, 16
+    ex = {"style": style, "B": B, "N": N, "blocks": 2}
+    if style in ("mixtral", "biased") or style.startswith("attn-"):
+        M, H, E, K, V, heads = 64, 96, 4, 2, 96, 4
+        variant = style[5:] if style.startswith("attn-") else "gqa"
+        kvh = 2 if variant.startswith("gqa") else heads
+        norm = "rms" if variant != "mha" else "layer"
+        bias = style == "biased"
+
+        def attn():
+            if variant == "mha":
+                return TorchMHA(M, heads, bias=bias)
+            return HandAttention(M, heads, kvh, rotary=variant in (
+                "gqa", "rotary", "gqa-expand"),
+                repeat="expand" if variant == "gqa-expand" else "interleave",
+                bias=bias)
+        blocks = [Block(norm, M, attn(), MixtralMoe(M, H, E, K, bias=bias))
+                  for _ in range(2)]
+        ex.update(M=M, H=H, experts=E, k=K, dropless=True, activation="silu",
+                  gated=True, normalize=True, heads=heads, kv_heads=kvh,
+                  head_dim=M // heads, causal=True,
+                  rotary=variant in ("gqa", "rotary", "gqa-expand"),
+                  norm=norm, shared_hidden=0, vocab=V, dense_blocks=[])
+    elif style == "gshard":
+        M, H, E, K, V, heads, f = 32, 64, 4, 2, 64, 4, 1.0
+        C = capacity(f, K, B * N, E)
+        blocks = [Block("layer", M, TorchMHA(M, heads),
+                        GShardMoe(M, H, E, K, f, B * N)) for _ in range(2)]
+        ex.update(M=M, H=H, experts=E, k=K, dropless=False, capacity=C,
+                  capacity_factor=C * E / (K * B * N), activation="gelu",
+                  gated=False, normalize=False, heads=heads, kv_heads=heads,
+                  head_dim=M // heads, causal=True, rotary=False, norm="layer",
+                  shared_hidden=0, vocab=V, dense_blocks=[])
+    elif style == "switch":
+        M, H, E, V, heads, f = 32, 64, 8, 64, 2, 1.25
+        C = capacity(f, 1, B * N, E)
+        blocks = [Block("layer", M, HandAttention(M, heads, heads, False),
+                        SwitchMoe(M, H, E, f, B * N)) for _ in range(2)]
+        ex.update(M=M, H=H, experts=E, k=1, dropless=False, capacity=C,
+                  capacity_factor=C * E / (1 * B * N), activation="relu",
+                  gated=False, normalize=False, heads=heads, kv_heads=heads,
+                  head_dim=M // heads, causal=True, rotary=False, norm="layer",
+                  shared_hidden=0, vocab=V, dense_blocks=[])
+    elif style == "deepseek":
+        M, H, E, K, V, heads, S = 64, 32, 8, 2, 128, 4, 2
+        blocks = [Block("rms", M, HandAttention(M, heads, heads, True),
+                        DenseFfn(M, 4 * M)),
+                  Block("rms", M, HandAttention(M, heads, heads, True),
+                        DeepSeekMoe(M, H, E, K, S))]
+        ex.update(M=M, H=H, experts=E, k=K, dropless=True, activation="silu",
+                  gated=True, normalize=False, heads=heads, kv_heads=heads,
+                  head_dim=M // heads, causal=True, rotary=True, norm="rms",
+                  shared_hidden=S * H, dense_hidden=4 * M, vocab=V,
+                  dense_blocks=[0])
+    else:
+        raise SystemExit(f"torch_models.py: unknown style '{style}'")
+    model = Model(ex["vocab"], ex["M"], ex["norm"], blocks, loss)
+    ex["loss"] = loss
+    return model.eval(), B, N, ex
+
+
+STYLES = ["mixtral", "gshard", "switch", "deepseek", "attn-mha",
+          "attn-hand", "attn-rotary", "attn-gqa", "attn-gqa-expand", "biased"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("style", choices=STYLES)
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--expect")
+    ap.add_argument("--loss", action="store_true",
+                    help="export the cross-entropy loss (labels input)")
+    args = ap.parse_args()
+    model, B, N, ex = build(args.style, args.loss)
+    tokens = torch.randint(0, ex["vocab"], (B, N))
+    inputs, names = (tokens,), ["tokens"]
+    if args.loss:
+        inputs, names = (tokens, torch.randint(0, ex["vocab"], (B, N))), [
+            "tokens", "labels"]
+    with torch.no_grad():
+        # No constant folding: weights keep their parameter names (the
+        # Transpose of a Linear weight stays a node), as the importer's
+        # moe.source attributes name them.
+        torch.onnx.export(model, inputs, args.output, opset_version=17,
+                          input_names=names,
+                          output_names=["loss" if args.loss else "logits"],
+                          do_constant_folding=False)
+    if args.expect:
+        with open(args.expect, "w") as f:
+            json.dump(ex, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
