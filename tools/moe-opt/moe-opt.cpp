@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Conversion/Passes.h"
 #include "moe/Dialect/Moe/MoeDialect.h"
 #include "moe/Transforms/Passes.h"
 
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   mlir::moe::registerMoePasses();
   mlir::moe::registerMoePipelines();
+  mlir::moe::registerMoeConversionPasses();
 
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "moe-mlir optimizer: MoE training-step compiler\n",
