@@ -34,6 +34,14 @@ OwningOpRef<ModuleOp> importOnnxFile(llvm::StringRef path,
                                      const ImportOptions &options,
                                      MLIRContext *ctx);
 
+/// Imports an ONNX model held in memory (the fuzzer's entry point); `name`
+/// stands for the file in diagnostics and anchors relative external-data
+/// locations.
+OwningOpRef<ModuleOp> importOnnxBuffer(llvm::StringRef bytes,
+                                       llvm::StringRef name,
+                                       const ImportOptions &options,
+                                       MLIRContext *ctx);
+
 /// Builds a shape-only model from a Hugging Face config.json (Mixtral,
 /// Qwen2-MoE, DeepSeek-V2/V3, Switch fields).
 OwningOpRef<ModuleOp> importHfConfigFile(llvm::StringRef path,

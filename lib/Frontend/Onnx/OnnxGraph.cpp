@@ -1,3 +1,552 @@
-// PLACEHOLDER: replaced by the engineer who owns this file (see the
-// frontend work split); nothing here is functional yet.
-#include "moe/Frontend/ModelSpec.h"
+//===- OnnxGraph.cpp - load, check and index an ONNX model ----------------===//
+//
+// Parsing goes through protobuf's CodedInputStream (no exceptions), shape
+// inference through libonnx (which throws: this file is compiled with
+// -fexceptions and nothing thrown leaves it). Every way a file can be wrong
+// (missing, not protobuf, truncated, no graph, a node reading a value
+// nothing produces) is an error diagnostic naming the file, and the node
+// where there is one; loading never aborts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OnnxGraph.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::moe::frontend;
+
+namespace {
+
+/// Bytes per element of the ONNX data types we read values of; 0 otherwise.
+size_t elementSize(int32_t dataType) {
+  switch (dataType) {
+  case onnx::TensorProto::FLOAT:
+  case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32:
+    return 4;
+  case onnx::TensorProto::DOUBLE:
+  case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64:
+    return 8;
+  case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16:
+  case onnx::TensorProto::UINT16:
+    return 2;
+  case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::BOOL:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/// Element count of a tensor; nullopt on a negative dim or overflow (a
+/// fuzzed or corrupt file must not make us allocate its claimed size).
+std::optional<uint64_t> elementCount(const onnx::TensorProto &t) {
+  uint64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0)
+      return std::nullopt;
+    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / uint64_t(d))
+      return std::nullopt;
+    n *= uint64_t(d);
+  }
+  return n;
+}
+
+std::string externalEntry(const onnx::TensorProto &t, llvm::StringRef key) {
+  for (const auto &e : t.external_data())
+    if (e.key() == key)
+      return e.value();
+  return "";
+}
+
+std::optional<uint64_t> parseU64(const std::string &s) {
+  if (s.empty())
+    return std::nullopt;
+  uint64_t v = 0;
+  if (llvm::StringRef(s).getAsInteger(10, v))
+    return std::nullopt;
+  return v;
+}
+
+/// Shape of a value's type: -1 for a dynamic dim; nullopt when the type is
+/// not a tensor or carries no shape.
+std::optional<std::vector<int64_t>> shapeOf(const onnx::TypeProto &type) {
+  if (!type.has_tensor_type() || !type.tensor_type().has_shape())
+    return std::nullopt;
+  std::vector<int64_t> dims;
+  for (const auto &d : type.tensor_type().shape().dim())
+    dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value()
+                                                           : -1);
+  return dims;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Loading
+//===----------------------------------------------------------------------===//
+
+std::unique_ptr<OnnxGraph> OnnxGraph::load(llvm::StringRef path,
+                                           MLIRContext *ctx) {
+  Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
+  auto buf = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                         /*RequiresNullTerminator=*/false);
+  if (!buf) {
+    emitError(fileLoc) << "cannot open ONNX model '" << path
+                       << "': " << buf.getError().message();
+    return nullptr;
+  }
+  return parse((*buf)->getBuffer(), path, ctx);
+}
+
+std::unique_ptr<OnnxGraph> OnnxGraph::parse(llvm::StringRef bytes,
+                                            llvm::StringRef path,
+                                            MLIRContext *ctx) {
+  Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
+  auto notOnnx = [&](llvm::StringRef why) {
+    emitError(fileLoc) << "'" << path << "' is not a valid ONNX model ("
+                       << why << ")";
+    return nullptr;
+  };
+  if (bytes.size() > size_t(std::numeric_limits<int>::max()))
+    return notOnnx("larger than 2 GiB; keep the weights as external data");
+
+  std::unique_ptr<OnnxGraph> g(new OnnxGraph());
+  g->path_ = path.str();
+  g->ctx_ = ctx;
+  {
+    google::protobuf::io::CodedInputStream in(
+        reinterpret_cast<const uint8_t *>(bytes.data()), int(bytes.size()));
+    // Models near protobuf's 64 MiB default must still load; the buffer is
+    // already bounded by the check above.
+    in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+    if (!g->model_.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+      return notOnnx("protobuf parse failed: truncated or not a ModelProto");
+  }
+  // Random bytes can parse as a protobuf made of unknown fields; a real
+  // model has an IR version and a graph.
+  if (g->model_.ir_version() <= 0)
+    return notOnnx("no ir_version");
+  if (!g->model_.has_graph())
+    return notOnnx("no graph");
+  if (g->model_.graph().node_size() == 0)
+    return notOnnx("the graph has no nodes");
+  if (failed(g->index()))
+    return nullptr;
+  g->inferShapes();
+  return g;
+}
+
+LogicalResult OnnxGraph::index() {
+  const onnx::GraphProto &graph = model_.graph();
+  // Values available before the first node: graph inputs and initializers.
+  std::unordered_map<std::string, bool> defined;
+  for (const auto &t : graph.initializer()) {
+    constants_[t.name()] = &t;
+    isInitializer_[t.name()] = true;
+    defined[t.name()] = true;
+    std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    shapes_[t.name()] = dims;
+  }
+  for (const auto &vi : graph.input()) {
+    defined[vi.name()] = true;
+    if (auto s = shapeOf(vi.type()); s && !shapes_.count(vi.name()))
+      shapes_[vi.name()] = *s;
+  }
+  for (const auto &vi : graph.value_info())
+    if (auto s = shapeOf(vi.type()))
+      shapes_[vi.name()] = *s;
+  for (const auto &vi : graph.output())
+    if (auto s = shapeOf(vi.type()))
+      shapes_[vi.name()] = *s;
+
+  for (const auto &node : graph.node()) {
+    index_[&node] = nodes_.size();
+    nodes_.push_back(&node);
+  }
+  // Every input must already exist when its node runs (ONNX requires
+  // topological order); "" is an omitted optional input.
+  for (const onnx::NodeProto *node : nodes_) {
+    for (const std::string &in : node->input()) {
+      if (in.empty())
+        continue;
+      if (!defined.count(in)) {
+        error(*node) << "input '" << in
+                     << "' is not produced by any earlier node, graph input "
+                        "or initializer";
+        return failure();
+      }
+      auto &c = consumers_[in];
+      if (c.empty() || c.back() != node)
+        c.push_back(node);
+    }
+    for (const std::string &out : node->output()) {
+      if (out.empty())
+        continue;
+      producers_[out] = node;
+      defined[out] = true;
+    }
+    if (node->op_type() == "Constant" && node->domain().empty() &&
+        node->output_size() == 1)
+      addConstantNode(*node);
+  }
+  return success();
+}
+
+/// Turns a Constant node's value (any of its attribute spellings) into a
+/// TensorProto so that constant() serves it like an initializer.
+void OnnxGraph::addConstantNode(const onnx::NodeProto &node) {
+  for (const auto &a : node.attribute()) {
+    onnx::TensorProto t;
+    if (a.name() == "value" && a.has_t()) {
+      t = a.t();
+    } else if (a.name() == "value_float") {
+      t.set_data_type(onnx::TensorProto::FLOAT);
+      t.add_float_data(a.f());
+    } else if (a.name() == "value_floats") {
+      t.set_data_type(onnx::TensorProto::FLOAT);
+      t.add_dims(a.floats_size());
+      for (float f : a.floats())
+        t.add_float_data(f);
+    } else if (a.name() == "value_int") {
+      t.set_data_type(onnx::TensorProto::INT64);
+      t.add_int64_data(a.i());
+    } else if (a.name() == "value_ints") {
+      t.set_data_type(onnx::TensorProto::INT64);
+      t.add_dims(a.ints_size());
+      for (int64_t i : a.ints())
+        t.add_int64_data(i);
+    } else {
+      continue;
+    }
+    const std::string &out = node.output(0);
+    t.set_name(out);
+    ownedConstants_.push_back(std::move(t));
+    constants_[out] = &ownedConstants_.back();
+    shapes_[out] = std::vector<int64_t>(ownedConstants_.back().dims().begin(),
+                                        ownedConstants_.back().dims().end());
+    return;
+  }
+}
+
+/// Runs ONNX shape inference on a copy of the model whose large tensors'
+/// bytes are dropped (inference needs their dims, not their values; small
+/// ones such as Reshape's shape stay). Declared shapes win over inferred
+/// ones. Inference throws on malformed graphs and knows no opset-23 or
+/// com.microsoft ops: then the model imports with the declared shapes only.
+void OnnxGraph::inferShapes() {
+  onnx::ModelProto copy;
+  try {
+    copy = model_;
+    for (auto &t : *copy.mutable_graph()->mutable_initializer())
+      if (t.raw_data().size() > 4096)
+        t.clear_raw_data();
+    onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*error_mode=*/0,
+                                     /*data_prop=*/false);
+    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
+                                       opts);
+  } catch (const std::exception &) {
+    return;
+  } catch (...) {
+    return;
+  }
+  for (const auto &vi : copy.graph().value_info())
+    if (!shapes_.count(vi.name()))
+      if (auto s = shapeOf(vi.type()))
+        shapes_[vi.name()] = *s;
+  for (const auto &vi : copy.graph().output())
+    if (!shapes_.count(vi.name()))
+      if (auto s = shapeOf(vi.type()))
+        shapes_[vi.name()] = *s;
+}
+
+//===----------------------------------------------------------------------===//
+// Lookups
+//===----------------------------------------------------------------------===//
+
+const onnx::NodeProto *OnnxGraph::producer(llvm::StringRef value) const {
+  auto it = producers_.find(value.str());
+  return it == producers_.end() ? nullptr : it->second;
+}
+
+llvm::ArrayRef<const onnx::NodeProto *>
+OnnxGraph::consumers(llvm::StringRef value) const {
+  auto it = consumers_.find(value.str());
+  if (it == consumers_.end())
+    return {};
+  return it->second;
+}
+
+const onnx::TensorProto *OnnxGraph::constant(llvm::StringRef value) const {
+  auto it = constants_.find(value.str());
+  return it == constants_.end() ? nullptr : it->second;
+}
+
+bool OnnxGraph::isInitializer(llvm::StringRef value) const {
+  return isInitializer_.count(value.str()) != 0;
+}
+
+std::optional<std::string>
+OnnxGraph::externalFile(const onnx::TensorProto &t) const {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL)
+    return std::nullopt;
+  std::string loc = externalEntry(t, "location");
+  llvm::SmallString<256> file(llvm::sys::path::parent_path(path_));
+  llvm::sys::path::append(file, loc);
+  return std::string(file.str());
+}
+
+/// Where an external tensor's bytes lie: file, offset and length (the
+/// length from the entry, else from dims x element size).
+std::optional<OnnxGraph::ExternalRange>
+OnnxGraph::externalRange(const onnx::TensorProto &t) const {
+  auto file = externalFile(t);
+  if (!file || externalEntry(t, "location").empty())
+    return std::nullopt;
+  ExternalRange r;
+  r.file = *file;
+  r.offset = parseU64(externalEntry(t, "offset")).value_or(0);
+  if (auto len = parseU64(externalEntry(t, "length"))) {
+    r.length = *len;
+  } else {
+    auto n = elementCount(t);
+    size_t es = elementSize(t.data_type());
+    if (!n || !es || *n > std::numeric_limits<uint64_t>::max() / es)
+      return std::nullopt;
+    r.length = *n * es;
+  }
+  return r;
+}
+
+bool OnnxGraph::hasData(llvm::StringRef value) const {
+  const onnx::TensorProto *t = constant(value);
+  if (!t)
+    return false;
+  if (t->data_location() != onnx::TensorProto::EXTERNAL)
+    return true; // inline: an empty tensor has no bytes to miss
+  auto r = externalRange(*t);
+  if (!r)
+    return false;
+  uint64_t size = 0;
+  if (llvm::sys::fs::file_size(r->file, size))
+    return false;
+  return r->offset <= size && r->length <= size - r->offset;
+}
+
+/// The raw little-endian bytes of a constant: raw_data, or the slice of its
+/// external file. Empty when the data is in typed fields or absent.
+std::optional<std::string> OnnxGraph::rawBytes(const onnx::TensorProto &t,
+                                               uint64_t limit) const {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL) {
+    if (!t.has_raw_data())
+      return std::nullopt;
+    return t.raw_data();
+  }
+  auto r = externalRange(t);
+  if (!r || r->length > limit || !hasData(t.name()))
+    return std::nullopt;
+  std::ifstream in(r->file, std::ios::binary);
+  if (!in)
+    return std::nullopt;
+  in.seekg(std::streamoff(r->offset));
+  std::string bytes(r->length, '\0');
+  if (!in.read(bytes.data(), std::streamsize(r->length)))
+    return std::nullopt;
+  return bytes;
+}
+
+namespace {
+template <typename T> T readLE(const char *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+// Small constants only: shape vectors, axes, scalars, epsilons.
+constexpr uint64_t kMaxValues = uint64_t(1) << 24;
+} // namespace
+
+std::optional<std::vector<int64_t>>
+OnnxGraph::intValues(llvm::StringRef value) const {
+  const onnx::TensorProto *t = constant(value);
+  if (!t)
+    return std::nullopt;
+  auto n = elementCount(*t);
+  if (!n || *n > kMaxValues)
+    return std::nullopt;
+  std::vector<int64_t> out;
+  int32_t dt = t->data_type();
+  if (auto raw = rawBytes(*t, kMaxValues * 8)) {
+    size_t es = elementSize(dt);
+    if (dt != onnx::TensorProto::INT64 && dt != onnx::TensorProto::INT32)
+      return std::nullopt;
+    if (raw->size() != *n * es)
+      return std::nullopt;
+    for (uint64_t i = 0; i < *n; ++i)
+      out.push_back(dt == onnx::TensorProto::INT64
+                        ? readLE<int64_t>(raw->data() + i * 8)
+                        : int64_t(readLE<int32_t>(raw->data() + i * 4)));
+    return out;
+  }
+  if (t->data_location() == onnx::TensorProto::EXTERNAL)
+    return std::nullopt;
+  if (dt == onnx::TensorProto::INT64 && uint64_t(t->int64_data_size()) == *n)
+    out.assign(t->int64_data().begin(), t->int64_data().end());
+  else if (dt == onnx::TensorProto::INT32 &&
+           uint64_t(t->int32_data_size()) == *n)
+    out.assign(t->int32_data().begin(), t->int32_data().end());
+  else
+    return std::nullopt;
+  return out;
+}
+
+std::optional<std::vector<double>>
+OnnxGraph::floatValues(llvm::StringRef value) const {
+  const onnx::TensorProto *t = constant(value);
+  if (!t)
+    return std::nullopt;
+  auto n = elementCount(*t);
+  if (!n || *n > kMaxValues)
+    return std::nullopt;
+  std::vector<double> out;
+  int32_t dt = t->data_type();
+  if (dt == onnx::TensorProto::INT64 || dt == onnx::TensorProto::INT32) {
+    auto ints = intValues(value);
+    if (!ints)
+      return std::nullopt;
+    out.assign(ints->begin(), ints->end());
+    return out;
+  }
+  if (dt != onnx::TensorProto::FLOAT && dt != onnx::TensorProto::DOUBLE)
+    return std::nullopt;
+  if (auto raw = rawBytes(*t, kMaxValues * 8)) {
+    size_t es = elementSize(dt);
+    if (raw->size() != *n * es)
+      return std::nullopt;
+    for (uint64_t i = 0; i < *n; ++i)
+      out.push_back(dt == onnx::TensorProto::FLOAT
+                        ? double(readLE<float>(raw->data() + i * 4))
+                        : readLE<double>(raw->data() + i * 8));
+    return out;
+  }
+  if (t->data_location() == onnx::TensorProto::EXTERNAL)
+    return std::nullopt;
+  if (dt == onnx::TensorProto::FLOAT && uint64_t(t->float_data_size()) == *n)
+    out.assign(t->float_data().begin(), t->float_data().end());
+  else if (dt == onnx::TensorProto::DOUBLE &&
+           uint64_t(t->double_data_size()) == *n)
+    out.assign(t->double_data().begin(), t->double_data().end());
+  else
+    return std::nullopt;
+  return out;
+}
+
+std::optional<std::vector<int64_t>>
+OnnxGraph::shape(llvm::StringRef value) const {
+  auto it = shapes_.find(value.str());
+  if (it == shapes_.end())
+    return std::nullopt;
+  return it->second;
+}
+
+int64_t OnnxGraph::opset(llvm::StringRef domain) const {
+  for (const auto &o : model_.opset_import()) {
+    llvm::StringRef d = o.domain();
+    if (d == domain || (domain.empty() && d == "ai.onnx") ||
+        (domain == "ai.onnx" && d.empty()))
+      return o.version();
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Locations and diagnostics
+//===----------------------------------------------------------------------===//
+
+std::string OnnxGraph::nodeName(const onnx::NodeProto &node) const {
+  if (!node.name().empty())
+    return node.name();
+  return node.op_type() + " #" + std::to_string(indexOf(node));
+}
+
+Location OnnxGraph::fileLoc() const {
+  return FileLineColLoc::get(ctx_, path_, 0, 0);
+}
+
+Location OnnxGraph::loc(const onnx::NodeProto &node) const {
+  return NameLoc::get(StringAttr::get(ctx_, nodeName(node)), fileLoc());
+}
+
+InFlightDiagnostic OnnxGraph::error(const onnx::NodeProto &node) const {
+  InFlightDiagnostic d = emitError(loc(node));
+  d << "ONNX node '" << nodeName(node) << "' (";
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    d << node.domain() << ".";
+  d << node.op_type() << "): ";
+  return d;
+}
+
+size_t OnnxGraph::indexOf(const onnx::NodeProto &node) const {
+  auto it = index_.find(&node);
+  return it == index_.end() ? size_t(-1) : it->second;
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+namespace {
+const onnx::AttributeProto *findAttr(const onnx::NodeProto &node,
+                                     llvm::StringRef name) {
+  for (const auto &a : node.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+} // namespace
+
+int64_t mlir::moe::frontend::attrInt(const onnx::NodeProto &node,
+                                     llvm::StringRef name, int64_t dflt) {
+  const auto *a = findAttr(node, name);
+  return a && a->has_i() ? a->i() : dflt;
+}
+
+double mlir::moe::frontend::attrFloat(const onnx::NodeProto &node,
+                                      llvm::StringRef name, double dflt) {
+  const auto *a = findAttr(node, name);
+  return a && a->has_f() ? double(a->f()) : dflt;
+}
+
+std::string mlir::moe::frontend::attrString(const onnx::NodeProto &node,
+                                            llvm::StringRef name,
+                                            llvm::StringRef dflt) {
+  const auto *a = findAttr(node, name);
+  return a && a->has_s() ? a->s() : dflt.str();
+}
+
+std::vector<int64_t> mlir::moe::frontend::attrInts(const onnx::NodeProto &node,
+                                                   llvm::StringRef name) {
+  const auto *a = findAttr(node, name);
+  if (!a)
+    return {};
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+bool mlir::moe::frontend::hasAttr(const onnx::NodeProto &node,
+                                  llvm::StringRef name) {
+  return findAttr(node, name) != nullptr;
+}

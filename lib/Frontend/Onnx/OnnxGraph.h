@@ -14,11 +14,13 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <onnx/onnx_pb.h>
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +35,12 @@ public:
   /// returns null.
   static std::unique_ptr<OnnxGraph> load(llvm::StringRef path,
                                          MLIRContext *ctx);
+
+  /// Parses an in-memory model (`path` names it in diagnostics and anchors
+  /// relative external-data locations). Same errors as load().
+  static std::unique_ptr<OnnxGraph> parse(llvm::StringRef bytes,
+                                          llvm::StringRef path,
+                                          MLIRContext *ctx);
 
   const onnx::ModelProto &model() const { return model_; }
   const onnx::GraphProto &graph() const { return model_.graph(); }
@@ -66,6 +74,11 @@ public:
   Location fileLoc() const;
   /// Emits an error at `node` (its op type and name are in the location).
   InFlightDiagnostic error(const onnx::NodeProto &node) const;
+  /// The node's name, or "<op_type> #<index>" when it has none.
+  std::string nodeName(const onnx::NodeProto &node) const;
+  /// The file an EXTERNAL tensor's data lives in (relative to the model's
+  /// directory); nullopt for inline data.
+  std::optional<std::string> externalFile(const onnx::TensorProto &t) const;
 
   /// All nodes in graph (topological) order.
   llvm::ArrayRef<const onnx::NodeProto *> nodes() const { return nodes_; }
@@ -74,6 +87,18 @@ public:
 
 private:
   OnnxGraph() = default;
+  struct ExternalRange {
+    std::string file;
+    uint64_t offset = 0, length = 0;
+  };
+  LogicalResult index();
+  void addConstantNode(const onnx::NodeProto &node);
+  void inferShapes();
+  std::optional<ExternalRange> externalRange(const onnx::TensorProto &t) const;
+  std::optional<std::string> rawBytes(const onnx::TensorProto &t,
+                                      uint64_t limit) const;
+  /// Constant nodes' values as tensors (stable addresses for constants_).
+  std::deque<onnx::TensorProto> ownedConstants_;
   onnx::ModelProto model_;
   std::string path_;
   MLIRContext *ctx_ = nullptr;

@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Helpers shared by the ONNX test-model writers (python/onnx_models/*.py).
+
+Only onnx + numpy (Debian's python3-onnx 1.12, /usr/bin/python3). The
+pieces here write the parts every transformer has - the token input, the
+embedding Gather, the norms in their various ONNX spellings, the LM head -
+and save models inline or with external data.
+"""
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def init(name, array):
+    """An initializer from a numpy array (float32 unless integer)."""
+    a = np.asarray(array)
+    if a.dtype.kind == "f":
+        a = a.astype(np.float32)
+    return numpy_helper.from_array(a, name)
+
+
+def rand(rng, *shape, scale=0.02):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def scalar(name, value, dtype=np.float32):
+    return numpy_helper.from_array(np.array(value, dtype=dtype), name)
+
+
+class Graph:
+    """Accumulates nodes and initializers; names nodes `<op>_<n>` unless
+    told, so that error messages in tests name something stable."""
+
+    def __init__(self, rng=None):
+        self.nodes, self.inits, self.inputs, self.outputs = [], [], [], []
+        self.rng = rng or np.random.default_rng(0)
+        self.count = 0
+
+    def fresh(self, hint):
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def op(self, op_type, inputs, name=None, outputs=1, domain=None, **attrs):
+        name = name or self.fresh(op_type.lower())
+        outs = [f"{name}_out{i}" if i else f"{name}_out"
+                for i in range(outputs)]
+        kw = dict(attrs)
+        if domain:
+            kw["domain"] = domain
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs,
+                                           name=name, **kw))
+        return outs[0] if outputs == 1 else outs
+
+    def weight(self, name, *shape, value=None):
+        arr = value if value is not None else rand(self.rng, *shape)
+        self.inits.append(init(name, arr))
+        return name
+
+    def const(self, value, dtype=np.float32):
+        name = self.fresh("c")
+        self.inits.append(scalar(name, value, dtype))
+        return name
+
+    def input(self, name, elem, shape):
+        self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def output(self, name, elem=TensorProto.FLOAT, shape=None):
+        self.outputs.append(helper.make_tensor_value_info(name, elem, shape))
+
+    def model(self, name="g", opset=17, extra_opsets=(), producer="moe-test"):
+        graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs,
+                                  self.inits)
+        opsets = [helper.make_opsetid("", opset)]
+        opsets += [helper.make_opsetid(d, v) for d, v in extra_opsets]
+        m = helper.make_model(graph, opset_imports=opsets,
+                              producer_name=producer)
+        m.ir_version = 8
+        return m
+
+
+# ---------------------------------------------------------------- pieces ----
+def embedding(g, vocab, embed, batch, seq, tokens="tokens", table="embed"):
+    g.input(tokens, TensorProto.INT64, [batch, seq])
+    g.weight(table, vocab, embed)
+    return g.op("Gather", [table, tokens], name="embed_gather")
+
+
+def norm(g, x, kind, m, prefix, eps=1e-5):
+    """A norm in one of its ONNX spellings:
+    layer-fused       LayerNormalization (opset 17)
+    layer-decomposed  ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add
+    rms-div           Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul weight
+    rms-recip         Mul x x, ReduceMean, Add eps, Sqrt, Reciprocal, Mul
+    rms-rsqrt         Pow 2, ReduceMean, Add eps, Sqrt, Div(1, .), Mul
+    rms-fused         ai.onnx RMSNormalization (opset 23)
+    rms-simplified    com.microsoft SimplifiedLayerNormalization
+    """
+    scale = g.weight(f"{prefix}.weight", m,
+                     value=1 + rand(g.rng, m, scale=0.1))
+    bias = f"{prefix}.bias"
+    if kind == "layer-fused":
+        g.weight(bias, m)
+        return g.op("LayerNormalization", [x, scale, bias],
+                    name=f"{prefix}_ln", axis=-1, epsilon=eps)
+    if kind == "rms-fused":
+        return g.op("RMSNormalization", [x, scale], name=f"{prefix}_rms",
+                    axis=-1, epsilon=eps)
+    if kind == "rms-simplified":
+        return g.op("SimplifiedLayerNormalization", [x, scale],
+                    name=f"{prefix}_sln", domain="com.microsoft", axis=-1,
+                    epsilon=eps)
+    if kind == "layer-decomposed":
+        g.weight(bias, m)
+        mean = g.op("ReduceMean", [x], axes=[-1], keepdims=1)
+        d = g.op("Sub", [x, mean])
+        sq = g.op("Pow", [d, g.const(2.0)])
+        var = g.op("ReduceMean", [sq], axes=[-1], keepdims=1)
+        std = g.op("Sqrt", [g.op("Add", [var, g.const(eps)])])
+        y = g.op("Div", [d, std])
+        return g.op("Add", [g.op("Mul", [y, scale]), bias])
+    if kind.startswith("rms-"):
+        sq = (g.op("Mul", [x, x]) if kind == "rms-recip"
+              else g.op("Pow", [x, g.const(2.0)]))
+        ms = g.op("ReduceMean", [sq], axes=[-1], keepdims=1)
+        s = g.op("Sqrt", [g.op("Add", [ms, g.const(eps)])])
+        if kind == "rms-div":
+            y = g.op("Div", [x, s])
+        elif kind == "rms-recip":
+            y = g.op("Mul", [x, g.op("Reciprocal", [s])])
+        elif kind == "rms-rsqrt":
+            y = g.op("Mul", [x, g.op("Div", [g.const(1.0), s])])
+        else:
+            raise ValueError(kind)
+        return g.op("Mul", [scale, y])
+    raise ValueError(kind)
+
+
+NORMS = ["layer-fused", "layer-decomposed", "rms-div", "rms-recip",
+         "rms-rsqrt", "rms-fused", "rms-simplified"]
+
+
+def lm_head(g, x, embed, vocab, name="lm_head.weight"):
+    g.weight(name, embed, vocab)
+    return g.op("MatMul", [x, name], name="lm_head")
+
+
+# ---------------------------------------------------------------- saving ----
+def save(model, path, external=False):
+    """Writes `model`; with `external`, every initializer's bytes go to
+    `<path>.data` next to it (onnx's save_as_external_data), which is how
+    models over 2 GiB are shipped."""
+    if external:
+        location = os.path.basename(path) + ".data"
+        onnx.save_model(model, path, save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=location,
+                        size_threshold=0)
+    else:
+        onnx.save_model(model, path)
+
+
+def resave_external(src, dst):
+    """Re-saves an existing .onnx file with external data; returns the data
+    file's path."""
+    m = onnx.load(src)
+    save(m, dst, external=True)
+    return dst + ".data"
