@@ -167,3 +167,34 @@ def resave_external(src, dst):
     m = onnx.load(src)
     save(m, dst, external=True)
     return dst + ".data"
+
+
+# ------------------------------------------------------------------ CLI ----
+def norm_model(kind, eps=1e-5, vocab=32, batch=2, seq=4, embed=16):
+    """tokens -> embedding -> one norm (`kind`, see norm()) -> output `y`:
+    the loader / norm-matcher tests' model."""
+    g = Graph()
+    x = embedding(g, vocab, embed, batch, seq)
+    y = norm(g, x, kind, embed, "n", eps)
+    g.nodes.append(helper.make_node("Identity", [y], ["y"], name="out"))
+    g.output("y", shape=[batch, seq, embed])
+    extra = [("com.microsoft", 1)] if kind == "rms-simplified" else []
+    return g.model(opset=23 if kind == "rms-fused" else 17,
+                   extra_opsets=extra)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(
+        description="write a small test model: norm-model <kind> | "
+                    "resave-external <src>")
+    ap.add_argument("what", choices=["norm-model", "resave-external"])
+    ap.add_argument("arg")
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--eps", type=float, default=1e-5)
+    ap.add_argument("--external", action="store_true")
+    a = ap.parse_args()
+    if a.what == "norm-model":
+        save(norm_model(a.arg, a.eps), a.output, a.external)
+    else:
+        resave_external(a.arg, a.output)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The fuzz smoke test (test/Frontend/onnx-fuzz.test):
+#   run-fuzz.sh <bin dir> <work dir> <src root> [seconds]
+# Builds a seed corpus of valid and broken tiny models, then runs the
+# libFuzzer binary for a bounded time when it was built, and the replay
+# driver with random mutations always. Exits non-zero on any crash.
+set -euo pipefail
+bin=$1 work=$2 src=$3 secs=${4:-20}
+py=/usr/bin/python3
+models=$src/python/onnx_models
+rm -rf "$work" && mkdir -p "$work/corpus" "$work/artifacts"
+for k in layer-fused layer-decomposed rms-div rms-recip rms-rsqrt rms-fused \
+         rms-simplified; do
+  $py "$models/common.py" norm-model "$k" -o "$work/corpus/norm-$k.onnx"
+done
+for v in $($py "$models/bad_models.py" --list); do
+  $py "$models/bad_models.py" "$v" -o "$work/corpus/bad-$v.onnx"
+done
+# Whole 2-block models (when the contrib-op writer is there): the mutations
+# that keep them parseable reach the walk, the matchers and the builder.
+if [[ -f $models/contrib_models.py ]]; then
+  for v in mha-gelu; do
+    $py "$models/contrib_models.py" "$v" -o "$work/corpus/contrib-$v.onnx" \
+      >/dev/null 2>&1 || true
+  done
+fi
+cd "$work"
+if [[ -x $bin/moe-onnx-fuzz ]]; then
+  echo "libFuzzer: $secs s"
+  # Leaks: the MLIR context is deliberately kept for the whole run.
+  ASAN_OPTIONS=detect_leaks=0 "$bin/moe-onnx-fuzz" corpus \
+    -max_total_time="$secs" -runs=200000 -rss_limit_mb=2048 -timeout=20 \
+    -artifact_prefix="$work/artifacts/" -print_final_stats=1 2>fuzz.log ||
+    { tail -60 fuzz.log; echo "moe-onnx-fuzz found a crash"; exit 1; }
+  grep -E "^stat::number_of_executed_units|Done" fuzz.log || true
+else
+  echo "libFuzzer binary not built; replay driver only"
+fi
+"$bin/moe-onnx-fuzz-replay" --mutations 300 --seed 7 corpus
