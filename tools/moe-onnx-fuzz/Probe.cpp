@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (mode == "--region" && argc > 4) {
-    Region r = collectRegion(*g, argv[3], argv[4]);
+    frontend::Region r = collectRegion(*g, argv[3], argv[4]);
     os << "region " << r.nodes.size() << " nodes";
     if (r.anchor)
       os << ", anchor " << g->nodeName(*r.anchor);
