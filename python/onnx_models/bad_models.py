@@ -11,6 +11,7 @@ a non-zero exit and no output file. Written with onnx.helper.
   empty-graph     a ModelProto whose graph has no nodes
   no-graph        a ModelProto without a graph
   dangling        a node reads a value nothing produces
+  dangling-unnamed  the same, the node without a name
   unsupported-op  a block whose attention sublayer contains a Hardmax
   dynamic-dims    token input [batch, seq] with symbolic dims
   embed-rank      the embedding Gather reads a 3-D table
@@ -91,6 +92,11 @@ def build(variant, path):
         x = embedding(g, V, M, B, N)
         y = g.op("Add", [x, "nowhere"], name="reads_nothing")
         m = head(g, y)
+    elif variant == "dangling-unnamed":
+        x = embedding(g, V, M, B, N)
+        y = g.op("Add", [x, "nowhere"], name="unnamed")
+        g.nodes[-1].name = ""
+        m = head(g, y)
     elif variant == "unsupported-op":
         m = unsupported_op()
     elif variant == "dynamic-dims":
@@ -112,6 +118,7 @@ def build(variant, path):
 
 
 VARIANTS = ["not-onnx", "truncated", "no-graph", "empty-graph", "dangling",
+            "dangling-unnamed",
             "unsupported-op", "dynamic-dims", "embed-rank", "no-tokens",
             "no-blocks"]
 

@@ -88,7 +88,7 @@ def embedding(g, vocab, embed, batch, seq, tokens="tokens", table="embed"):
     return g.op("Gather", [table, tokens], name="embed_gather")
 
 
-def norm(g, x, kind, m, prefix, eps=1e-5):
+def norm(g, x, kind, m, prefix, eps=1e-5, axis=-1):
     """A norm in one of its ONNX spellings:
     layer-fused       LayerNormalization (opset 17)
     layer-decomposed  ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add
@@ -97,6 +97,8 @@ def norm(g, x, kind, m, prefix, eps=1e-5):
     rms-rsqrt         Pow 2, ReduceMean, Add eps, Sqrt, Div(1, .), Mul
     rms-fused         ai.onnx RMSNormalization (opset 23)
     rms-simplified    com.microsoft SimplifiedLayerNormalization
+    `axis` other than -1 writes a norm over another axis (which the
+    importer must not take for the model's norm).
     """
     scale = g.weight(f"{prefix}.weight", m,
                      value=1 + rand(g.rng, m, scale=0.1))
@@ -104,7 +106,7 @@ def norm(g, x, kind, m, prefix, eps=1e-5):
     if kind == "layer-fused":
         g.weight(bias, m)
         return g.op("LayerNormalization", [x, scale, bias],
-                    name=f"{prefix}_ln", axis=-1, epsilon=eps)
+                    name=f"{prefix}_ln", axis=axis, epsilon=eps)
     if kind == "rms-fused":
         return g.op("RMSNormalization", [x, scale], name=f"{prefix}_rms",
                     axis=-1, epsilon=eps)
@@ -114,17 +116,17 @@ def norm(g, x, kind, m, prefix, eps=1e-5):
                     epsilon=eps)
     if kind == "layer-decomposed":
         g.weight(bias, m)
-        mean = g.op("ReduceMean", [x], axes=[-1], keepdims=1)
+        mean = g.op("ReduceMean", [x], axes=[axis], keepdims=1)
         d = g.op("Sub", [x, mean])
         sq = g.op("Pow", [d, g.const(2.0)])
-        var = g.op("ReduceMean", [sq], axes=[-1], keepdims=1)
+        var = g.op("ReduceMean", [sq], axes=[axis], keepdims=1)
         std = g.op("Sqrt", [g.op("Add", [var, g.const(eps)])])
         y = g.op("Div", [d, std])
         return g.op("Add", [g.op("Mul", [y, scale]), bias])
     if kind.startswith("rms-"):
         sq = (g.op("Mul", [x, x]) if kind == "rms-recip"
               else g.op("Pow", [x, g.const(2.0)]))
-        ms = g.op("ReduceMean", [sq], axes=[-1], keepdims=1)
+        ms = g.op("ReduceMean", [sq], axes=[axis], keepdims=1)
         s = g.op("Sqrt", [g.op("Add", [ms, g.const(eps)])])
         if kind == "rms-div":
             y = g.op("Div", [x, s])
@@ -170,12 +172,21 @@ def resave_external(src, dst):
 
 
 # ------------------------------------------------------------------ CLI ----
-def norm_model(kind, eps=1e-5, vocab=32, batch=2, seq=4, embed=16):
+def norm_model(kind, eps=1e-5, vocab=32, batch=2, seq=4, embed=16,
+               axis=-1, computed_scale=False):
     """tokens -> embedding -> one norm (`kind`, see norm()) -> output `y`:
     the loader / norm-matcher tests' model."""
     g = Graph()
     x = embedding(g, vocab, embed, batch, seq)
-    y = norm(g, x, kind, embed, "n", eps)
+    y = norm(g, x, kind, embed, "n", eps, axis)
+    if computed_scale:
+        # The scale as a computed value (Identity of the initializer).
+        for n in g.nodes:
+            for i, v in enumerate(n.input):
+                if v == "n.weight":
+                    n.input[i] = "scale_copy"
+        g.nodes.insert(0, helper.make_node("Identity", ["n.weight"],
+                                           ["scale_copy"], name="copy"))
     g.nodes.append(helper.make_node("Identity", [y], ["y"], name="out"))
     g.output("y", shape=[batch, seq, embed])
     extra = [("com.microsoft", 1)] if kind == "rms-simplified" else []
@@ -193,8 +204,12 @@ if __name__ == "__main__":
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--external", action="store_true")
+    ap.add_argument("--axis", type=int, default=-1)
+    ap.add_argument("--computed-scale", action="store_true")
     a = ap.parse_args()
     if a.what == "norm-model":
-        save(norm_model(a.arg, a.eps), a.output, a.external)
+        save(norm_model(a.arg, a.eps, axis=a.axis,
+                        computed_scale=a.computed_scale),
+             a.output, a.external)
     else:
         resave_external(a.arg, a.output)

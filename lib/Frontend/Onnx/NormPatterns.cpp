@@ -128,7 +128,7 @@ struct Matcher {
   FailureOr<std::string> affine(const std::string &y, bool allowBias) {
     const onnx::NodeProto *mul = consumer(g, y, "Mul");
     std::string w = mul ? other(*mul, y) : "";
-    if (!mul || w.empty() || !g.constant(w)) {
+    if (!mul || w.empty()) {
       g.error(*anchor) << "norm without a learned scale (no Mul by an "
                           "initializer after it) is not supported";
       return failure();
