@@ -9,10 +9,15 @@
 //
 //   mpirun -np 4 moe-run step.mlir [--steps N] [--seed S] [--dump FILE]
 //
+// Parameters imported from ONNX (`moe.source`) start from the file's
+// weights, each rank reading its own experts; others (and all of them with
+// --random-weights) are drawn from the seed.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Frontend/WeightLoader.h"
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
@@ -26,7 +31,9 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -84,11 +91,15 @@ public:
   void dumpInputs(const std::string &path);
   /// The updated parameters become the next step's arguments.
   void advance();
+  /// Token ids and labels of `step` from a byte-level text corpus: each
+  /// rank reads its own consecutive windows; labels are the next bytes.
+  void loadText(const std::string &text, int step);
 
 private:
   Buffer &buf(Value v);
   void allocate(Value v);
   void initArguments();
+  int64_t expertGroupIndex();
   moe_rt_stream streamFor(StreamAttr s);
   moe_rt_comm commFor(Operation *op, FlatSymbolRefAttr grid,
                       ArrayRef<int16_t> axes);
@@ -104,6 +115,15 @@ private:
   int rank, world;
   uint64_t seed;
   double timeout;
+  frontend::WeightLoader weights;
+
+public:
+  /// Start imported parameters from their `moe.source` (the ONNX file's
+  /// weights) rather than from the seed.
+  bool useSources = true;
+  int loadedFromSource = 0;
+
+private:
   DenseMap<Value, std::unique_ptr<Buffer>> buffers;
   std::map<std::pair<int, int64_t>, moe_rt_stream> streams;
   DenseMap<Value, moe_rt_event> events;
@@ -176,7 +196,85 @@ void Runner::initArguments() {
       v = isNormScale  ? 1.0f + 0.1f * d(rng)
           : isNormBias ? 0.1f * d(rng)
                        : d(rng);
+    // Imported parameters start from the model's own weights.
+    auto source = func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
+                                                        "moe.source");
+    if (source && useSources) {
+      int64_t first = expert && !b.shape.empty() ? expertGroupIndex() * b.shape[0]
+                                                 : 0;
+      auto values = weights.load(source, b.shape, first);
+      if (!values)
+        die("parameter '" + (name ? name.getValue().str() : "?") +
+            "': " + llvm::toString(values.takeError()));
+      b.f = std::move(*values);
+      ++loadedFromSource;
+    }
   }
+}
+
+/// True when `v` reaches an op of type OpT through moe.split ops (the
+/// micro-batch split sits between a token argument and its users).
+template <typename OpT> bool reaches(Value v) {
+  for (Operation *u : v.getUsers()) {
+    if (isa<OpT>(u))
+      return true;
+    if (isa<SplitOp>(u))
+      for (Value r : u->getResults())
+        if (reaches<OpT>(r))
+          return true;
+  }
+  return false;
+}
+
+void Runner::loadText(const std::string &text, int step) {
+  for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
+    Buffer &b = buf(arg);
+    bool tokens = reaches<EmbeddingOp>(arg),
+         labels = reaches<CrossEntropyOp>(arg);
+    if (!b.isInt || (!tokens && !labels) || b.shape.size() != 2)
+      continue;
+    if (tokens)
+      for (Operation *u : arg.getUsers())
+        if (auto e = dyn_cast<EmbeddingOp>(u))
+          if (cast<RankedTensorType>(e.getTable().getType()).getDimSize(0) <
+              256)
+            die("--data feeds bytes (256 token ids) but the embedding table "
+                "has fewer rows");
+    int64_t samples = b.shape[0], len = b.shape[1];
+    int64_t windows = (int64_t(text.size()) - 1) / len;
+    if (windows < 1)
+      die("--data: the text is shorter than one sequence (" +
+          std::to_string(len + 1) + " bytes)");
+    for (int64_t i = 0; i < samples; ++i) {
+      int64_t w = ((int64_t(step) * world + rank) * samples + i) % windows;
+      for (int64_t t = 0; t < len; ++t)
+        b.i[i * len + t] =
+            static_cast<unsigned char>(text[w * len + t + (labels ? 1 : 0)]);
+    }
+  }
+}
+
+/// This rank's index in its expert-parallel group (the model's ep_axes of
+/// its grid, row-major), which decides the experts it holds.
+int64_t Runner::expertGroupIndex() {
+  auto model = func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
+  if (!model)
+    return 0;
+  SymbolTableCollection table;
+  auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(func.getOperation(),
+                                                           model.getGrid());
+  if (!grid)
+    return 0;
+  ArrayRef<int64_t> shape = grid.getShape();
+  std::vector<int64_t> coord(shape.size());
+  for (int64_t r = rank, d = shape.size() - 1; d >= 0; --d) {
+    coord[d] = r % shape[d];
+    r /= shape[d];
+  }
+  int64_t index = 0;
+  for (int16_t a : model.getEpAxes())
+    index = index * shape[a] + coord[a];
+  return index;
 }
 
 moe_rt_stream Runner::streamFor(StreamAttr s) {
@@ -549,6 +647,8 @@ int main(int argc, char **argv) {
   std::string input, dump, dumpInputs;
   int steps = 1;
   uint64_t seed = 1;
+  bool randomWeights = false;
+  std::string dataPath;
   double timeout = 60;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -563,14 +663,18 @@ int main(int argc, char **argv) {
       seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--dump")
       dump = value();
+    else if (a == "--data")
+      dataPath = value();
+    else if (a == "--random-weights")
+      randomWeights = true;
     else if (a == "--dump-inputs")
       dumpInputs = value();
     else if (a == "--timeout")
       timeout = std::atof(value().c_str());
     else if (a == "-h" || a == "--help") {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
-                  "[--seed S] [--dump FILE] [--dump-inputs FILE] [--timeout "
-                  "SECONDS]\n");
+                  "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] [--dump-inputs "
+                  "FILE] [--timeout SECONDS]\n");
       moe_rt_mpi_finalize();
       return 0;
     } else if (!a.empty() && a[0] == '-')
@@ -610,10 +714,26 @@ int main(int argc, char **argv) {
     moe_rt_comm_destroy(probe);
   }
   Runner runner(step, rank, world, seed, timeout);
+  runner.useSources = !randomWeights;
   runner.prepare();
+  if (rank == 0 && runner.loadedFromSource)
+    std::fprintf(stderr,
+                 "moe-run: %d parameters start from their ONNX source\n",
+                 runner.loadedFromSource);
+  std::string text;
+  if (!dataPath.empty()) {
+    std::ifstream in(dataPath, std::ios::binary);
+    if (!in)
+      die("cannot read --data '" + dataPath + "'");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    runner.loadText(text, 0);
+  }
   if (!dumpInputs.empty())
     runner.dumpInputs(dumpInputs + ".rank" + std::to_string(rank));
+  auto start = std::chrono::steady_clock::now();
   for (int s = 1; s <= steps; ++s) {
+    if (!text.empty() && s > 1)
+      runner.loadText(text, s - 1);
     runner.run();
     auto res = runner.results();
     // Global mean loss over the data-parallel ranks.
@@ -628,8 +748,15 @@ int main(int argc, char **argv) {
       die(moe_rt_last_error());
     moe_rt_stream_destroy(sync);
     moe_rt_comm_destroy(all);
-    if (rank == 0)
+    if (rank == 0) {
+      std::chrono::duration<double> elapsed =
+          std::chrono::steady_clock::now() - start;
       std::printf("step %d loss %.6f\n", s, total.f[0] / world);
+      if (steps > 1) // progress on stderr, the numbers stay parseable
+        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", s, steps,
+                     elapsed.count() / s,
+                     elapsed.count() / s * (steps - s));
+    }
     std::fflush(stdout);
     if (s < steps)
       runner.advance();
