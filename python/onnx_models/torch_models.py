@@ -48,7 +48,15 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(kind, m):
-    return RMSNorm(m) if kind == "rms" else nn.LayerNorm(m, eps=1e-5)
+    if kind == "rms":
+        return RMSNorm(m)
+    norm = nn.LayerNorm(m, eps=1e-5)
+    # Distinct values, as after training: torch.onnx.export merges equal
+    # initializers (all-ones scales) into one plus Identity nodes.
+    with torch.no_grad():
+        norm.weight.add_(0.01 * torch.randn(m))
+        norm.bias.add_(0.01 * torch.randn(m))
+    return norm
 
 
 # ------------------------------------------------------------ attention ----

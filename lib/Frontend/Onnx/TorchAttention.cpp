@@ -169,7 +169,13 @@ std::optional<double> rotaryBase(const OnnxGraph &g, const NodeProto &sinCos,
     if (auto f = g.floatValues(v);
         f && static_cast<int64_t>(f->size()) == headDim / 2 && f->size() > 1 &&
         (*f)[0] == 1.0 && (*f)[1] > 0 && (*f)[1] < 1)
-      return std::pow((*f)[1], -static_cast<double>(headDim) / 2.0);
+    {
+      // float32 tables are good to ~1e-6: snap to the integer base the
+      // model was written with (10000, 500000, ...).
+      double b = std::pow((*f)[1], -static_cast<double>(headDim) / 2.0);
+      double r = std::round(b);
+      return std::abs(b - r) <= 1e-4 * b ? r : b;
+    }
     if (const NodeProto *p = g.producer(v))
       for (const std::string &i : p->input())
         if (!i.empty())

@@ -111,6 +111,36 @@ std::optional<double> offsetFrom(const RegionView &rv, std::string value,
   return std::nullopt;
 }
 
+/// [B, N, M] of the stream: its static shape, else B and N from the
+/// rank-2 graph input (the token ids) it is computed from.
+std::optional<std::vector<int64_t>> tokenShape(const OnnxGraph &g,
+                                               llvm::StringRef stream) {
+  auto s = g.shape(stream);
+  if (s && s->size() == 3 && (*s)[0] > 0 && (*s)[1] > 0)
+    return s;
+  std::vector<std::string> work{stream.str()};
+  std::set<std::string> seen;
+  while (!work.empty()) {
+    std::string v = work.back();
+    work.pop_back();
+    if (!seen.insert(v).second)
+      continue;
+    const NodeProto *p = g.producer(v);
+    if (!p) {
+      if (g.isInitializer(v) || g.constant(v))
+        continue;
+      auto in = g.shape(v);
+      if (in && in->size() == 2 && (*in)[0] > 0 && (*in)[1] > 0)
+        return std::vector<int64_t>{(*in)[0], (*in)[1], -1};
+      continue;
+    }
+    for (const std::string &i : p->input())
+      if (!i.empty())
+        work.push_back(i);
+  }
+  return std::nullopt;
+}
+
 } // namespace
 
 FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
@@ -169,7 +199,9 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
   if (scoresNode->op_type() == "Softmax") {
     int64_t axis = attrInt(*scoresNode, "axis", g.opset() >= 13 ? -1 : 1);
     auto s = g.shape(scoresNode->input(0));
-    if (axis != -1 && !(s && axis == static_cast<int64_t>(s->size()) - 1)) {
+    if (!s)
+      s = g.shape(router.data); // MatMul keeps its input's rank
+    if (axis != -1 && s && axis != static_cast<int64_t>(s->size()) - 1) {
       g.error(*scoresNode) << "router softmax is over axis " << axis
                            << ", not over the experts";
       return failure();
@@ -352,7 +384,7 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
     }
   }
   if (capacity) {
-    auto in = g.shape(r.input);
+    auto in = tokenShape(g, r.input);
     if (!in || in->size() != 3 || (*in)[0] <= 0 || (*in)[1] <= 0) {
       g.error(*sel) << "capacity " << *capacity
                     << " needs the static batch and sequence length of '"
