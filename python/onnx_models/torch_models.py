@@ -16,14 +16,17 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             dispatch / combine, ReLU experts as one nn.Linear pair per expert
   deepseek  DeepSeek: a first dense block, then shared experts beside
             fine-grained routed top-k experts (SwiGLU), RMSNorm
+  mixtral-reversed  mixtral with the expert loop running last to first
   attn-*    attention variants on a Mixtral-style MoE: mha (nn.MHA), hand
-            (plain Q/K/V), rotary, gqa (repeat_interleave), gqa-expand
+            (plain Q/K/V), rotary, gqa (repeat_interleave), gqa-expand,
+            noncausal (no mask)
   biased    a model whose Linears have biases (the importer must refuse it)
 
-  torch_models.py <style> -o out.onnx [--expect out.json] [--loss]
+  torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
 
 --expect writes what the importer must find. --loss exports the mean
-cross-entropy against a `labels` input instead of the logits.
+cross-entropy against a `labels` input instead of the logits. --fold exports
+with constant folding (torch then renames transposed weights onnx::MatMul_*).
 """
 import argparse
 import json
@@ -71,8 +74,9 @@ class HandAttention(nn.Module):
     (rotate_half) and grouped KV heads (repeat_interleave or expand)."""
 
     def __init__(self, m, heads, kv_heads, rotary, repeat="interleave",
-                 base=10000.0, bias=False):
+                 base=10000.0, bias=False, causal=True):
         super().__init__()
+        self.causal = causal
         self.h, self.kvh, self.d = heads, kv_heads, m // heads
         self.q_proj = nn.Linear(m, heads * self.d, bias=bias)
         self.k_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
@@ -105,8 +109,9 @@ class HandAttention(nn.Module):
                 v = v[:, :, None].expand(b, self.kvh, r, n, self.d).reshape(
                     b, self.h, n, self.d)
         s = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
-        mask = torch.full((n, n), float("-inf")).triu(1)
-        p = torch.softmax(s + mask, dim=-1)
+        if self.causal:
+            s = s + torch.full((n, n), float("-inf")).triu(1)
+        p = torch.softmax(s, dim=-1)
         o = torch.matmul(p, v).transpose(1, 2).reshape(b, n, self.h * self.d)
         return self.o_proj(o)
 
@@ -155,11 +160,15 @@ ACTS = {"relu": F.relu, "gelu": F.gelu,
 class MixtralMoe(nn.Module):
     """HF MixtralSparseMoeBlock (dropless)."""
 
-    def __init__(self, m, h, e, k, normalize=True, bias=False):
+    def __init__(self, m, h, e, k, normalize=True, bias=False,
+                 reverse=False):
         super().__init__()
         self.gate = nn.Linear(m, e, bias=False)
         self.experts = nn.ModuleList(SwiGLU(m, h, bias) for _ in range(e))
         self.e, self.k, self.normalize = e, k, normalize
+        # Visiting experts last to first puts them in the graph in reverse:
+        # the importer must order them by index, not by graph position.
+        self.order = list(range(e))[::-1] if reverse else list(range(e))
 
     def forward(self, x):
         b, n, m = x.shape
@@ -171,7 +180,7 @@ class MixtralMoe(nn.Module):
             w = w / w.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(hs)
         mask = F.one_hot(sel, num_classes=self.e).permute(2, 1, 0)
-        for i in range(self.e):
+        for i in self.order:
             idx, top = torch.where(mask[i])
             cur = hs[top]
             y = self.experts[i](cur) * w[top, idx, None]
@@ -318,9 +327,11 @@ def build(style, loss):
     torch.manual_seed(0)
     B, N = 2, 16
     ex = {"style": style, "B": B, "N": N, "blocks": 2}
-    if style in ("mixtral", "biased") or style.startswith("attn-"):
+    if style in ("mixtral", "mixtral-reversed", "biased") or \
+            style.startswith("attn-"):
         M, H, E, K, V, heads = 64, 96, 4, 2, 96, 4
         variant = style[5:] if style.startswith("attn-") else "gqa"
+        causal = variant != "noncausal"
         kvh = 2 if variant.startswith("gqa") else heads
         norm = "rms" if variant != "mha" else "layer"
         bias = style == "biased"
@@ -331,12 +342,13 @@ def build(style, loss):
             return HandAttention(M, heads, kvh, rotary=variant in (
                 "gqa", "rotary", "gqa-expand"),
                 repeat="expand" if variant == "gqa-expand" else "interleave",
-                bias=bias)
-        blocks = [Block(norm, M, attn(), MixtralMoe(M, H, E, K, bias=bias))
-                  for _ in range(2)]
+                bias=bias, causal=causal)
+        blocks = [Block(norm, M, attn(), MixtralMoe(
+            M, H, E, K, bias=bias, reverse=style == "mixtral-reversed"))
+            for _ in range(2)]
         ex.update(M=M, H=H, experts=E, k=K, dropless=True, activation="silu",
                   gated=True, normalize=True, heads=heads, kv_heads=kvh,
-                  head_dim=M // heads, causal=True,
+                  head_dim=M // heads, causal=causal,
                   rotary=variant in ("gqa", "rotary", "gqa-expand"),
                   norm=norm, shared_hidden=0, vocab=V, dense_blocks=[])
     elif style == "gshard":
@@ -377,8 +389,9 @@ def build(style, loss):
     return model.eval(), B, N, ex
 
 
-STYLES = ["mixtral", "gshard", "switch", "deepseek", "attn-mha",
-          "attn-hand", "attn-rotary", "attn-gqa", "attn-gqa-expand", "biased"]
+STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
+          "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
+          "attn-gqa-expand", "attn-noncausal", "biased"]
 
 
 def main():
@@ -388,6 +401,8 @@ def main():
     ap.add_argument("--expect")
     ap.add_argument("--loss", action="store_true",
                     help="export the cross-entropy loss (labels input)")
+    ap.add_argument("--fold", action="store_true",
+                    help="export with constant folding (weights renamed)")
     args = ap.parse_args()
     model, B, N, ex = build(args.style, args.loss)
     tokens = torch.randint(0, ex["vocab"], (B, N))
@@ -402,7 +417,7 @@ def main():
         torch.onnx.export(model, inputs, args.output, opset_version=17,
                           input_names=names,
                           output_names=["loss" if args.loss else "logits"],
-                          do_constant_folding=False)
+                          do_constant_folding=args.fold)
     if args.expect:
         with open(args.expect, "w") as f:
             json.dump(ex, f, indent=1, sort_keys=True)
