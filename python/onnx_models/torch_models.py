@@ -21,6 +21,9 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             (plain Q/K/V), rotary, gqa (repeat_interleave), gqa-expand,
             noncausal (no mask)
   biased    a model whose Linears have biases (the importer must refuse it)
+  err-*     exported, then edited to be unsupported: padmask (a graph-input
+            mask added to the scores), scale (scores / 2), expertop (a
+            Softsign activation), capacity (capacity from a graph input)
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
 
@@ -393,10 +396,53 @@ STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
           "attn-gqa-expand", "attn-noncausal", "biased"]
 
+# Broken models for the error tests: a style exported, then edited.
+EDITS = {"err-padmask": "attn-hand", "err-scale": "attn-hand",
+         "err-expertop": "mixtral", "err-capacity": "switch"}
+
+
+def edit(style, path):
+    """Applies an err-* edit to the exported model at `path` in place."""
+    import onnx
+    from onnx import TensorProto, helper
+    model = onnx.load(path)
+    g = model.graph
+    nodes = list(g.node)
+    consts = {o: n for n in nodes if n.op_type == "Constant"
+              for o in n.output}
+
+    def first(op, scope):
+        return next(n for n in nodes if n.op_type == op and scope in n.name)
+    if style == "err-padmask":
+        # Adds a graph-input mask (as for padding) to block 0's scores.
+        sm = first("Softmax", "/blocks.0/attn/")
+        g.input.append(helper.make_tensor_value_info(
+            "pad_mask", TensorProto.FLOAT, [2, 1, 16, 16]))
+        add = helper.make_node("Add", [sm.input[0], "pad_mask"],
+                               ["pad_scores"], name="/blocks.0/attn/PadAdd")
+        sm.input[0] = "pad_scores"
+        g.node.insert(list(g.node).index(sm), add)
+    elif style == "err-scale":
+        # Divides the scores by 2 instead of sqrt(16) = 4.
+        div = first("Div", "/blocks.0/attn/")
+        c = consts[div.input[1]]
+        c.attribute[0].t.CopyFrom(helper.make_tensor(
+            c.output[0], TensorProto.FLOAT, [], [2.0]))
+    elif style == "err-expertop":
+        # An activation the moe dialect does not have.
+        first("Sigmoid", "/blocks.0/ffn/experts.0").op_type = "Softsign"
+    elif style == "err-capacity":
+        # The capacity comes from a graph input instead of a constant.
+        less = first("Less", "/blocks.0/ffn/")
+        g.input.append(helper.make_tensor_value_info(
+            "capacity", TensorProto.FLOAT, []))
+        less.input[1] = "capacity"
+    onnx.save(model, path)
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("style", choices=STYLES)
+    ap.add_argument("style", choices=STYLES + list(EDITS))
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--expect")
     ap.add_argument("--loss", action="store_true",
@@ -404,7 +450,7 @@ def main():
     ap.add_argument("--fold", action="store_true",
                     help="export with constant folding (weights renamed)")
     args = ap.parse_args()
-    model, B, N, ex = build(args.style, args.loss)
+    model, B, N, ex = build(EDITS.get(args.style, args.style), args.loss)
     tokens = torch.randint(0, ex["vocab"], (B, N))
     inputs, names = (tokens,), ["tokens"]
     if args.loss:
@@ -418,6 +464,8 @@ def main():
                           input_names=names,
                           output_names=["loss" if args.loss else "logits"],
                           do_constant_folding=args.fold)
+    if args.style in EDITS:
+        edit(args.style, args.output)
     if args.expect:
         with open(args.expect, "w") as f:
             json.dump(ex, f, indent=1, sort_keys=True)
