@@ -14,8 +14,9 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             nn.MultiheadAttention
   switch    Switch: top-1 (argmax) with capacity and token dropping, matmul
             dispatch / combine, ReLU experts as one nn.Linear pair per expert
-  deepseek  DeepSeek: a first dense block, then shared experts beside
-            fine-grained routed top-k experts (SwiGLU), RMSNorm
+  deepseek  DeepSeek(-V2): a first dense block, then shared experts beside
+            fine-grained routed top-k experts (SwiGLU), RMSNorm;
+            deepseek-v3: sigmoid affinities, kept ones renormalised
   mixtral-reversed  mixtral with the expert loop running last to first
   attn-*    attention variants on a Mixtral-style MoE: mha (nn.MHA), hand
             (plain Q/K/V), rotary, gqa (repeat_interleave), gqa-expand,
@@ -263,18 +264,23 @@ class DeepSeekMoe(nn.Module):
     not renormalised, dropless) plus always-on shared experts (one SwiGLU of
     hidden n_shared * h)."""
 
-    def __init__(self, m, h, e, k, n_shared):
+    def __init__(self, m, h, e, k, n_shared, sigmoid=False):
         super().__init__()
         self.gate = nn.Linear(m, e, bias=False)
         self.experts = nn.ModuleList(SwiGLU(m, h) for _ in range(e))
         self.shared_experts = SwiGLU(m, h * n_shared)
         self.e, self.k = e, k
+        # DeepSeek-V3: sigmoid affinities, the kept ones renormalised.
+        self.sigmoid = sigmoid
 
     def forward(self, x):
         b, n, m = x.shape
         hs = x.view(-1, m)
-        scores = self.gate(hs).softmax(dim=-1)
+        logits = self.gate(hs)
+        scores = logits.sigmoid() if self.sigmoid else logits.softmax(dim=-1)
         w, sel = torch.topk(scores, self.k, dim=-1)
+        if self.sigmoid:
+            w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
         out = torch.zeros_like(hs)
         for i in range(self.e):
             tok, slot = torch.where(sel == i)
@@ -374,25 +380,29 @@ def build(style, loss):
                   gated=False, normalize=False, heads=heads, kv_heads=heads,
                   head_dim=M // heads, causal=True, rotary=False, norm="layer",
                   shared_hidden=0, vocab=V, dense_blocks=[])
-    elif style == "deepseek":
+    elif style in ("deepseek", "deepseek-v3"):
         M, H, E, K, V, heads, S = 64, 32, 8, 2, 128, 4, 2
+        v3 = style == "deepseek-v3"
         blocks = [Block("rms", M, HandAttention(M, heads, heads, True),
                         DenseFfn(M, 4 * M)),
                   Block("rms", M, HandAttention(M, heads, heads, True),
-                        DeepSeekMoe(M, H, E, K, S))]
+                        DeepSeekMoe(M, H, E, K, S, sigmoid=v3))]
         ex.update(M=M, H=H, experts=E, k=K, dropless=True, activation="silu",
-                  gated=True, normalize=False, heads=heads, kv_heads=heads,
+                  gated=True, normalize=v3, gate="sigmoid" if v3 else
+                  "softmax_topk", heads=heads, kv_heads=heads,
                   head_dim=M // heads, causal=True, rotary=True, norm="rms",
                   shared_hidden=S * H, dense_hidden=4 * M, vocab=V,
                   dense_blocks=[0])
     else:
         raise SystemExit(f"torch_models.py: unknown style '{style}'")
     model = Model(ex["vocab"], ex["M"], ex["norm"], blocks, loss)
+    ex.setdefault("gate", "softmax_topk")
     ex["loss"] = loss
     return model.eval(), B, N, ex
 
 
 STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
+          "deepseek-v3",
           "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
           "attn-gqa-expand", "attn-noncausal", "biased"]
 
