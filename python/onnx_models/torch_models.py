@@ -123,14 +123,18 @@ class HandAttention(nn.Module):
 class TorchMHA(nn.Module):
     """nn.MultiheadAttention (packed in_proj_weight), causal bool mask."""
 
-    def __init__(self, m, heads, bias=False):
+    def __init__(self, m, heads, bias=False, need_weights=False):
         super().__init__()
         self.mha = nn.MultiheadAttention(m, heads, bias=bias, batch_first=True)
+        # need_weights=True (torch's default) also exports the head-averaged
+        # probabilities, unused: dead nodes beside the sublayer.
+        self.need_weights = need_weights
 
     def forward(self, x):
         n = x.shape[1]
         mask = torch.ones(n, n, dtype=torch.bool).triu(1)
-        return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+        return self.mha(x, x, x, attn_mask=mask,
+                        need_weights=self.need_weights)[0]
 
 
 # -------------------------------------------------------------- experts ----
@@ -347,7 +351,7 @@ def build(style, loss):
 
         def attn():
             if variant == "mha":
-                return TorchMHA(M, heads, bias=bias)
+                return TorchMHA(M, heads, bias=bias, need_weights=True)
             return HandAttention(M, heads, kvh, rotary=variant in (
                 "gqa", "rotary", "gqa-expand"),
                 repeat="expand" if variant == "gqa-expand" else "interleave",
