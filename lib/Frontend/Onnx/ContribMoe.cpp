@@ -203,7 +203,7 @@ struct MoeMatch {
         return failure();
       if (hasAttr(op, "swiglu_limit")) {
         error() << "attribute 'swiglu_limit' = "
-                << attrFloat(op, "swiglu_limit", 0)
+                << formatFloat(attrFloat(op, "swiglu_limit", 0))
                 << " is not supported: moe.expert does not clamp";
         return failure();
       }

@@ -12,6 +12,7 @@
 #include "ContribUtil.h"
 
 #include <cmath>
+#include <cstdio>
 #include <unordered_set>
 
 using namespace mlir;
@@ -69,6 +70,12 @@ LogicalResult requireZeroOrAbsent(const OnnxGraph &g,
   return failure();
 }
 
+std::string formatFloat(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
 static bool sameFloat(double a, double b) {
   return std::fabs(a - b) <= 1e-4 * std::max(std::fabs(a), std::fabs(b));
 }
@@ -81,7 +88,7 @@ LogicalResult requireFloatAttr(const OnnxGraph &g, const onnx::NodeProto &node,
   double v = attrFloat(node, name, expected);
   if (sameFloat(v, expected))
     return success();
-  g.error(node) << "attribute '" << name << "' = " << v
+  g.error(node) << "attribute '" << name << "' = " << formatFloat(v)
                 << " is not supported: " << why;
   return failure();
 }

@@ -23,6 +23,9 @@ namespace mlir::moe::frontend::contrib {
 
 constexpr const char *kMsDomain = "com.microsoft";
 
+/// `v` as printf's %g writes it (attribute values in messages).
+std::string formatFloat(double v);
+
 /// `node` is `op` in `domain` ("" and "ai.onnx" are the same domain).
 bool isOp(const onnx::NodeProto &node, llvm::StringRef op,
           llvm::StringRef domain = "");
