@@ -1,0 +1,124 @@
+/*===- step_support.h - what generated training steps call --------*- C++ -*-===*
+ *
+ * moe-opt --moe-convert-to-emitc | mlir-translate --mlir-to-cpp prints two
+ * functions per scheduled step (docs/codegen.md):
+ *
+ *   void <model>_declare(moe_step *s);  // buffers, arguments, results, grids
+ *   void <model>_step(moe_step *s);     // one training step
+ *
+ * The step queues moe_rt/ops.h calls on streams; this header holds the
+ * bookkeeping those calls need, so that the generated code stays a flat,
+ * readable list of runtime calls: one buffer per tensor value of the step
+ * (allocated once, alive across the asynchronous calls and across steps),
+ * one runtime stream per #moe.stream, one event per moe.record_event, the
+ * group communicator of each (grid, axes), and status checks that name the
+ * op. A trainer creates a moe_step, calls <model>_declare once, fills the
+ * arguments, then calls <model>_step per step.
+ *
+ * Every function here reports a failure on stderr and ends the MPI job
+ * (moe_rt_mpi_abort), as moe-run does: a rank that stopped alone would leave
+ * its peers waiting in a collective.
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef MOE_RT_STEP_SUPPORT_H
+#define MOE_RT_STEP_SUPPORT_H
+
+#include "moe_rt/collectives.h"
+#include "moe_rt/moe_rt.h"
+#include "moe_rt/ops.h"
+
+#include <stdint.h>
+
+typedef struct moe_step moe_step;
+
+/*--- Trainer side ----------------------------------------------------------*/
+
+/* MPI must be initialised (moe_rt_mpi_init). timeout_s bounds collectives,
+ * event waits and (4x) the end-of-step synchronisation, as moe-run's
+ * --timeout does. */
+moe_step *moe_step_create(double timeout_s);
+/* Synchronises and frees streams, events, communicators and buffers. */
+void moe_step_destroy(moe_step *s);
+int moe_step_rank(const moe_step *s);
+int moe_step_world_size(const moe_step *s);
+
+/* The step's arguments in order (parameters, token ids, labels). */
+int moe_step_num_arguments(const moe_step *s);
+moe_rt_tensor *moe_step_argument_tensor(moe_step *s, int i);
+/* The parameter's name, or NULL for token ids / labels. */
+const char *moe_step_argument_name(const moe_step *s, int i);
+
+/* Reads every argument from moe-run --dump-inputs output (one line per
+ * argument: "name DIMS values..."), checking names and shapes. */
+void moe_step_load_inputs(moe_step *s, const char *path);
+/* Writes the results as moe-run --dump does: "name NUMEL values..." per
+ * result (the loss, then every updated parameter). */
+void moe_step_dump_results(moe_step *s, const char *path);
+/* The loss averaged over all ranks (moe-run's "step N loss X" line). */
+double moe_step_global_loss(moe_step *s);
+/* The updated parameters become the next step's arguments. */
+void moe_step_advance(moe_step *s);
+
+/*--- Generated <model>_declare ---------------------------------------------*/
+
+typedef enum moe_step_stream_kind {
+  MOE_STEP_COMPUTE = 0,
+  MOE_STEP_COMM = 1
+} moe_step_stream_kind;
+
+void moe_step_grid_v(moe_step *s, const char *name, int rank,
+                     const int64_t *shape);
+void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
+                       const int64_t *shape);
+/* Buffer `id` is the next argument; name: its moe.param, or NULL. */
+void moe_step_argument(moe_step *s, int64_t id, const char *name);
+/* Buffer `id` is the next result, dumped as `name`. */
+void moe_step_result(moe_step *s, const char *name, int64_t id);
+
+/*--- Generated <model>_step -------------------------------------------------*/
+
+/* Zeroes every buffer but the arguments (moe-run starts each step from
+ * fresh zero-filled buffers). */
+void moe_step_begin(moe_step *s);
+moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id);
+/* The stream of #moe.stream<kind, index>, created on first use: a CPU
+ * stream for compute, the priority pool for comm. */
+moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
+                              int64_t index);
+moe_rt_comm moe_step_comm_v(moe_step *s, const char *grid, int naxes,
+                            const int64_t *axes);
+/* Records event `id` (one per moe.record_event, reused across steps). */
+moe_rt_event moe_step_record(moe_step *s, int64_t id, moe_rt_stream stream);
+void moe_step_wait(moe_step *s, moe_rt_stream stream, moe_rt_event event);
+/* Host-side splat constants. */
+void moe_step_fill_f32(moe_step *s, moe_rt_tensor *t, double value);
+void moe_step_fill_i64(moe_step *s, moe_rt_tensor *t, int64_t value);
+/* Ends the job with `what` (the op) if a runtime call failed. */
+void moe_step_check(moe_step *s, moe_rt_status status, const char *what);
+/* Waits for every stream; a failed task ends the job with its message. */
+void moe_step_end(moe_step *s);
+
+#ifdef __cplusplus
+/* Shapes and axes as plain argument lists, so the generated calls read
+ * `moe_step_buffer(s, 7, MOE_RT_F32, 4, 16, 128)`. Templates (not C
+ * varargs) convert each literal to int64_t. */
+template <typename... Dims>
+inline void moe_step_grid(moe_step *s, const char *name, Dims... dims) {
+  const int64_t shape[] = {static_cast<int64_t>(dims)..., 0};
+  moe_step_grid_v(s, name, static_cast<int>(sizeof...(Dims)), shape);
+}
+template <typename... Dims>
+inline void moe_step_buffer(moe_step *s, int64_t id, moe_rt_dtype dtype,
+                            Dims... dims) {
+  const int64_t shape[] = {static_cast<int64_t>(dims)..., 0};
+  moe_step_buffer_v(s, id, dtype, static_cast<int>(sizeof...(Dims)), shape);
+}
+template <typename... Axes>
+inline moe_rt_comm moe_step_comm(moe_step *s, const char *grid,
+                                 Axes... axes) {
+  const int64_t list[] = {static_cast<int64_t>(axes)..., 0};
+  return moe_step_comm_v(s, grid, static_cast<int>(sizeof...(Axes)), list);
+}
+#endif
+
+#endif /* MOE_RT_STEP_SUPPORT_H */
