@@ -20,7 +20,7 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
   mixtral-reversed  mixtral with the expert loop running last to first
   attn-*    attention variants on a Mixtral-style MoE: mha (nn.MHA), hand
             (plain Q/K/V), rotary, gqa (repeat_interleave), gqa-expand,
-            noncausal (no mask)
+            noncausal (no mask), einsum (einsum scores and P·V, q·d^-0.5)
   biased    a model whose Linears have biases (the importer must refuse it)
   err-*     exported, then edited to be unsupported: padmask (a graph-input
             mask added to the scores), scale (scores / 2), expertop (a
@@ -78,9 +78,9 @@ class HandAttention(nn.Module):
     (rotate_half) and grouped KV heads (repeat_interleave or expand)."""
 
     def __init__(self, m, heads, kv_heads, rotary, repeat="interleave",
-                 base=10000.0, bias=False, causal=True):
+                 base=10000.0, bias=False, causal=True, einsum=False):
         super().__init__()
-        self.causal = causal
+        self.causal, self.einsum = causal, einsum
         self.h, self.kvh, self.d = heads, kv_heads, m // heads
         self.q_proj = nn.Linear(m, heads * self.d, bias=bias)
         self.k_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
@@ -112,11 +112,16 @@ class HandAttention(nn.Module):
                     b, self.h, n, self.d)
                 v = v[:, :, None].expand(b, self.kvh, r, n, self.d).reshape(
                     b, self.h, n, self.d)
-        s = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
+        if self.einsum:
+            s = torch.einsum("bhqd,bhkd->bhqk", q, k) * self.d ** -0.5
+        else:
+            s = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
         if self.causal:
             s = s + torch.full((n, n), float("-inf")).triu(1)
         p = torch.softmax(s, dim=-1)
-        o = torch.matmul(p, v).transpose(1, 2).reshape(b, n, self.h * self.d)
+        o = torch.einsum("bhqk,bhkd->bhqd", p, v) if self.einsum else \
+            torch.matmul(p, v)
+        o = o.transpose(1, 2).reshape(b, n, self.h * self.d)
         return self.o_proj(o)
 
 
@@ -355,7 +360,7 @@ def build(style, loss):
             return HandAttention(M, heads, kvh, rotary=variant in (
                 "gqa", "rotary", "gqa-expand"),
                 repeat="expand" if variant == "gqa-expand" else "interleave",
-                bias=bias, causal=causal)
+                bias=bias, causal=causal, einsum=variant == "einsum")
         blocks = [Block(norm, M, attn(), MixtralMoe(
             M, H, E, K, bias=bias, reverse=style == "mixtral-reversed"))
             for _ in range(2)]
@@ -408,7 +413,7 @@ def build(style, loss):
 STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",
           "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
-          "attn-gqa-expand", "attn-noncausal", "biased"]
+          "attn-gqa-expand", "attn-noncausal", "attn-einsum", "biased"]
 
 # Broken models for the error tests: a style exported, then edited.
 EDITS = {"err-padmask": "attn-hand", "err-scale": "attn-hand",

@@ -37,6 +37,12 @@ const llvm::StringSet<> &attentionOps() {
   return ops;
 }
 
+/// Q·Kᵀ and P·V: MatMul, or a two-operand Einsum ("bhqd,bhkd->bhqk").
+bool isProduct(const NodeProto &n) {
+  return n.op_type() == "MatMul" ||
+         (n.op_type() == "Einsum" && n.input_size() == 2);
+}
+
 struct AttnCtx {
   const OnnxGraph &g;
   RegionView rv;
@@ -198,9 +204,9 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
   for (const NodeProto *sm : c.rv.ofType("Softmax")) {
     for (const NodeProto *n : c.rv.backwardNodes(
              sm->input(0), [&](const NodeProto &m) {
-               return m.op_type() == "MatMul" || m.op_type() == "Softmax";
+               return isProduct(m) || m.op_type() == "Softmax";
              })) {
-      if (n->op_type() == "MatMul" && !weightUse(g, *n) &&
+      if (isProduct(*n) && !weightUse(g, *n) &&
           !isConstantValue(g, n->input(0)) &&
           !isConstantValue(g, n->input(1))) {
         softmax = sm;
@@ -225,8 +231,9 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
   // P·V: the MatMul reading the softmax (through casts / dropout).
   const NodeProto *pv = nullptr;
   auto cone = c.rv.forwardCone({softmax->output(0)});
-  for (const NodeProto *n : c.rv.ofType("MatMul"))
-    if (!weightUse(g, *n) && cone.count(n->input(0)) &&
+  for (const NodeProto *n : r.nodes)
+    if (isProduct(*n) && n->input_size() == 2 && !weightUse(g, *n) &&
+        cone.count(n->input(0)) &&
         !cone.count(n->input(1))) {
       pv = n;
       break;
