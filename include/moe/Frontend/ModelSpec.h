@@ -103,6 +103,13 @@ struct BlockSpec {
   /// Dense FFN hidden size for a block without routing (then `moe` is
   /// nullopt); built as a moe.shared_expert.
   int64_t denseHidden = 0;
+  /// The dense FFN's activation, SwiGLU-style gate projection, and the norm
+  /// before it (used only when `moe` is nullopt; the parameters are
+  /// block<i>.shared.{up,gate,down} and block<i>.moe_norm.{scale,bias}).
+  Activation denseActivation = Activation::gelu;
+  bool denseGated = false;
+  std::optional<NormKind> densePrenorm = NormKind::layer;
+  double denseEpsilon = 1e-5;
   explicit BlockSpec(Location loc) : attention(loc) {}
 };
 
