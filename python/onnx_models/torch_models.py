@@ -13,7 +13,8 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             combine, GELU experts stacked as [E, M, H] parameters, LayerNorm,
             nn.MultiheadAttention
   switch    Switch: top-1 (argmax) with capacity and token dropping, matmul
-            dispatch / combine, ReLU experts as one nn.Linear pair per expert
+            dispatch / combine, ReLU experts as one nn.Linear pair per expert,
+            hand-written LayerNorm
   deepseek  DeepSeek(-V2): a first dense block, then shared experts beside
             fine-grained routed top-k experts (SwiGLU), RMSNorm;
             deepseek-v3: sigmoid affinities, kept ones renormalised
@@ -54,9 +55,27 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(var + self.eps))
 
 
+class LayerNormHand(nn.Module):
+    """LayerNorm written out (exports ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add
+    rather than one LayerNormalization node)."""
+
+    def __init__(self, m, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(m) + 0.01 * torch.randn(m))
+        self.bias = nn.Parameter(0.01 * torch.randn(m))
+        self.eps = eps
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = (x - mu).pow(2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
 def make_norm(kind, m):
     if kind == "rms":
         return RMSNorm(m)
+    if kind == "layer-hand":
+        return LayerNormHand(m)
     norm = nn.LayerNorm(m, eps=1e-5)
     # Distinct values, as after training: torch.onnx.export merges equal
     # initializers (all-ones scales) into one plus Identity nodes.
@@ -382,13 +401,14 @@ def build(style, loss):
     elif style == "switch":
         M, H, E, V, heads, f = 32, 64, 8, 64, 2, 1.25
         C = capacity(f, 1, B * N, E)
-        blocks = [Block("layer", M, HandAttention(M, heads, heads, False),
+        blocks = [Block("layer-hand", M, HandAttention(M, heads, heads, False),
                         SwitchMoe(M, H, E, f, B * N)) for _ in range(2)]
         ex.update(M=M, H=H, experts=E, k=1, dropless=False, capacity=C,
                   capacity_factor=C * E / (1 * B * N), activation="relu",
                   gated=False, normalize=False, heads=heads, kv_heads=heads,
                   head_dim=M // heads, causal=True, rotary=False, norm="layer",
-                  shared_hidden=0, vocab=V, dense_blocks=[])
+                  norm_module="layer-hand", shared_hidden=0, vocab=V,
+                  dense_blocks=[])
     elif style in ("deepseek", "deepseek-v3"):
         M, H, E, K, V, heads, S = 64, 32, 8, 2, 128, 4, 2
         v3 = style == "deepseek-v3"
@@ -404,7 +424,8 @@ def build(style, loss):
                   dense_blocks=[0])
     else:
         raise SystemExit(f"torch_models.py: unknown style '{style}'")
-    model = Model(ex["vocab"], ex["M"], ex["norm"], blocks, loss)
+    model = Model(ex["vocab"], ex["M"], ex.pop("norm_module", ex["norm"]),
+                  blocks, loss)
     ex.setdefault("gate", "softmax_topk")
     ex["loss"] = loss
     return model.eval(), B, N, ex
