@@ -66,6 +66,10 @@ VARIANTS = {
     "gqa-mixtral": variant(norm="simplified", attn="gqa", rotary=True,
                            kv_heads=KV_HEADS, activation="silu", gated=True,
                            normalize=1),
+    # GQA with rotary but ungated SiLU experts (ONNX Runtime's CPU MoE has
+    # no fc3, so contrib_ort_check.py checks rotary with this one).
+    "gqa-rotary": variant(norm="simplified", attn="gqa", rotary=True,
+                          kv_heads=KV_HEADS, activation="silu", k=1),
     # GQA with packed QKV (one MatMul; key/value inputs empty), no rotary.
     "gqa-packed": variant(attn="gqa", kv_heads=KV_HEADS, packed_qkv=True),
     # activation_type=swiglu, swiglu_fusion=0: fc1 is the gate, fc3 the
@@ -77,13 +81,15 @@ VARIANTS = {
                                          activation_beta=0.0)),
     # ai.onnx Attention (opset 23, 3-D Q/K/V with q_num_heads/kv_num_heads,
     # is_causal) with RMSNormalization (opset 23) pre-norms.
+    # (Ungated SiLU experts so that ONNX Runtime's CPU MoE, which has no
+    # fc3, can run it in contrib_ort_check.py.)
     "attn23-rms": variant(norm="rms23", attn="attn23", kv_heads=KV_HEADS,
-                          activation="silu", gated=True, normalize=1,
-                          opset=23),
+                          activation="silu", normalize=1, opset=23),
     # Zero-valued expert biases are accepted (they change nothing).
     "mha-zero-bias": variant(moe_extra={3: "zeros", 5: "zeros"}),
-    # com.microsoft.Attention: one packed [M, 3D] weight input.
-    "msattn-gelu": variant(attn="msattn"),
+    # com.microsoft.Attention: one packed [M, 3D] weight input and an
+    # all-zero bias (ONNX Runtime's CPU kernel crashes without one).
+    "msattn-gelu": variant(attn="msattn", attn_extra={2: "zero_qkv_bias"}),
     # --- unsupported: the importer must refuse these ---------------------
     "err-mha-scale": variant(attn_attrs=dict(scale=0.5)),
     "err-mha-mask": variant(attn_extra={4: "mask"}),
@@ -163,12 +169,14 @@ def norm(g, v, x, prefix):
                   axis=-1, epsilon=1e-6)
 
 
-def extra_input(g, kind, name, kv_heads, head_dim):
+def extra_input(g, kind, name, kv_heads, head_dim, shape=None):
     """An optional input the variant adds to make the node unsupported."""
-    if kind == "zeros":  # expert bias of zeros
-        return g.init(name, np.zeros((EXPERTS, HIDDEN), np.float32))
+    if kind == "zeros":  # expert bias of zeros: fc1/fc3 [E, H], fc2 [E, M]
+        return g.init(name, np.zeros(shape, np.float32))
     if kind == "random_bias":
-        return g.weight(name, [EXPERTS, HIDDEN], scale=0.1)
+        return g.weight(name, shape, scale=0.1)
+    if kind == "zero_qkv_bias":
+        return g.init(name, np.zeros(3 * HEADS * head_dim, np.float32))
     if kind == "qkv_bias":
         return g.weight(name, [3 * HEADS * head_dim], scale=0.1)
     if kind == "mask":
@@ -267,7 +275,10 @@ def moe(g, v, b, x):
         inputs = [inputs[0], inputs[1], fc1,
                   g.weight(p + ".fc1_scales", [EXPERTS, HIDDEN]), "", fc2,
                   g.weight(p + ".fc2_scales", [EXPERTS, EMBED])]
-    extra = {pos: extra_input(g, kind, f"{p}.moe_extra{pos}", 0, 0)
+    bias_shapes = {3: [EXPERTS, HIDDEN], 5: [EXPERTS, EMBED],
+                   7: [EXPERTS, HIDDEN]}
+    extra = {pos: extra_input(g, kind, f"{p}.moe_extra{pos}", 0, 0,
+                              bias_shapes.get(pos))
              for pos, kind in v["moe_extra"].items()}
     attrs = dict(k=v["k"], normalize_routing_weights=v["normalize"])
     if not v["omit_activation"]:
