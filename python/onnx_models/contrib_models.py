@@ -42,7 +42,7 @@ BASE = dict(norm="layer", attn="mha", rotary=False, kv_heads=HEADS,
             op="MoE", attn_attrs={}, moe_attrs={}, attn_extra={},
             moe_extra={}, rotary_base=10000.0, reshape_moe_io=False,
             omit_activation=False, packed_qkv=False, router_softmax=False,
-            opset=17)
+            legacy_layout=False, q_bias=False, opset=17)
 
 
 def variant(**kw):
@@ -120,6 +120,10 @@ VARIANTS = {
     "err-moe-identity": variant(activation="identity"),
     "err-moe-router-softmax": variant(router_softmax=True),
     "err-qmoe": variant(op="QMoE"),
+    # fc1 as [E, hidden, inter], fc2 as [E, inter, hidden] (an older layout).
+    "err-moe-legacy-layout": variant(legacy_layout=True),
+    # A bias Add after the query projection (not part of the pattern).
+    "err-q-bias": variant(q_bias=True),
 }
 
 
@@ -219,6 +223,9 @@ def attention(g, v, b, x):
     else:
         q = g.node("MatMul", [xn, g.weight(p + ".q_proj", [EMBED, HEADS * hd])],
                    p + ".q")
+        if v["q_bias"]:
+            q = g.node("Add", [q, g.weight(p + ".q_bias", [HEADS * hd])],
+                       p + ".q_bias_add")
         k = g.node("MatMul", [xn, g.weight(p + ".k_proj", [EMBED, kvh * hd])],
                    p + ".k")
         val = g.node("MatMul",
@@ -264,8 +271,12 @@ def moe(g, v, b, x):
     fc1_rows = HIDDEN
     if v["activation"] == "swiglu" and not v["gated"]:
         fc1_rows = 2 * HIDDEN  # fused gate and linear halves
-    fc1 = g.weight(p + ".fc1", [EXPERTS, fc1_rows, EMBED])
-    fc2 = g.weight(p + ".fc2", [EXPERTS, EMBED, HIDDEN])
+    if v["legacy_layout"]:
+        fc1 = g.weight(p + ".fc1", [EXPERTS, EMBED, fc1_rows])
+        fc2 = g.weight(p + ".fc2", [EXPERTS, HIDDEN, EMBED])
+    else:
+        fc1 = g.weight(p + ".fc1", [EXPERTS, fc1_rows, EMBED])
+        fc2 = g.weight(p + ".fc2", [EXPERTS, EMBED, HIDDEN])
     inputs = [x2 if v["reshape_moe_io"] else xn, logits, fc1, "", fc2]
     if v["gated"]:
         inputs += ["", g.weight(p + ".fc3", [EXPERTS, HIDDEN, EMBED])]
