@@ -331,6 +331,11 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
                                        "moe_top_k"},
                                       "experts per token k");
 
+  if (topK > experts)
+    cfg.failKey(*cfg.which({"num_experts_per_tok", "top_k", "moe_top_k"}),
+                "(" + std::to_string(topK) + ") exceeds the " +
+                    std::to_string(experts) + " routed experts");
+
   // --- batch / sequence ----------------------------------------------------
   std::optional<int64_t> maxPos =
       cfg.getInt({"max_position_embeddings", "n_positions", "n_ctx"});
