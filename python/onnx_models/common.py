@@ -194,12 +194,78 @@ def norm_model(kind, eps=1e-5, vocab=32, batch=2, seq=4, embed=16,
                    extra_opsets=extra)
 
 
+def _head(m):
+    """(embedding Gather, LM-head MatMul) of a model the importer accepts."""
+    gather = next(n for n in m.graph.node if n.op_type == "Gather")
+    inits = {t.name: t for t in m.graph.initializer}
+    vocab = inits[gather.input[0]].dims[0]
+    head = next(n for n in m.graph.node
+                if n.op_type == "MatMul" and n.input[1] in inits
+                and list(inits[n.input[1]].dims)[-1] == vocab)
+    return gather, head, inits
+
+
+def edit(m, how):
+    """Rewrites a working model's head or outputs (the walk's tests):
+    tie-head        the LM head reads Transpose(embedding table)
+    transpose-head  the LM head weight stored V x M behind a Transpose
+    head-bias       an Add of a bias after the LM head
+    extra-output    an extra graph output computed from the stream
+    loss-sum        the loss with reduction=sum (needs a --loss model)
+    """
+    g = m.graph
+    gather, head, inits = _head(m)
+    if how == "tie-head":
+        w = head.input[1]
+        g.node.insert(list(g.node).index(head), helper.make_node(
+            "Transpose", [gather.input[0]], ["table_t"], name="tie",
+            perm=[1, 0]))
+        head.input[1] = "table_t"
+        g.initializer.remove(inits[w])
+    elif how == "transpose-head":
+        w = inits[head.input[1]]
+        arr = numpy_helper.to_array(w).T.copy()
+        g.initializer.remove(w)
+        g.initializer.append(numpy_helper.from_array(arr, "head_vm"))
+        g.node.insert(list(g.node).index(head), helper.make_node(
+            "Transpose", ["head_vm"], ["head_mv"], name="head_t",
+            perm=[1, 0]))
+        head.input[1] = "head_mv"
+    elif how == "head-bias":
+        out = head.output[0]
+        vocab = inits[head.input[1]].dims[-1]
+        g.initializer.append(init("head_bias", np.zeros(vocab)))
+        head.output[0] = out + ".nobias"
+        g.node.insert(list(g.node).index(head) + 1, helper.make_node(
+            "Add", [out + ".nobias", "head_bias"], [out], name="head_bias_add"))
+    elif how == "extra-output":
+        g.node.append(helper.make_node("ReduceSum", [gather.output[0]],
+                                       ["aux"], name="aux_sum", keepdims=0))
+        g.output.append(helper.make_tensor_value_info(
+            "aux", TensorProto.FLOAT, None))
+    elif how == "loss-sum":
+        loss = next(n for n in g.node
+                    if n.op_type in ("SoftmaxCrossEntropyLoss",
+                                     "NegativeLogLikelihoodLoss"))
+        for a in loss.attribute:
+            if a.name == "reduction":
+                a.s = b"sum"
+                break
+        else:
+            loss.attribute.append(helper.make_attribute("reduction", "sum"))
+    else:
+        raise SystemExit(f"unknown edit {how!r}")
+    return m
+
+
 if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(
         description="write a small test model: norm-model <kind> | "
-                    "resave-external <src>")
-    ap.add_argument("what", choices=["norm-model", "resave-external"])
+                    "resave-external <src> | <edit> <src> (see edit())")
+    ap.add_argument("what", choices=["norm-model", "resave-external"] +
+                    ["tie-head", "transpose-head", "head-bias",
+                     "extra-output", "loss-sum"])
     ap.add_argument("arg")
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--eps", type=float, default=1e-5)
@@ -211,5 +277,7 @@ if __name__ == "__main__":
         save(norm_model(a.arg, a.eps, axis=a.axis,
                         computed_scale=a.computed_scale),
              a.output, a.external)
-    else:
+    elif a.what == "resave-external":
         resave_external(a.arg, a.output)
+    else:
+        save(edit(onnx.load(a.arg), a.what), a.output)

@@ -8,23 +8,24 @@ set -euo pipefail
 bin=$1 work=$2 src=$3 secs=${4:-20}
 py=/usr/bin/python3
 models=$src/python/onnx_models
-rm -rf "$work" && mkdir -p "$work/corpus" "$work/artifacts"
+rm -rf "$work" && mkdir -p "$work/seeds" "$work/corpus" "$work/artifacts"
 for k in layer-fused layer-decomposed rms-div rms-recip rms-rsqrt rms-fused \
          rms-simplified; do
-  $py "$models/common.py" norm-model "$k" -o "$work/corpus/norm-$k.onnx"
+  $py "$models/common.py" norm-model "$k" -o "$work/seeds/norm-$k.onnx"
 done
 for v in $($py "$models/bad_models.py" --list); do
-  $py "$models/bad_models.py" "$v" -o "$work/corpus/bad-$v.onnx"
+  $py "$models/bad_models.py" "$v" -o "$work/seeds/bad-$v.onnx"
 done
 # Whole 2-block models (when the contrib-op writer is there): the mutations
 # that keep them parseable reach the walk, the matchers and the builder.
 if [[ -f $models/contrib_models.py ]]; then
   for v in mha-gelu; do
-    $py "$models/contrib_models.py" "$v" -o "$work/corpus/contrib-$v.onnx" \
+    $py "$models/contrib_models.py" "$v" -o "$work/seeds/contrib-$v.onnx" \
       >/dev/null 2>&1 || true
   done
 fi
 cd "$work"
+cp seeds/* corpus/   # libFuzzer adds what it finds to corpus/, not seeds/
 if [[ -x $bin/moe-onnx-fuzz ]]; then
   echo "libFuzzer: $secs s"
   # Leaks: the MLIR context is deliberately kept for the whole run.
@@ -36,4 +37,4 @@ if [[ -x $bin/moe-onnx-fuzz ]]; then
 else
   echo "libFuzzer binary not built; replay driver only"
 fi
-"$bin/moe-onnx-fuzz-replay" --mutations 300 --seed 7 corpus
+"$bin/moe-onnx-fuzz-replay" --mutations 300 --seed 7 seeds
