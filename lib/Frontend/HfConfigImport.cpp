@@ -37,19 +37,35 @@ using json = nlohmann::json;
 namespace {
 
 /// The config families whose defaults differ (see docs/frontend/hf-config.md).
-enum class Family { Mixtral, Qwen2Moe, DeepSeek, Switch, Gpt2, Bert, Llama,
-                    Generic };
+enum class Family {
+  Mixtral,
+  Qwen2Moe,
+  DeepSeek,
+  Switch,
+  Gpt2,
+  Bert,
+  Llama,
+  Generic
+};
 
 const char *familyName(Family f) {
   switch (f) {
-  case Family::Mixtral: return "Mixtral";
-  case Family::Qwen2Moe: return "Qwen2-MoE";
-  case Family::DeepSeek: return "DeepSeek-V2/V3";
-  case Family::Switch: return "Switch Transformers";
-  case Family::Gpt2: return "GPT-2-style";
-  case Family::Bert: return "BERT-style";
-  case Family::Llama: return "LLaMA-style";
-  case Family::Generic: return "generic";
+  case Family::Mixtral:
+    return "Mixtral";
+  case Family::Qwen2Moe:
+    return "Qwen2-MoE";
+  case Family::DeepSeek:
+    return "DeepSeek-V2/V3";
+  case Family::Switch:
+    return "Switch Transformers";
+  case Family::Gpt2:
+    return "GPT-2-style";
+  case Family::Bert:
+    return "BERT-style";
+  case Family::Llama:
+    return "LLaMA-style";
+  case Family::Generic:
+    return "generic";
   }
   return "generic";
 }
@@ -89,8 +105,8 @@ public:
   }
 
   /// The first of `keys` present with a non-null value.
-  std::optional<std::string> which(std::initializer_list<const char *> keys)
-      const {
+  std::optional<std::string>
+  which(std::initializer_list<const char *> keys) const {
     for (const char *k : keys)
       if (root.contains(k) && !root[k].is_null())
         return std::string(k);
@@ -111,18 +127,18 @@ public:
       failKey(*key, "must be an integer, got " + v.dump());
     return check(*key, v.get<int64_t>(), min);
   }
-  int64_t requireInt(std::initializer_list<const char *> keys,
-                     const char *what, int64_t min = 1) const {
+  int64_t requireInt(std::initializer_list<const char *> keys, const char *what,
+                     int64_t min = 1) const {
     if (std::optional<int64_t> v = getInt(keys, min))
       return *v;
     std::string names;
     for (const char *k : keys)
       names += (names.empty() ? "'" : " or '") + std::string(k) + "'";
-    fail(fileLoc(), "missing required field " + names + " (" + what +
-                        ") in '" + path + "'");
+    fail(fileLoc(), "missing required field " + names + " (" + what + ") in '" +
+                        path + "'");
   }
-  std::optional<double> getDouble(std::initializer_list<const char *> keys)
-      const {
+  std::optional<double>
+  getDouble(std::initializer_list<const char *> keys) const {
     std::optional<std::string> key = which(keys);
     if (!key)
       return std::nullopt;
@@ -135,12 +151,12 @@ public:
     if (!has(key))
       return std::nullopt;
     if (!root[key].is_boolean())
-      failKey(key, std::string("must be true or false, got ") +
-                       root[key].dump());
+      failKey(key,
+              std::string("must be true or false, got ") + root[key].dump());
     return root[key].get<bool>();
   }
-  std::optional<std::string> getString(std::initializer_list<const char *> keys)
-      const {
+  std::optional<std::string>
+  getString(std::initializer_list<const char *> keys) const {
     std::optional<std::string> key = which(keys);
     if (!key)
       return std::nullopt;
@@ -156,8 +172,8 @@ public:
       failKey(key, "must be a list of layer indices, got " + root[key].dump());
     for (const json &v : root[key]) {
       if (!v.is_number_integer())
-        failKey(key, "must be a list of layer indices, got " +
-                         root[key].dump());
+        failKey(key,
+                "must be a list of layer indices, got " + root[key].dump());
       out.insert(v.get<int64_t>());
     }
     return out;
@@ -196,8 +212,8 @@ Family pickFamily(const Config &cfg) {
   if (cfg.has("architectures") && cfg.raw("architectures").is_array() &&
       !cfg.raw("architectures").empty() &&
       cfg.raw("architectures")[0].is_string())
-    arch = llvm::StringRef(cfg.raw("architectures")[0].get<std::string>())
-               .lower();
+    arch =
+        llvm::StringRef(cfg.raw("architectures")[0].get<std::string>()).lower();
   auto is = [&](std::initializer_list<const char *> keys) {
     for (const char *k : keys)
       if (llvm::StringRef(type).starts_with(k) ||
@@ -246,7 +262,8 @@ Activation parseActivation(const Config &cfg, const std::string &key,
 std::string modelName(StringRef path) {
   StringRef stem = llvm::sys::path::stem(path);
   if (stem == "config") {
-    StringRef dir = llvm::sys::path::filename(llvm::sys::path::parent_path(path));
+    StringRef dir =
+        llvm::sys::path::filename(llvm::sys::path::parent_path(path));
     if (!dir.empty() && dir != "." && dir != "..")
       return dir.str();
   }
@@ -273,13 +290,14 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   spec.gpusPerNode = opts.gpusPerNode;
 
   // --- sizes ---------------------------------------------------------------
-  int64_t layers = cfg.requireInt({"num_hidden_layers", "n_layer", "num_layers"},
-                                  "number of transformer blocks");
-  spec.embed = cfg.requireInt({"hidden_size", "n_embd", "d_model"},
-                              "embedding size M");
+  int64_t layers =
+      cfg.requireInt({"num_hidden_layers", "n_layer", "num_layers"},
+                     "number of transformer blocks");
+  spec.embed =
+      cfg.requireInt({"hidden_size", "n_embd", "d_model"}, "embedding size M");
   spec.vocab = cfg.requireInt({"vocab_size"}, "vocabulary size");
-  int64_t heads = cfg.requireInt(
-      {"num_attention_heads", "n_head", "num_heads"}, "attention heads");
+  int64_t heads = cfg.requireInt({"num_attention_heads", "n_head", "num_heads"},
+                                 "attention heads");
   int64_t kvHeads =
       cfg.getInt({"num_key_value_heads", "num_kv_heads"}).value_or(heads);
   if (heads % kvHeads != 0)
@@ -319,17 +337,17 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
       cfg.getInt({"moe_intermediate_size"}).value_or(denseHidden);
 
   // --- experts -------------------------------------------------------------
-  const char *expertKeys = family == Family::Mixtral ? "num_local_experts"
+  const char *expertKeys = family == Family::Mixtral    ? "num_local_experts"
                            : family == Family::DeepSeek ? "n_routed_experts"
                                                         : "num_experts";
   int64_t experts = cfg.requireInt(
       {"num_local_experts", "num_experts", "n_routed_experts"},
       (std::string("routed experts, e.g. '") + expertKeys + "'").c_str());
-  int64_t topK = family == Family::Switch
-                     ? cfg.getInt({"num_experts_per_tok", "top_k"}).value_or(1)
-                     : cfg.requireInt({"num_experts_per_tok", "top_k",
-                                       "moe_top_k"},
-                                      "experts per token k");
+  int64_t topK =
+      family == Family::Switch
+          ? cfg.getInt({"num_experts_per_tok", "top_k"}).value_or(1)
+          : cfg.requireInt({"num_experts_per_tok", "top_k", "moe_top_k"},
+                           "experts per token k");
 
   if (topK > experts)
     cfg.failKey(*cfg.which({"num_experts_per_tok", "top_k", "moe_top_k"}),
@@ -347,18 +365,18 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   if (llamaLike || family == Family::Switch ||
       (family == Family::Generic && cfg.has("rms_norm_eps")))
     norm = NormKind::rms;
-  double eps = cfg.getDouble({"rms_norm_eps", "layer_norm_eps",
-                              "layer_norm_epsilon"})
-                   .value_or(family == Family::Switch ? 1e-6 : 1e-5);
+  double eps =
+      cfg.getDouble({"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"})
+          .value_or(family == Family::Switch ? 1e-6 : 1e-5);
   if (!(eps > 0))
-    cfg.failKey(*cfg.which({"rms_norm_eps", "layer_norm_eps",
-                            "layer_norm_epsilon"}),
-                "must be positive");
+    cfg.failKey(
+        *cfg.which({"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"}),
+        "must be positive");
 
   std::optional<std::string> actKey =
       cfg.which({"hidden_act", "activation_function", "dense_act_fn",
                  "feed_forward_proj"});
-  Activation act = llamaLike ? Activation::silu
+  Activation act = llamaLike                  ? Activation::silu
                    : family == Family::Switch ? Activation::relu
                                               : Activation::gelu;
   if (actKey) {
@@ -366,14 +384,14 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
     act = parseActivation(cfg, *actKey, *name);
   }
   // T5 / Switch spell a SwiGLU-style FFN "gated-gelu".
-  bool gated = llamaLike || (actKey && llvm::StringRef(*cfg.getString(
-                                           {actKey->c_str()}))
-                                           .starts_with("gated-"));
+  bool gated =
+      llamaLike || (actKey && llvm::StringRef(*cfg.getString({actKey->c_str()}))
+                                  .starts_with("gated-"));
   if (std::optional<bool> g = cfg.getBool("gated_experts"))
     gated = *g;
 
-  bool rotary = llamaLike || (family == Family::Generic &&
-                              cfg.has("rope_theta"));
+  bool rotary =
+      llamaLike || (family == Family::Generic && cfg.has("rope_theta"));
   double ropeTheta = cfg.getDouble({"rope_theta"}).value_or(10000.0);
   bool causal = family != Family::Bert && family != Family::Switch;
   if (family == Family::Bert)
@@ -395,8 +413,8 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
                         "(norm_topk_prob has no moe.gate equivalent)");
       normalize = false;
     } else if (*scoring != "softmax") {
-      cfg.failKey("scoring_func", "is '" + *scoring +
-                                      "'; only softmax and sigmoid are known");
+      cfg.failKey("scoring_func",
+                  "is '" + *scoring + "'; only softmax and sigmoid are known");
     }
   }
   if (std::optional<std::string> m = cfg.getString({"topk_method"}))
@@ -459,8 +477,8 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   auto isMoe = [&](int64_t i) {
     if (family == Family::Switch)
       return switchStep > 0 && (switchStep == 1 || i % switchStep == 1);
-    return i >= firstDense && i % layerFreq == 0 &&
-           (i + 1) % sparseStep == 0 && !mlpOnly.count(i);
+    return i >= firstDense && i % layerFreq == 0 && (i + 1) % sparseStep == 0 &&
+           !mlpOnly.count(i);
   };
 
   int64_t sharedHidden = 0;
@@ -476,8 +494,8 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   // --- assemble ------------------------------------------------------------
   Location expertsLoc = cfg.keyLoc(
       *cfg.which({"num_local_experts", "num_experts", "n_routed_experts"}));
-  Location layersLoc = cfg.keyLoc(
-      *cfg.which({"num_hidden_layers", "n_layer", "num_layers"}));
+  Location layersLoc =
+      cfg.keyLoc(*cfg.which({"num_hidden_layers", "n_layer", "num_layers"}));
   for (int64_t i = 0; i < layers; ++i) {
     std::string prefix = "layers." + std::to_string(i);
     BlockSpec block(cfg.named(prefix + ".self_attn", layersLoc));
@@ -520,8 +538,8 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   spec.embeddingLoc = cfg.named("embed_tokens", cfg.keyLoc("vocab_size"));
   spec.headLoc = cfg.named("lm_head", cfg.keyLoc("vocab_size"));
 
-  std::string origin = "Hugging Face config '" + cfg.file() + "' (" +
-                       familyName(family);
+  std::string origin =
+      "Hugging Face config '" + cfg.file() + "' (" + familyName(family);
   if (std::optional<std::string> t = cfg.getString({"model_type"}))
     origin += ", model_type " + *t;
   origin += "); shape-only, B=" + std::to_string(spec.batch) +
@@ -550,10 +568,8 @@ std::pair<unsigned, unsigned> lineCol(StringRef text, size_t offset) {
 
 } // namespace
 
-OwningOpRef<ModuleOp>
-mlir::moe::frontend::importHfConfigFile(llvm::StringRef path,
-                                        const ImportOptions &options,
-                                        MLIRContext *ctx) {
+OwningOpRef<ModuleOp> mlir::moe::frontend::importHfConfigFile(
+    llvm::StringRef path, const ImportOptions &options, MLIRContext *ctx) {
   Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer) {

@@ -144,8 +144,8 @@ LogicalResult ModuleBuilder::checkModel() {
       {"grid nodes", spec.nodes},      {"GPUs per node", spec.gpusPerNode}};
   for (auto [what, value] : positives)
     if (value <= 0)
-      return emitError(loc) << "model " << what << " must be positive, got "
-                            << value;
+      return emitError(loc)
+             << "model " << what << " must be positive, got " << value;
   if (spec.blocks.empty())
     return emitError(loc) << "model has no transformer blocks";
   ranks = spec.nodes * spec.gpusPerNode;
@@ -176,18 +176,18 @@ LogicalResult ModuleBuilder::checkRouting() {
              << " experts do not divide evenly over the " << ranks
              << " ranks of the " << spec.nodes << "x" << spec.gpusPerNode
              << " grid (expert parallelism needs E/P experts per rank)";
-    if (m.capacityFactor && !(*m.capacityFactor > 0.0 &&
-                              std::isfinite(*m.capacityFactor)))
-      return emitError(m.loc) << "block " << i
-                              << ": capacity factor must be positive, got "
-                              << *m.capacityFactor;
+    if (m.capacityFactor &&
+        !(*m.capacityFactor > 0.0 && std::isfinite(*m.capacityFactor)))
+      return emitError(m.loc)
+             << "block " << i << ": capacity factor must be positive, got "
+             << *m.capacityFactor;
     if (m.gate == GateKind::expert_choice && !m.capacityFactor)
       return emitError(m.loc) << "block " << i
                               << ": expert-choice routing needs a capacity "
                                  "factor (it cannot be dropless)";
     if (m.sharedHidden < 0)
-      return emitError(m.loc) << "block " << i
-                              << ": shared expert hidden size is negative";
+      return emitError(m.loc)
+             << "block " << i << ": shared expert hidden size is negative";
     if (routing.firstBlock < 0) {
       routing = {m.experts, m.topK, m.hidden, m.capacityFactor,
                  static_cast<int64_t>(i)};
@@ -198,10 +198,10 @@ LogicalResult ModuleBuilder::checkRouting() {
         m.hidden != routing.hidden ||
         m.capacityFactor != routing.capacityFactor)
       return emitError(m.loc)
-             << "block " << i << " routes E=" << m.experts
-             << " k=" << m.topK << " H=" << m.hidden << " but block "
-             << routing.firstBlock << " routes E=" << routing.experts
-             << " k=" << routing.topK << " H=" << routing.hidden
+             << "block " << i << " routes E=" << m.experts << " k=" << m.topK
+             << " H=" << m.hidden << " but block " << routing.firstBlock
+             << " routes E=" << routing.experts << " k=" << routing.topK
+             << " H=" << routing.hidden
              << " (or their capacity factors differ); a moe model states "
                 "one E, k, f and H for all its MoE blocks";
   }
@@ -225,8 +225,8 @@ LogicalResult ModuleBuilder::checkSource(const ParamSpec &param) {
         static_cast<int64_t>(s.initializers.size()) != param.shape[0])
       return emitError(loc)
              << "parameter '" << param.name << "' of shape "
-             << shapeString(param.shape) << " stacks "
-             << s.initializers.size() << " initializers; one per entry of "
+             << shapeString(param.shape) << " stacks " << s.initializers.size()
+             << " initializers; one per entry of "
              << "its leading axis is needed";
   } else if (s.initializers.size() != 1) {
     return emitError(loc) << "parameter '" << param.name << "' lists "
@@ -254,8 +254,8 @@ DictionaryAttr ModuleBuilder::sourceAttr(const WeightSource &s) {
     entries.push_back(b.getNamedAttr("transpose", b.getUnitAttr()));
   if (s.sliceAxis >= 0)
     entries.push_back(b.getNamedAttr(
-        "slice", b.getDenseI64ArrayAttr({s.sliceAxis, s.sliceBegin,
-                                          s.sliceSize})));
+        "slice",
+        b.getDenseI64ArrayAttr({s.sliceAxis, s.sliceBegin, s.sliceSize})));
   if (s.scale != 1.0)
     entries.push_back(b.getNamedAttr("scale", b.getF64FloatAttr(s.scale)));
   return b.getDictionaryAttr(entries);
@@ -321,8 +321,8 @@ FailureOr<Value> ModuleBuilder::param(StringRef name, ArrayRef<int64_t> shape,
                                       Location loc) {
   auto it = paramIndex.find(name);
   if (it == paramIndex.end())
-    return emitError(loc) << "the model needs parameter '" << name
-                          << "' (" << shapeString(shape)
+    return emitError(loc) << "the model needs parameter '" << name << "' ("
+                          << shapeString(shape)
                           << ") but the frontend gave none";
   const ParamSpec &p = params[it->second];
   if (ArrayRef<int64_t>(p.shape) != shape)
@@ -350,9 +350,8 @@ ModuleBuilder::normParams(StringRef prefix, NormKind kind, Location loc) {
   return values;
 }
 
-FailureOr<Value> ModuleBuilder::buildAttention(int64_t index,
-                                               const BlockSpec &block,
-                                               Value x) {
+FailureOr<Value>
+ModuleBuilder::buildAttention(int64_t index, const BlockSpec &block, Value x) {
   const AttentionSpec &a = block.attention;
   Location loc = a.loc;
   int64_t m = spec.embed;
@@ -372,9 +371,8 @@ FailureOr<Value> ModuleBuilder::buildAttention(int64_t index,
   SmallVector<Value> norm;
   NormKindAttr normKind;
   if (a.prenorm) {
-    auto values =
-        normParams(llvm::formatv("block{0}.attn_norm", index).str(),
-                   *a.prenorm, loc);
+    auto values = normParams(llvm::formatv("block{0}.attn_norm", index).str(),
+                             *a.prenorm, loc);
     if (failed(values))
       return failure();
     norm = *values;
@@ -390,8 +388,7 @@ FailureOr<Value> ModuleBuilder::buildAttention(int64_t index,
   // a different one visible rather than drop it silently (once per model).
   if (a.rotary && a.rotaryBase != 10000.0 && !warnedRotaryBase) {
     warnedRotaryBase = true;
-    emitWarning(loc) << "rotary base " << a.rotaryBase
-                     << " (block " << index
+    emitWarning(loc) << "rotary base " << a.rotaryBase << " (block " << index
                      << " and any later ones) is not representable in "
                         "moe.attention; the runtime uses 10000";
   }
@@ -459,19 +456,19 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   SmallVector<int64_t> route =
       expertChoice ? SmallVector<int64_t>{e, capacity ? capacity.getInt() : 0}
                    : SmallVector<int64_t>{bsz, n, k};
-  auto gate = GateOp::create(
-      b, loc, tensor(route, b.getI32Type()), tensor(route),
-      tensor({e}, b.getI32Type()), x, *weight, aux,
-      GateKindAttr::get(ctx, s.gate), b.getI64IntegerAttr(e),
-      b.getI64IntegerAttr(k), factor, capacity,
-      s.normalize ? b.getUnitAttr() : nullptr);
+  auto gate =
+      GateOp::create(b, loc, tensor(route, b.getI32Type()), tensor(route),
+                     tensor({e}, b.getI32Type()), x, *weight, aux,
+                     GateKindAttr::get(ctx, s.gate), b.getI64IntegerAttr(e),
+                     b.getI64IntegerAttr(k), factor, capacity,
+                     s.normalize ? b.getUnitAttr() : nullptr);
 
   auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   auto axes = b.getDenseI16ArrayAttr(kAllAxes);
   RankedTensorType slotsType = tensor({el, slots, m});
-  auto dispatch = DispatchOp::create(
-      b, loc, slotsType, x, gate.getIndices(), gate.getCounts(), gridRef, axes,
-      b.getI64IntegerAttr(e), capacity);
+  auto dispatch = DispatchOp::create(b, loc, slotsType, x, gate.getIndices(),
+                                     gate.getCounts(), gridRef, axes,
+                                     b.getI64IntegerAttr(e), capacity);
 
   FailureOr<Value> up = param(p + "experts.up", {e, m, h}, loc);
   FailureOr<Value> gproj = Value();
@@ -483,16 +480,16 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   auto expert =
       ExpertOp::create(b, loc, slotsType, dispatch.getResult(), *up, *gproj,
                        *down, ActivationAttr::get(ctx, s.activation));
-  Value out = CombineOp::create(b, loc, x.getType(), expert.getResult(),
-                                gate.getIndices(), gate.getWeights(),
-                                gate.getCounts(), gridRef, axes,
-                                b.getI64IntegerAttr(e), capacity)
-                  .getResult();
+  Value out =
+      CombineOp::create(b, loc, x.getType(), expert.getResult(),
+                        gate.getIndices(), gate.getWeights(), gate.getCounts(),
+                        gridRef, axes, b.getI64IntegerAttr(e), capacity)
+          .getResult();
   if (s.sharedHidden > 0) {
     // DeepSeek: the shared experts see every token; their output joins the
     // routed experts' before the residual add.
-    FailureOr<Value> shared = buildFfn(p + "shared", s.sharedHidden,
-                                       s.activation, s.gated, x, loc);
+    FailureOr<Value> shared =
+        buildFfn(p + "shared", s.sharedHidden, s.activation, s.gated, x, loc);
     if (failed(shared))
       return failure();
     out = arith::AddFOp::create(b, loc, out, *shared).getResult();
@@ -503,8 +500,8 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
 FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
                                            const BlockSpec &block, Value h) {
   Location loc = block.attention.loc;
-  auto op = BlockOp::create(b, loc, index, ValueRange{h},
-                            TypeRange{h.getType()});
+  auto op =
+      BlockOp::create(b, loc, index, ValueRange{h}, TypeRange{h.getType()});
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&op.getBody().front());
   Value x = op.getBody().getArgument(0);
@@ -525,17 +522,16 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
     if (failed(values))
       return failure();
     Value bias = values->size() > 1 ? (*values)[1] : Value();
-    normed = NormOp::create(b, ffnLoc, r1.getType(), r1, (*values)[0], bias,
-                            NormKindAttr::get(ctx, *prenorm),
-                            b.getF64FloatAttr(eps))
-                 .getResult();
+    normed =
+        NormOp::create(b, ffnLoc, r1.getType(), r1, (*values)[0], bias,
+                       NormKindAttr::get(ctx, *prenorm), b.getF64FloatAttr(eps))
+            .getResult();
   }
   FailureOr<Value> ffn =
-      block.moe
-          ? buildMoe(index, *block.moe, normed)
-          : buildFfn(llvm::formatv("block{0}.shared", index).str(),
-                     block.denseHidden, block.denseActivation,
-                     block.denseGated, normed, ffnLoc);
+      block.moe ? buildMoe(index, *block.moe, normed)
+                : buildFfn(llvm::formatv("block{0}.shared", index).str(),
+                           block.denseHidden, block.denseActivation,
+                           block.denseGated, normed, ffnLoc);
   if (failed(ffn))
     return failure();
   Value r2 = arith::AddFOp::create(b, ffnLoc, r1, *ffn).getResult();
@@ -581,8 +577,8 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
   Value logits =
       LinearOp::create(b, head, tensor({bsz, n, v}), h, *lmHead, Value())
           .getResult();
-  Value loss = CrossEntropyOp::create(b, head, tensor({}), logits, labels)
-                   .getResult();
+  Value loss =
+      CrossEntropyOp::create(b, head, tensor({}), logits, labels).getResult();
   func::ReturnOp::create(b, head, ValueRange{loss});
 
   // A parameter no op reads would be silently ignored in training.
@@ -598,8 +594,7 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
 OwningOpRef<ModuleOp> ModuleBuilder::build() {
   ctx->loadDialect<MoeDialect, arith::ArithDialect, func::FuncDialect,
                    shard::ShardDialect, tensor::TensorDialect>();
-  if (failed(checkModel()) || failed(checkRouting()) ||
-      failed(collectParams()))
+  if (failed(checkModel()) || failed(checkRouting()) || failed(collectParams()))
     return nullptr;
 
   // The origin rides on the module's location (a NameLoc) so that moe-opt
@@ -622,8 +617,8 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
     argTypes.push_back(*type);
   }
   auto funcType = b.getFunctionType(argTypes, {tensor({})});
-  auto func = func::FuncOp::create(b, modelLoc(), sanitizeSymbol(spec.name),
-                                   funcType);
+  auto func =
+      func::FuncOp::create(b, modelLoc(), sanitizeSymbol(spec.name), funcType);
   for (auto [i, p] : llvm::enumerate(params)) {
     func.setArgAttr(2 + i, MoeDialect::getParamAttrName(),
                     b.getStringAttr(p.name));
@@ -635,8 +630,8 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
 
   // Stated last: the attribute's verifier reads the finished body.
   auto model = ModelAttr::get(
-      ctx, spec.blocks.size(), spec.batch, spec.seq, spec.embed,
-      routing.hidden, routing.experts, routing.topK,
+      ctx, spec.blocks.size(), spec.batch, spec.seq, spec.embed, routing.hidden,
+      routing.experts, routing.topK,
       llvm::APFloat(routing.capacityFactor.value_or(0.0)),
       FlatSymbolRefAttr::get(ctx, kGridName), kAllAxes, kAllAxes, kIntraAxes);
   func->setAttr(MoeDialect::getModelAttrName(), model);
@@ -726,9 +721,8 @@ void mlir::moe::frontend::addDefaultParams(ModelSpec &spec) {
   std::vector<ParamSpec> merged;
   llvm::StringSet<> placed;
   for (ParamSpec &w : wanted) {
-    auto it = llvm::find_if(spec.params, [&](const ParamSpec &p) {
-      return p.name == w.name;
-    });
+    auto it = llvm::find_if(
+        spec.params, [&](const ParamSpec &p) { return p.name == w.name; });
     merged.push_back(it != spec.params.end() ? *it : std::move(w));
     placed.insert(merged.back().name);
   }

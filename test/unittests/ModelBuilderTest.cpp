@@ -139,7 +139,7 @@ protected:
 
 #define REQUIRE_MOE_SOURCE()                                                   \
   if (!dialectAcceptsSource())                                                 \
-  GTEST_SKIP() << "the moe dialect rejects the moe.source argument "          \
+  GTEST_SKIP() << "the moe dialect rejects the moe.source argument "           \
                   "attribute (MoeDialect::verifyRegionArgAttribute)"
 
 TEST_F(ModelBuilderTest, BuildsAVerifiedModel) {
@@ -258,9 +258,8 @@ TEST_F(ModelBuilderTest, DroplessLayerHasDynamicSlots) {
   OwningOpRef<ModuleOp> module = buildModule(spec, &context);
   ASSERT_TRUE(module) << messages;
   func::FuncOp func = modelFunc(*module);
-  EXPECT_TRUE(
-      func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName())
-          .isDropless());
+  EXPECT_TRUE(func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName())
+                  .isDropless());
   func.walk([&](DispatchOp d) {
     EXPECT_TRUE(d.getResult().getType().isDynamicDim(1));
     EXPECT_FALSE(d.getCapacity().has_value());
@@ -286,8 +285,9 @@ TEST_F(ModelBuilderTest, RefusesTopKAboveExperts) {
 
 TEST_F(ModelBuilderTest, RefusesMissingWrongShapedAndUnusedParams) {
   ModelSpec missing = smallSpec();
-  llvm::erase_if(missing.params,
-                 [](const ParamSpec &p) { return p.name == "block1.gate.weight"; });
+  llvm::erase_if(missing.params, [](const ParamSpec &p) {
+    return p.name == "block1.gate.weight";
+  });
   EXPECT_FALSE(buildModule(missing, &context));
   EXPECT_NE(messages.find("needs parameter 'block1.gate.weight' (16x4)"),
             std::string::npos)
@@ -349,9 +349,9 @@ TEST_F(ModelBuilderTest, DefaultParamsKeepExistingEntries) {
   ASSERT_NE(it, spec.params.end());
   EXPECT_TRUE(it->source.stacked);
   // Layer norms get scale and bias; the dense block's shared FFN is gated.
-  for (const char *name : {"block0.attn_norm.bias", "block1.moe_norm.bias",
-                           "final_norm.bias", "block0.shared.gate",
-                           "block1.shared.down", "block1.experts.gate"})
+  for (const char *name :
+       {"block0.attn_norm.bias", "block1.moe_norm.bias", "final_norm.bias",
+        "block0.shared.gate", "block1.shared.down", "block1.experts.gate"})
     EXPECT_TRUE(llvm::any_of(spec.params, [&](const ParamSpec &p) {
       return p.name == name;
     })) << name;

@@ -58,17 +58,17 @@ static cl::opt<std::string> onnxGrid(
              "experts are split over all NODES*GPUS ranks (default 1x1)"),
     cl::value_desc("NxG"), cl::init("1x1"), cl::cat(frontendCategory));
 
-static cl::opt<int64_t> onnxBatch(
-    "onnx-batch",
-    cl::desc("Samples per GPU B of the imported model (overrides the "
-             "model's; needed when its input batch is symbolic)"),
-    cl::value_desc("B"), cl::cat(frontendCategory));
+static cl::opt<int64_t>
+    onnxBatch("onnx-batch",
+              cl::desc("Samples per GPU B of the imported model (overrides the "
+                       "model's; needed when its input batch is symbolic)"),
+              cl::value_desc("B"), cl::cat(frontendCategory));
 
-static cl::opt<int64_t> onnxSeq(
-    "onnx-seq",
-    cl::desc("Tokens per sample N of the imported model (overrides the "
-             "model's; needed when its sequence length is symbolic)"),
-    cl::value_desc("N"), cl::cat(frontendCategory));
+static cl::opt<int64_t>
+    onnxSeq("onnx-seq",
+            cl::desc("Tokens per sample N of the imported model (overrides the "
+                     "model's; needed when its sequence length is symbolic)"),
+            cl::value_desc("N"), cl::cat(frontendCategory));
 
 static cl::opt<double> onnxCapacityFactor(
     "onnx-capacity-factor",
@@ -144,9 +144,9 @@ static LogicalResult importAndRun(llvm::StringRef inputFilename,
     llvm::SourceMgr sourceMgr;
     SourceMgrDiagnosticHandler handler(sourceMgr, &context);
     OwningOpRef<ModuleOp> module =
-        isOnnx ? frontend::importOnnxFile(inputFilename, *options, &context)
-               : frontend::importHfConfigFile(inputFilename, *options,
-                                              &context);
+        isOnnx
+            ? frontend::importOnnxFile(inputFilename, *options, &context)
+            : frontend::importHfConfigFile(inputFilename, *options, &context);
     if (!module)
       return failure();
     // The builder puts the model's origin on the module's location.
@@ -167,10 +167,10 @@ static LogicalResult importAndRun(llvm::StringRef inputFilename,
   }
   if (!origin.empty() && !config.shouldEmitBytecode())
     output->os() << "// " << origin << "\n";
-  if (failed(MlirOptMain(output->os(),
-                         llvm::MemoryBuffer::getMemBufferCopy(text,
-                                                              inputFilename),
-                         registry, config)))
+  if (failed(
+          MlirOptMain(output->os(),
+                      llvm::MemoryBuffer::getMemBufferCopy(text, inputFilename),
+                      registry, config)))
     return failure();
   output->keep();
   return success();
@@ -189,8 +189,7 @@ int main(int argc, char **argv) {
   mlir::moe::registerMoeConversionPasses();
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
-      argc, argv, "moe-mlir optimizer: MoE training-step compiler\n",
-      registry);
+      argc, argv, "moe-mlir optimizer: MoE training-step compiler\n", registry);
   bool isOnnx = StringRef(inputFilename).ends_with_insensitive(".onnx");
   if (!isOnnx && !importHfConfig)
     return asMainReturnCode(
