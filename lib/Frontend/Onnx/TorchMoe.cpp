@@ -230,6 +230,7 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
   }
 
   // Renormalisation: kept weights divided by their sum.
+  const NodeProto *normDiv = nullptr;
   if (logitsTopK) {
     spec.normalize = true;
   } else if (!topks.empty()) {
@@ -238,9 +239,19 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
       if (!kept.count(d->input(0)))
         continue;
       for (const NodeProto *n : rv.backwardNodes(d->input(1)))
-        if (n->op_type() == "ReduceSum" && kept.count(n->input(0)))
+        if (n->op_type() == "ReduceSum" && kept.count(n->input(0))) {
           spec.normalize = true;
+          normDiv = d;
+        }
     }
+  }
+  if (spec.normalize && spec.gate == GateKind::sigmoid) {
+    g.error(normDiv ? *normDiv : *sel)
+        << "sigmoid router scores renormalised over the top-" << spec.topK
+        << " (DeepSeek-V3 style) are not supported: moe.gate's sigmoid kind "
+           "scales by the raw sigmoid, and normalize applies to softmax gates "
+           "only";
+    return failure();
   }
 
   // Projections downstream of the router are the routed experts', the rest
