@@ -12,6 +12,7 @@ a non-zero exit and no output file. Written with onnx.helper.
   no-graph        a ModelProto without a graph
   dangling        a node reads a value nothing produces
   dangling-unnamed  the same, the node without a name
+  duplicate-output  two nodes assign the same value
   unsupported-op  a block whose attention sublayer contains a Hardmax
   dynamic-dims    token input [batch, seq] with symbolic dims
   embed-rank      the embedding Gather reads a 3-D table
@@ -97,6 +98,11 @@ def build(variant, path):
         y = g.op("Add", [x, "nowhere"], name="unnamed")
         g.nodes[-1].name = ""
         m = head(g, y)
+    elif variant == "duplicate-output":
+        x = embedding(g, V, M, B, N)
+        g.nodes.append(helper.make_node("Relu", [x], ["twice"], name="first"))
+        g.nodes.append(helper.make_node("Neg", [x], ["twice"], name="second"))
+        m = head(g, "twice")
     elif variant == "unsupported-op":
         m = unsupported_op()
     elif variant == "dynamic-dims":
@@ -118,7 +124,7 @@ def build(variant, path):
 
 
 VARIANTS = ["not-onnx", "truncated", "no-graph", "empty-graph", "dangling",
-            "dangling-unnamed",
+            "dangling-unnamed", "duplicate-output",
             "unsupported-op", "dynamic-dims", "embed-rank", "no-tokens",
             "no-blocks"]
 

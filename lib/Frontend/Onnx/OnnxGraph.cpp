@@ -181,7 +181,14 @@ LogicalResult OnnxGraph::index() {
   }
   // Every input must already exist when its node runs (ONNX requires
   // topological order); "" is an omitted optional input.
+  // Values that depend on a graph input (not an initializer); computed in
+  // the same forward pass, which the order check makes valid.
+  std::unordered_set<std::string> dynamicValues;
+  for (const auto &vi : graph.input())
+    if (!isInitializer_.count(vi.name()))
+      dynamicValues.insert(vi.name());
   for (const onnx::NodeProto *node : nodes_) {
+    bool dynamic = false;
     for (const std::string &in : node->input()) {
       if (in.empty())
         continue;
@@ -191,15 +198,30 @@ LogicalResult OnnxGraph::index() {
                         "or initializer";
         return failure();
       }
+      dynamic |= dynamicValues.count(in) != 0;
       auto &c = consumers_[in];
       if (c.empty() || c.back() != node)
         c.push_back(node);
     }
+    if (dynamic)
+      dynamic_.insert(node);
     for (const std::string &out : node->output()) {
       if (out.empty())
         continue;
+      if (defined.count(out)) {
+        auto prev = producers_.find(out);
+        error(*node) << "output '" << out << "' is already "
+                     << (prev != producers_.end()
+                             ? "produced by node '" +
+                                   nodeName(*prev->second) + "'"
+                             : std::string("a graph input or initializer"))
+                     << "; ONNX values are assigned once";
+        return failure();
+      }
       producers_[out] = node;
       defined[out] = true;
+      if (dynamic)
+        dynamicValues.insert(out);
     }
     if (node->op_type() == "Constant" && node->domain().empty() &&
         node->output_size() == 1)

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace mlir::moe::frontend {
@@ -80,6 +81,13 @@ public:
   /// directory); nullopt for inline data.
   std::optional<std::string> externalFile(const onnx::TensorProto &t) const;
 
+  /// True when `node` computes from a graph input (directly or through
+  /// other nodes); false for constant-only nodes (shape arithmetic on
+  /// initializers, Constant, weight transposes).
+  bool readsInputs(const onnx::NodeProto &node) const {
+    return dynamic_.count(&node) != 0;
+  }
+
   /// All nodes in graph (topological) order.
   llvm::ArrayRef<const onnx::NodeProto *> nodes() const { return nodes_; }
   /// Index of `node` in nodes().
@@ -110,6 +118,7 @@ private:
   std::unordered_map<std::string, bool> isInitializer_;
   std::unordered_map<std::string, std::vector<int64_t>> shapes_;
   std::unordered_map<const onnx::NodeProto *, size_t> index_;
+  std::unordered_set<const onnx::NodeProto *> dynamic_;
 };
 
 /// Reads an ONNX attribute of a node with a default.

@@ -25,7 +25,6 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Path.h"
 
-#include <functional>
 #include <unordered_set>
 
 using namespace mlir;
@@ -162,6 +161,12 @@ LogicalResult Importer::findEmbedding(std::string &stream) {
   }
   tableName = embedding->input(0);
   std::vector<int64_t> table = *g.shape(tableName);
+  if (table[0] <= 0 || table[1] <= 0) {
+    g.error(*embedding) << "embedding table '" << tableName << "' is "
+                        << table[0] << " x " << table[1]
+                        << "; both sizes must be positive";
+    return failure();
+  }
   spec.vocab = table[0];
   spec.embed = table[1];
   spec.embeddingLoc = g.loc(*embedding);
@@ -374,7 +379,15 @@ LogicalResult Importer::loss(const std::string &logitsIn) {
     for (const auto &o : g.graph().output())
       if (o.name() == logits)
         return success();
-    auto cs = g.consumers(logits);
+    // Shape / Size only read the logits' shape (torch's view(-1, V) can
+    // export that way); they are part of the loss plumbing.
+    std::vector<const onnx::NodeProto *> cs;
+    for (const onnx::NodeProto *c : g.consumers(logits)) {
+      if (isOp(*c, "Shape") || isOp(*c, "Size"))
+        claim(c);
+      else
+        cs.push_back(c);
+    }
     if (cs.empty()) {
       emitError(g.fileLoc()) << "the LM head's result '" << logitsIn
                              << "' reaches neither a graph output nor a loss";
@@ -460,28 +473,8 @@ LogicalResult Importer::everythingClaimed() {
         work.push_back(p);
   }
   // Nodes that read no graph input (constant folding leftovers) are inert.
-  std::unordered_map<const onnx::NodeProto *, bool> dynamic;
-  std::function<bool(const onnx::NodeProto *)> readsInput =
-      [&](const onnx::NodeProto *n) {
-        auto it = dynamic.find(n);
-        if (it != dynamic.end())
-          return it->second;
-        dynamic[n] = false;
-        bool r = false;
-        for (const std::string &in : n->input()) {
-          if (in.empty())
-            continue;
-          const onnx::NodeProto *p = g.producer(in);
-          if (p ? readsInput(p) : !g.constant(in)) {
-            r = true;
-            break;
-          }
-        }
-        dynamic[n] = r;
-        return r;
-      };
   for (const onnx::NodeProto *n : g.nodes()) {
-    if (claimed.count(n) || !live.count(n) || !readsInput(n))
+    if (claimed.count(n) || !live.count(n) || !g.readsInputs(*n))
       continue;
     unsupported(*n) << " outside the recognised embedding, blocks, final "
                        "norm, LM head and loss";

@@ -19,35 +19,6 @@ using namespace mlir;
 using namespace mlir::moe::frontend;
 using mlir::moe::NormKind;
 
-namespace {
-
-/// True when `node` computes only from initializers and constants (never a
-/// graph input): memoised over the graph.
-bool constantOnly(const OnnxGraph &g, const onnx::NodeProto *node,
-                  std::unordered_map<const onnx::NodeProto *, bool> &memo) {
-  auto it = memo.find(node);
-  if (it != memo.end())
-    return it->second;
-  memo[node] = false; // cycles cannot occur in a checked graph; be safe
-  bool result = true;
-  for (const std::string &in : node->input()) {
-    if (in.empty())
-      continue;
-    if (const onnx::NodeProto *p = g.producer(in)) {
-      if (!constantOnly(g, p, memo)) {
-        result = false;
-        break;
-      }
-    } else if (!g.constant(in)) {
-      result = false; // a graph input
-      break;
-    }
-  }
-  memo[node] = result;
-  return result;
-}
-
-} // namespace
 
 mlir::moe::frontend::Region mlir::moe::frontend::collectRegion(const OnnxGraph &g,
                                           llvm::StringRef input,
@@ -87,14 +58,13 @@ mlir::moe::frontend::Region mlir::moe::frontend::collectRegion(const OnnxGraph &
   }
 
   // Constant-only producers feeding the region, transitively.
-  std::unordered_map<const onnx::NodeProto *, bool> memo;
   std::vector<const onnx::NodeProto *> pending(in.begin(), in.end());
   while (!pending.empty()) {
     const onnx::NodeProto *n = pending.back();
     pending.pop_back();
     for (const std::string &v : n->input()) {
       const onnx::NodeProto *p = v.empty() ? nullptr : g.producer(v);
-      if (p && !in.count(p) && constantOnly(g, p, memo)) {
+      if (p && !in.count(p) && !g.readsInputs(*p)) {
         in.insert(p);
         pending.push_back(p);
       }
