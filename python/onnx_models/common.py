@@ -212,6 +212,7 @@ def edit(m, how):
     head-bias       an Add of a bias after the LM head
     extra-output    an extra graph output computed from the stream
     loss-sum        the loss with reduction=sum (needs a --loss model)
+    mystery-ffn     the last com.microsoft MoE becomes an unknown op
     """
     g = m.graph
     gather, head, inits = _head(m)
@@ -253,6 +254,10 @@ def edit(m, how):
                 break
         else:
             loss.attribute.append(helper.make_attribute("reduction", "sum"))
+    elif how == "mystery-ffn":
+        moe = [n for n in g.node if n.op_type == "MoE"][-1]
+        moe.op_type, moe.domain = "MysteryMoE", "com.example"
+        m.opset_import.append(helper.make_opsetid("com.example", 1))
     else:
         raise SystemExit(f"unknown edit {how!r}")
     return m
@@ -265,7 +270,7 @@ if __name__ == "__main__":
                     "resave-external <src> | <edit> <src> (see edit())")
     ap.add_argument("what", choices=["norm-model", "resave-external"] +
                     ["tie-head", "transpose-head", "head-bias",
-                     "extra-output", "loss-sum"])
+                     "extra-output", "loss-sum", "mystery-ffn"])
     ap.add_argument("arg")
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--eps", type=float, default=1e-5)
