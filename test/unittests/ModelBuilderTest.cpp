@@ -365,3 +365,49 @@ TEST_F(ModelBuilderTest, DefaultParamsKeepExistingEntries) {
 }
 
 } // namespace
+
+namespace {
+
+/// Every gate kind the dialect has builds a verified model with the
+/// parameters addDefaultParams gives it (noisy: gate.noise; cosine:
+/// gate.proj M x 16 and a 16 x E weight; expert choice: E x C routing).
+class GateKindTest : public ModelBuilderTest,
+                     public ::testing::WithParamInterface<GateKind> {};
+
+TEST_P(GateKindTest, BuildsEveryGateKind) {
+  ModelSpec spec = smallSpec();
+  spec.blocks[1].moe->gate = GetParam();
+  spec.blocks[1].moe->normalize = false;
+  spec.params.clear();
+  addDefaultParams(spec);
+  OwningOpRef<ModuleOp> module = buildModule(spec, &context);
+  ASSERT_TRUE(module) << messages;
+  SmallVector<GateOp> gates;
+  module->walk([&](GateOp g) { gates.push_back(g); });
+  ASSERT_EQ(gates.size(), 1u);
+  EXPECT_EQ(gates[0].getKind(), GetParam());
+  bool hasAux =
+      GetParam() == GateKind::noisy_topk || GetParam() == GateKind::cosine;
+  EXPECT_EQ(static_cast<bool>(gates[0].getAuxWeight()), hasAux);
+  if (GetParam() == GateKind::expert_choice)
+    EXPECT_EQ(gates[0].getIndices().getType().getShape(),
+              ArrayRef<int64_t>({4, 10}));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllGates, GateKindTest,
+                         ::testing::Values(GateKind::softmax_topk,
+                                           GateKind::noisy_topk,
+                                           GateKind::sigmoid, GateKind::cosine,
+                                           GateKind::expert_choice));
+
+TEST_F(ModelBuilderTest, ExpertChoiceNeedsACapacity) {
+  ModelSpec spec = smallSpec();
+  spec.blocks[1].moe->gate = GateKind::expert_choice;
+  spec.blocks[1].moe->capacityFactor = std::nullopt;
+  EXPECT_FALSE(buildModule(spec, &context));
+  EXPECT_NE(messages.find("expert-choice routing needs a capacity factor"),
+            std::string::npos)
+      << messages;
+}
+
+} // namespace
