@@ -14,7 +14,18 @@ GELU is the tanh form here because ONNX Runtime's MoE kernels use it (the
 moe runtime uses the exact erf form; see the docs).
 
   PYTHONPATH=/path/to/onnxruntime python3 contrib_ort_check.py [variant...]
+
+With --e2e BUILD_DIR it instead imports each model with BUILD_DIR/bin/
+moe-opt (grid 1x1, a capacity factor of E/k so nothing is dropped, the
+FlowMoE pipeline), runs one step with BUILD_DIR/bin/moe-run (weights from
+the ONNX file) and compares that step's loss with ONNX Runtime's loss on
+the same tokens and labels (moe-run --dump-inputs): the whole chain of
+matchers, builder, weight loader and runtime against ONNX Runtime.
 """
+import os
+import re
+import subprocess
+import tempfile
 import math
 import sys
 
@@ -151,12 +162,7 @@ def check(name):
     # then reads zeros (its output came out all-zero when the pre-norm's
     # value was not needed elsewhere); keeping every value alive as a graph
     # output stops the buffer reuse.
-    have = {o.name for o in model.graph.output}
-    for n in model.graph.node:
-        for o in n.output:
-            if o not in have:
-                vi = model.graph.output.add()
-                vi.name = o
+    keep_values_alive(model)
     try:
         sess = ort.InferenceSession(model.SerializeToString(),
                                     providers=["CPUExecutionProvider"])
@@ -168,11 +174,61 @@ def check(name):
     return f"{'OK  ' if err < 1e-3 else 'FAIL'} max rel err {err:.2e}"
 
 
+def keep_values_alive(model):
+    have = {o.name for o in model.graph.output}
+    for n in model.graph.node:
+        for o in n.output:
+            if o not in have:
+                model.graph.output.add().name = o
+
+
+def e2e(name, build):
+    import onnxruntime as ort
+    cm.EMBED = 64 if cm.VARIANTS[name]["attn"] == "gqa" else 32
+    model, v = cm.build(name, loss=True)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.onnx")
+        onnx.save(model, path)
+        f = cm.EXPERTS / v["k"]
+        subprocess.run([os.path.join(build, "bin", "moe-opt"), path,
+                        "--onnx-grid=1x1", f"--onnx-capacity-factor={f}",
+                        "--moe-flowmoe-pipeline", "-o",
+                        os.path.join(d, "m.mlir")], check=True)
+        run = subprocess.run(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1",
+             os.path.join(build, "bin", "moe-run"), os.path.join(d, "m.mlir"),
+             "--steps", "1", "--dump-inputs", os.path.join(d, "in")],
+            check=True, capture_output=True, text=True)
+        ours = float(re.search(r"step 1 loss (\S+)", run.stdout).group(1))
+        rows = {}
+        for line in open(os.path.join(d, "in.rank0")):
+            p = line.split()
+            rows[p[0]] = np.array([int(x) for x in p[2:]], np.int64).reshape(
+                [int(x) for x in p[1].split("x")]) if p[0] in ("arg0", "arg1") \
+                else None
+    keep_values_alive(model)
+    sess = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    want = float(sess.run(["loss.out"], {"tokens": rows["arg0"],
+                                         "labels": rows["arg1"]})[0])
+    err = abs(ours - want) / abs(want)
+    # GELU: ONNX Runtime's MoE uses the tanh form, the moe runtime erf.
+    tol = 1e-4 if v["activation"] == "gelu" else 1e-5
+    return (f"{'OK  ' if err < tol else 'FAIL'} moe-run loss {ours:.6f}, "
+            f"onnxruntime {want:.6f} (rel {err:.1e})")
+
+
 def main(argv):
+    build = None
+    if argv[:1] == ["--e2e"]:
+        build, argv = argv[1], argv[2:]
     names = argv or [n for n in sorted(cm.VARIANTS) if not n.startswith("err")]
     bad = 0
     for n in names:
-        r = check(n)
+        if build and cm.VARIANTS[n]["gated"]:
+            print(f"{n:16s} SKIP (ONNX Runtime's CPU MoE has no fc3)")
+            continue
+        r = e2e(n, build) if build else check(n)
         bad += r.startswith("FAIL")
         print(f"{n:16s} {r}")
     return 1 if bad else 0
