@@ -42,6 +42,14 @@ func.func @dynamic(%x: tensor<?x8xf32>, %w: tensor<8x8xf32>) -> tensor<?x8xf32> 
 
 // -----
 
+// expected-error @+1 {{'step.v2' is not a C identifier: name the generated functions with --moe-convert-to-emitc="prefix=..."}}
+func.func @"step.v2"(%x: tensor<2xf32>) -> tensor<2xf32> attributes {moe.schedule = "flowmoe"} {
+  %0 = arith.addf %x, %x {moe.stream = #moe.stream<compute>} : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
 // expected-error @+1 {{no scheduled step to convert (run moe-opt --moe-flowmoe-pipeline first)}}
 module {
 }

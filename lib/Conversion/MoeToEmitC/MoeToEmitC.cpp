@@ -625,6 +625,16 @@ void MoeConvertToEmitCPass::runOnOperation() {
   for (FunctionOpInterface step : steps) {
     b.setInsertionPoint(step);
     StringRef name = prefix.empty() ? step.getName() : StringRef(prefix);
+    // The names become C++ function names.
+    if (name.empty() || llvm::isDigit(name[0]) ||
+        !llvm::all_of(name, [](char ch) {
+          return llvm::isAlnum(ch) || ch == '_';
+        })) {
+      step.emitError() << "'" << name
+                       << "' is not a C identifier: name the generated "
+                          "functions with --moe-convert-to-emitc=\"prefix=...\"";
+      return signalPassFailure();
+    }
     if (failed(convert(step, name, b)))
       return signalPassFailure();
   }
