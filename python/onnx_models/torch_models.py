@@ -25,7 +25,8 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
   biased    a model whose Linears have biases (the importer must refuse it)
   err-*     exported, then edited to be unsupported: padmask (a graph-input
             mask added to the scores), scale (scores / 2), expertop (a
-            Softsign activation), capacity (capacity from a graph input)
+            Softsign activation), capacity (capacity from a graph input);
+            err-seqcapacity: Switch counting positions per sequence
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
 
@@ -263,12 +264,15 @@ class SwitchMoe(nn.Module):
     """Switch Transformer: top-1 by argmax, capacity with token dropping,
     matmul dispatch / combine, one nn.Linear pair per expert."""
 
-    def __init__(self, m, h, e, f, tokens):
+    def __init__(self, m, h, e, f, tokens, per_sequence=False):
         super().__init__()
         self.router = nn.Linear(m, e, bias=False)
         self.experts = nn.ModuleList(MLP(m, h, F.relu) for _ in range(e))
         self.e = e
         self.c = capacity(f, 1, tokens, e)
+        # HF SwitchTransformers counts positions per sequence (cumsum over
+        # N of [B, N, E]): a different limit than moe's over all tokens.
+        self.per_sequence = per_sequence
 
     def forward(self, x):
         b, n, m = x.shape
@@ -276,7 +280,11 @@ class SwitchMoe(nn.Module):
         probs = torch.softmax(self.router(s), dim=-1)
         gate, idx = torch.max(probs, dim=-1)
         mask = F.one_hot(idx, self.e).float()            # S x E
-        pos = torch.cumsum(mask, dim=0) * mask - 1       # S x E
+        if self.per_sequence:
+            m3 = mask.view(b, n, self.e)
+            pos = (torch.cumsum(m3, dim=1) * m3 - 1).view(-1, self.e)
+        else:
+            pos = torch.cumsum(mask, dim=0) * mask - 1   # S x E
         keep = mask * (pos < self.c).float()
         slot = F.one_hot(pos.clamp(0, self.c - 1).long(), self.c).float()
         disp = keep[:, :, None] * slot                   # S x E x C
@@ -398,11 +406,13 @@ def build(style, loss):
                   gated=False, normalize=False, heads=heads, kv_heads=heads,
                   head_dim=M // heads, causal=True, rotary=False, norm="layer",
                   shared_hidden=0, vocab=V, dense_blocks=[])
-    elif style == "switch":
+    elif style in ("switch", "err-seqcapacity"):
         M, H, E, V, heads, f = 32, 64, 8, 64, 2, 1.25
         C = capacity(f, 1, B * N, E)
         blocks = [Block("layer-hand", M, HandAttention(M, heads, heads, False),
-                        SwitchMoe(M, H, E, f, B * N)) for _ in range(2)]
+                        SwitchMoe(M, H, E, f, B * N,
+                                  per_sequence=style != "switch"))
+                  for _ in range(2)]
         ex.update(M=M, H=H, experts=E, k=1, dropless=False, capacity=C,
                   capacity_factor=C * E / (1 * B * N), activation="relu",
                   gated=False, normalize=False, heads=heads, kv_heads=heads,
@@ -434,7 +444,8 @@ def build(style, loss):
 STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",
           "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
-          "attn-gqa-expand", "attn-noncausal", "attn-einsum", "biased"]
+          "attn-gqa-expand", "attn-noncausal", "attn-einsum", "biased",
+          "err-seqcapacity"]
 
 # Broken models for the error tests: a style exported, then edited.
 EDITS = {"err-padmask": "attn-hand", "err-scale": "attn-hand",

@@ -6,6 +6,7 @@
 #include "TorchMatch.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <cmath>
@@ -120,6 +121,66 @@ bool isConstantValue(const OnnxGraph &g, llvm::StringRef value, int depth) {
     if (!i.empty() && !isConstantValue(g, i, depth + 1))
       return false;
   return p->input_size() > 0;
+}
+
+std::optional<int64_t> rankOf(const OnnxGraph &g, llvm::StringRef value,
+                              int depth) {
+  if (auto s = g.shape(value))
+    return static_cast<int64_t>(s->size());
+  if (const onnx::TensorProto *t = g.constant(value))
+    return t->dims_size();
+  const NodeProto *p = g.producer(value);
+  if (!p || depth > 48 || p->input_size() < 1)
+    return std::nullopt;
+  llvm::StringRef op = p->op_type();
+  auto in = [&](int i) { return rankOf(g, p->input(i), depth + 1); };
+  if (op == "Reshape") {
+    auto target = evalInts(g, p->input(1));
+    if (target)
+      return static_cast<int64_t>(target->size());
+    return std::nullopt;
+  }
+  if (op == "OneHot") {
+    auto r = in(0);
+    return r ? std::optional<int64_t>(*r + 1) : std::nullopt;
+  }
+  if (op == "ArgMax" || op == "ArgMin" || op == "ReduceMax" ||
+      op == "ReduceSum" || op == "ReduceMean") {
+    auto r = in(0);
+    if (!r || attrInt(*p, "keepdims", 1))
+      return r;
+    int64_t axes = op.starts_with("Arg") ? 1
+                   : hasAttr(*p, "axes")
+                       ? static_cast<int64_t>(attrInts(*p, "axes").size())
+                       : -1;
+    if (axes < 0)
+      return std::nullopt;
+    return *r - axes;
+  }
+  if (op == "Gather" && p->input_size() == 2) {
+    auto d = in(0), i = in(1);
+    return d && i ? std::optional<int64_t>(*d + *i - 1) : std::nullopt;
+  }
+  static const llvm::StringSet<> sameRank = {
+      "Cast", "Identity", "Softmax", "Sigmoid", "TopK", "Transpose", "Relu",
+      "Neg", "Clip", "CumSum", "Not", "Sqrt", "Exp", "Log", "Abs"};
+  if (sameRank.contains(op))
+    return in(0);
+  static const llvm::StringSet<> broadcast = {
+      "Add", "Sub", "Mul", "Div", "Less", "LessOrEqual", "Greater",
+      "GreaterOrEqual", "Equal", "And", "Or", "Where", "Max", "Min",
+      "MatMul", "Pow"};
+  if (broadcast.contains(op)) {
+    std::optional<int64_t> r;
+    for (int i = 0; i < p->input_size(); ++i) {
+      auto ri = in(i);
+      if (!ri)
+        return std::nullopt;
+      r = std::max(r.value_or(0), *ri);
+    }
+    return r;
+  }
+  return std::nullopt;
 }
 
 static int64_t clampIndex(int64_t i, int64_t n) {

@@ -79,6 +79,12 @@ std::optional<WeightUse> weightUse(const OnnxGraph &g,
 std::optional<std::vector<int64_t>> evalInts(const OnnxGraph &g,
                                              llvm::StringRef value,
                                              int depth = 0);
+/// The rank of `value`: its static shape's, else derived through the ops
+/// torch puts between a reshape and a routing mask (Reshape targets, OneHot,
+/// ArgMax, Gather, elementwise ops). nullopt when unknown.
+std::optional<int64_t> rankOf(const OnnxGraph &g, llvm::StringRef value,
+                              int depth = 0);
+
 /// A float scalar constant (through Cast / Identity / Constant).
 std::optional<double> scalarConst(const OnnxGraph &g, llvm::StringRef value);
 

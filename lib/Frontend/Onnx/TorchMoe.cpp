@@ -225,8 +225,16 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
       g.error(*sel) << "TopK selects the smallest scores";
       return failure();
     }
+  } else if (argmaxes.size() > 1) {
+    // GShard's original top-2 (argmax, mask, argmax again) renormalises the
+    // two gates by their sum in ways this matcher does not trace yet;
+    // importing it as un-normalised top-2 would be silently wrong.
+    g.error(*argmaxes[1]) << "top-" << argmaxes.size()
+                          << " by repeated ArgMax is not supported; export "
+                             "the selection with torch.topk";
+    return failure();
   } else {
-    spec.topK = static_cast<int64_t>(argmaxes.size());
+    spec.topK = 1;
   }
 
   // Renormalisation: kept weights divided by their sum.
@@ -359,6 +367,22 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
   // Capacity: a constant compared with CumSum positions.
   std::optional<int64_t> capacity;
   for (const NodeProto *cs : rv.ofType("CumSum")) {
+    // Positions must count over all B·N tokens ([T, E] along T), as
+    // moe.gate's capacity does; a per-sequence count ([B, N, E] along N,
+    // HF SwitchTransformers) is a different limit.
+    auto rank = rankOf(g, cs->input(0));
+    auto axis = evalInts(g, cs->input(1));
+    if (rank && *rank != 2) {
+      g.error(*cs) << "positions counted over a rank-" << *rank
+                   << " tensor (per sequence?); only a capacity over all "
+                      "tokens ([tokens, experts] along tokens) is supported";
+      return failure();
+    }
+    if (rank && axis && axis->size() == 1 && (*axis)[0] != 0 &&
+        (*axis)[0] != -2) {
+      g.error(*cs) << "positions counted along the expert axis";
+      return failure();
+    }
     auto cone = rv.forwardCone({cs->output(0)});
     for (const NodeProto *n : r.nodes) {
       llvm::StringRef op = n->op_type();
