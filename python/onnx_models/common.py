@@ -213,9 +213,11 @@ def edit(m, how):
     extra-output    an extra graph output computed from the stream
     loss-sum        the loss with reduction=sum (needs a --loss model)
     mystery-ffn     the last com.microsoft MoE becomes an unknown op
+    escape-external external-data locations become "../<location>"
     """
     g = m.graph
-    gather, head, inits = _head(m)
+    if how in ("tie-head", "transpose-head", "head-bias", "extra-output"):
+        gather, head, inits = _head(m)
     if how == "tie-head":
         w = head.input[1]
         g.node.insert(list(g.node).index(head), helper.make_node(
@@ -254,6 +256,11 @@ def edit(m, how):
                 break
         else:
             loss.attribute.append(helper.make_attribute("reduction", "sum"))
+    elif how == "escape-external":
+        for t in g.initializer:
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = "../" + e.value
     elif how == "mystery-ffn":
         moe = [n for n in g.node if n.op_type == "MoE"][-1]
         moe.op_type, moe.domain = "MysteryMoE", "com.example"
@@ -270,7 +277,8 @@ if __name__ == "__main__":
                     "resave-external <src> | <edit> <src> (see edit())")
     ap.add_argument("what", choices=["norm-model", "resave-external"] +
                     ["tie-head", "transpose-head", "head-bias",
-                     "extra-output", "loss-sum", "mystery-ffn"])
+                     "extra-output", "loss-sum", "mystery-ffn",
+                     "escape-external"])
     ap.add_argument("arg")
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--eps", type=float, default=1e-5)
@@ -285,4 +293,5 @@ if __name__ == "__main__":
     elif a.what == "resave-external":
         resave_external(a.arg, a.output)
     else:
-        save(edit(onnx.load(a.arg), a.what), a.output)
+        save(edit(onnx.load(a.arg, load_external_data=False), a.what),
+             a.output)

@@ -82,7 +82,7 @@ int main(int argc, char **argv) {
     for (const auto &t : g->graph().initializer()) {
       os << "initializer " << t.name() << " " << shapeStr(g->shape(t.name()))
          << " data=" << (g->hasData(t.name()) ? "yes" : "no");
-      if (auto f = g->externalFile(t))
+      if (t.data_location() == onnx::TensorProto::EXTERNAL)
         os << " external";
       os << "\n";
     }

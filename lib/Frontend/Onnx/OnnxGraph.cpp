@@ -328,6 +328,14 @@ OnnxGraph::externalFile(const onnx::TensorProto &t) const {
   if (t.data_location() != onnx::TensorProto::EXTERNAL)
     return std::nullopt;
   std::string loc = externalEntry(t, "location");
+  // As ONNX itself requires: a relative path inside the model's directory.
+  // A model must not make the importer read /etc/... or ../../anything.
+  if (loc.empty() || llvm::sys::path::is_absolute(loc))
+    return std::nullopt;
+  for (auto it = llvm::sys::path::begin(loc), e = llvm::sys::path::end(loc);
+       it != e; ++it)
+    if (*it == "..")
+      return std::nullopt;
   llvm::SmallString<256> file(llvm::sys::path::parent_path(path_));
   llvm::sys::path::append(file, loc);
   return std::string(file.str());
@@ -364,9 +372,12 @@ bool OnnxGraph::hasData(llvm::StringRef value) const {
   auto r = externalRange(*t);
   if (!r)
     return false;
-  uint64_t size = 0;
-  if (llvm::sys::fs::file_size(r->file, size))
+  // A regular file only: a FIFO or device named by a model could block.
+  llvm::sys::fs::file_status st;
+  if (llvm::sys::fs::status(r->file, st) ||
+      st.type() != llvm::sys::fs::file_type::regular_file)
     return false;
+  uint64_t size = st.getSize();
   return r->offset <= size && r->length <= size - r->offset;
 }
 

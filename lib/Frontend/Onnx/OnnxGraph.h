@@ -78,7 +78,8 @@ public:
   /// The node's name, or "<op_type> #<index>" when it has none.
   std::string nodeName(const onnx::NodeProto &node) const;
   /// The file an EXTERNAL tensor's data lives in (relative to the model's
-  /// directory); nullopt for inline data.
+  /// directory); nullopt for inline data, and for an absolute location or
+  /// one with a ".." component (such data counts as absent).
   std::optional<std::string> externalFile(const onnx::TensorProto &t) const;
 
   /// True when `node` computes from a graph input (directly or through
