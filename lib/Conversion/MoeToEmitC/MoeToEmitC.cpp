@@ -56,9 +56,9 @@ using Arg = std::variant<Value, Attribute>;
 /// streams and communicators are fetched once, where first needed.
 class StepEmitter {
 public:
-  StepEmitter(FunctionOpInterface step, OpBuilder &b, Value ctx,
+  StepEmitter(Location loc, OpBuilder &b, Value ctx,
               const DenseMap<Value, int64_t> &ids)
-      : step(step), b(b), ctx(ctx), ids(ids), loc(step.getLoc()) {
+      : b(b), ctx(ctx), ids(ids), loc(loc) {
     MLIRContext *c = b.getContext();
     tensorPtr = emitc::PointerType::get(emitc::OpaqueType::get(c, "moe_rt_tensor"));
     streamTy = emitc::OpaqueType::get(c, "moe_rt_stream");
@@ -137,7 +137,6 @@ private:
                         ArrayRef<Value> in, ArrayRef<Value> out);
   Attribute attentionAttrs(AttentionOp a);
 
-  FunctionOpInterface step;
   OpBuilder &b;
   Value ctx;
   const DenseMap<Value, int64_t> &ids;
@@ -512,7 +511,7 @@ LogicalResult MoeConvertToEmitCPass::convert(FunctionOpInterface step,
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(db);
-    StepEmitter e(step, b, db->getArgument(0), ids);
+    StepEmitter e(loc, b, db->getArgument(0), ids);
     SymbolTableCollection table;
     // Grids named by the step's collectives (and its model), so that the
     // support library can form each group from the rank's coordinates.
@@ -575,7 +574,7 @@ LogicalResult MoeConvertToEmitCPass::convert(FunctionOpInterface step,
   {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(sb);
-    StepEmitter e(step, b, sb->getArgument(0), ids);
+    StepEmitter e(loc, b, sb->getArgument(0), ids);
     e.call("moe_step_begin", Type(), {sb->getArgument(0)});
     int64_t index = 0;
     for (Operation &op : entry)
