@@ -42,7 +42,7 @@ BASE = dict(norm="layer", attn="mha", rotary=False, kv_heads=HEADS,
             op="MoE", attn_attrs={}, moe_attrs={}, attn_extra={},
             moe_extra={}, rotary_base=10000.0, reshape_moe_io=False,
             omit_activation=False, packed_qkv=False, router_softmax=False,
-            legacy_layout=False, q_bias=False, opset=17)
+            legacy_layout=False, q_bias=False, gemm_router=False, opset=17)
 
 
 def variant(**kw):
@@ -85,8 +85,10 @@ VARIANTS = {
     # fc3, can run it in contrib_ort_check.py.)
     "attn23-rms": variant(norm="rms23", attn="attn23", kv_heads=KV_HEADS,
                           activation="silu", normalize=1, opset=23),
-    # Zero-valued expert biases are accepted (they change nothing).
-    "mha-zero-bias": variant(moe_extra={3: "zeros", 5: "zeros"}),
+    # All-zero expert biases change nothing and are accepted; the router is
+    # a Gemm with transB=1 (its weight [E, M]).
+    "mha-zero-bias": variant(moe_extra={3: "zeros", 5: "zeros"},
+                             gemm_router=True),
     # com.microsoft.Attention: one packed [M, 3D] weight input and an
     # all-zero bias (ONNX Runtime's CPU kernel crashes without one).
     "msattn-gelu": variant(attn="msattn", attn_extra={2: "zero_qkv_bias"}),
@@ -264,8 +266,14 @@ def moe(g, v, b, x):
     xn = norm(g, v, x, f"block{b}.moe_norm")
     flat = g.ints(p + ".flat_shape", [BATCH * SEQ, EMBED])
     x2 = g.node("Reshape", [xn, flat], p + ".moe_flat")
-    logits = g.node("MatMul", [x2, g.weight(p + ".router", [EMBED, EXPERTS])],
-                    p + ".router_logits")
+    if v["gemm_router"]:  # nn.Linear on 2-D tokens: Gemm, W [E, M]
+        logits = g.node("Gemm", [x2, g.weight(p + ".router",
+                                              [EXPERTS, EMBED])],
+                        p + ".router_logits", transB=1)
+    else:
+        logits = g.node("MatMul",
+                        [x2, g.weight(p + ".router", [EMBED, EXPERTS])],
+                        p + ".router_logits")
     if v["router_softmax"]:
         logits = g.node("Softmax", [logits], p + ".router_softmax", axis=-1)
     fc1_rows = HIDDEN

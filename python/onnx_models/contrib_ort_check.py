@@ -145,7 +145,10 @@ def reference(model, v, tokens):
         else:
             up, gate = fc1, None
         a = "silu" if v["activation"] == "swiglu" else v["activation"]
-        h = h + moe(xn, w[q + ".router"], up, gate, down, v["k"],
+        router = w[q + ".router"]
+        if v["gemm_router"]:
+            router = router.T
+        h = h + moe(xn, router, up, gate, down, v["k"],
                     v["normalize"], a)
     h = norm(h, "final_norm")
     return h @ w["lm_head"]

@@ -3,6 +3,7 @@
 // Recognises an MoE sublayer written with ONNX Runtime's fused MoE op:
 //
 //   [norm] -> (Reshape to [T, M]) -> MatMul(router [M, E]) -> (Reshape)
+//   (or Gemm(router [E, M], transB=1), as nn.Linear on 2-D tokens exports)
 //          -> MoE(input, router_probs, fc1, -, fc2, -, [fc3]) -> (Reshape)
 //
 // Layouts (docs/ContribOperators.md, com.microsoft.MoE): router_probs are
@@ -45,6 +46,8 @@ struct MoeMatch {
   int64_t embed = 0, experts = 0, hidden = 0, topK = 1;
   Activation activation = Activation::relu;
   bool gated = false, normalize = false;
+  /// The router weight is stored [E, M] (Gemm with transB=1).
+  bool routerTransposed = false;
   std::string router, fc1, fc2, fc3;
 
   MoeMatch(const OnnxGraph &g, const Region &r, MatchTarget &t,
@@ -84,11 +87,21 @@ struct MoeMatch {
                  "they must be the router's logits";
       return failure();
     }
-    if (!p || !isOp(*p, "MatMul") || !isInput(p->input(0))) {
+    // nn.Linear on 2-D tokens exports as Gemm(x, W[E, M], transB=1).
+    bool gemm = p && isOp(*p, "Gemm");
+    if (!p || !(isOp(*p, "MatMul") || gemm) || !isInput(p->input(0))) {
       error() << "input 'router_probs' ('" << input(op, 1)
-              << "') must be a MatMul of the sublayer's (normalised) input "
-                 "with a [M, E] router weight initializer";
+              << "') must be a MatMul (or Gemm) of the sublayer's "
+                 "(normalised) input with a router weight initializer";
       return failure();
+    }
+    bool transB = gemm && attrInt(*p, "transB", 0) != 0;
+    if (gemm) {
+      if (attrInt(*p, "transA", 0) != 0 ||
+          failed(requireFloatAttr(g, *p, "alpha", 1.0,
+                                  "the router is a plain projection")) ||
+          failed(requireZeroOrAbsent(g, *p, 2, "C")))
+        return failure();
     }
     auto shape = g.shape(p->input(1));
     if (!g.constant(p->input(1)) || !shape || shape->size() != 2) {
@@ -98,8 +111,9 @@ struct MoeMatch {
     }
     used.insert(p);
     router = p->input(1);
-    embed = (*shape)[0];
-    experts = (*shape)[1];
+    routerTransposed = transB;
+    embed = (*shape)[transB ? 1 : 0];
+    experts = (*shape)[transB ? 0 : 1];
     return success();
   }
 
@@ -279,7 +293,7 @@ struct MoeMatch {
     t.params.insert(t.params.end(), normParams.begin(), normParams.end());
     t.params.push_back({p + ".gate.weight",
                         {embed, experts},
-                        wholeInitializer(g, router, /*transpose=*/false)});
+                        wholeInitializer(g, router, routerTransposed)});
     // With fc3, fc1 is the gate projection (the activation's input) and
     // fc3 the up projection; without it, fc1 is up.
     t.params.push_back({p + ".experts.up",
