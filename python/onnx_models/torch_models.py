@@ -26,7 +26,8 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
   err-*     exported, then edited to be unsupported: padmask (a graph-input
             mask added to the scores), scale (scores / 2), expertop (a
             Softsign activation), capacity (capacity from a graph input);
-            err-seqcapacity: Switch counting positions per sequence
+            err-seqcapacity: Switch counting positions per sequence;
+            err-partialrotary: rotary over 8 of 16 head dims
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
 
@@ -98,16 +99,19 @@ class HandAttention(nn.Module):
     (rotate_half) and grouped KV heads (repeat_interleave or expand)."""
 
     def __init__(self, m, heads, kv_heads, rotary, repeat="interleave",
-                 base=10000.0, bias=False, causal=True, einsum=False):
+                 base=10000.0, bias=False, causal=True, einsum=False,
+                 rotary_dims=None):
         super().__init__()
         self.causal, self.einsum = causal, einsum
         self.h, self.kvh, self.d = heads, kv_heads, m // heads
+        # GPT-NeoX rotary_pct: rotate only the first rotary_dims of a head.
+        self.rd = rotary_dims or self.d
         self.q_proj = nn.Linear(m, heads * self.d, bias=bias)
         self.k_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
         self.v_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
         self.o_proj = nn.Linear(heads * self.d, m, bias=bias)
         self.rotary, self.repeat = rotary, repeat
-        inv = 1.0 / (base ** (torch.arange(0, self.d, 2).float() / self.d))
+        inv = 1.0 / (base ** (torch.arange(0, self.rd, 2).float() / self.rd))
         self.register_buffer("inv_freq", inv)
 
     def forward(self, x):
@@ -120,8 +124,13 @@ class HandAttention(nn.Module):
             freqs = torch.outer(t, self.inv_freq)
             emb = torch.cat((freqs, freqs), dim=-1)
             cos, sin = emb.cos()[None, None], emb.sin()[None, None]
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            rd = self.rd
+            q = torch.cat((q[..., :rd] * cos + rotate_half(q[..., :rd]) * sin,
+                           q[..., rd:]), dim=-1) if rd < self.d else \
+                q * cos + rotate_half(q) * sin
+            k = torch.cat((k[..., :rd] * cos + rotate_half(k[..., :rd]) * sin,
+                           k[..., rd:]), dim=-1) if rd < self.d else \
+                k * cos + rotate_half(k) * sin
         if self.kvh != self.h:
             r = self.h // self.kvh
             if self.repeat == "interleave":
@@ -372,8 +381,8 @@ def build(style, loss):
     torch.manual_seed(0)
     B, N = 2, 16
     ex = {"style": style, "B": B, "N": N, "blocks": 2}
-    if style in ("mixtral", "mixtral-reversed", "biased") or \
-            style.startswith("attn-"):
+    if style in ("mixtral", "mixtral-reversed", "biased",
+                 "err-partialrotary") or style.startswith("attn-"):
         M, H, E, K, V, heads = 64, 96, 4, 2, 96, 4
         variant = style[5:] if style.startswith("attn-") else "gqa"
         causal = variant != "noncausal"
@@ -387,7 +396,8 @@ def build(style, loss):
             return HandAttention(M, heads, kvh, rotary=variant in (
                 "gqa", "rotary", "gqa-expand"),
                 repeat="expand" if variant == "gqa-expand" else "interleave",
-                bias=bias, causal=causal, einsum=variant == "einsum")
+                bias=bias, causal=causal, einsum=variant == "einsum",
+                rotary_dims=8 if style == "err-partialrotary" else None)
         blocks = [Block(norm, M, attn(), MixtralMoe(
             M, H, E, K, bias=bias, reverse=style == "mixtral-reversed"))
             for _ in range(2)]
@@ -445,7 +455,7 @@ STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",
           "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
           "attn-gqa-expand", "attn-noncausal", "attn-einsum", "biased",
-          "err-seqcapacity"]
+          "err-seqcapacity", "err-partialrotary"]
 
 # Broken models for the error tests: a style exported, then edited.
 EDITS = {"err-padmask": "attn-hand", "err-scale": "attn-hand",

@@ -162,9 +162,11 @@ std::optional<bool> causalMask(const OnnxGraph &g, llvm::StringRef value) {
 }
 
 /// Recovers the rotary base from an inv_freq-like constant (d/2 values,
-/// inv[i] = base^(-2i/d)) behind the Sin / Cos tables.
+/// inv[i] = base^(-2i/d)) behind the Sin / Cos tables. A geometric inv_freq
+/// of another length means rotary over only part of each head (GPT-NeoX
+/// rotary_pct): `partial` is set to its length.
 std::optional<double> rotaryBase(const OnnxGraph &g, const NodeProto &sinCos,
-                                 int64_t headDim) {
+                                 int64_t headDim, int64_t &partial) {
   std::vector<std::string> work{sinCos.input(0)};
   std::set<std::string> seen;
   while (!work.empty()) {
@@ -172,8 +174,14 @@ std::optional<double> rotaryBase(const OnnxGraph &g, const NodeProto &sinCos,
     work.pop_back();
     if (!seen.insert(v).second || seen.size() > 64)
       continue;
-    if (auto f = g.floatValues(v);
-        f && static_cast<int64_t>(f->size()) == headDim / 2 && f->size() > 1 &&
+    auto f = g.floatValues(v);
+    if (f && f->size() > 2 && (*f)[0] == 1.0 && (*f)[1] > 0 && (*f)[1] < 1 &&
+        std::abs((*f)[2] - (*f)[1] * (*f)[1]) < 1e-4 &&
+        static_cast<int64_t>(f->size()) != headDim / 2) {
+      partial = static_cast<int64_t>(f->size());
+      return std::nullopt;
+    }
+    if (f && static_cast<int64_t>(f->size()) == headDim / 2 && f->size() > 1 &&
         (*f)[0] == 1.0 && (*f)[1] > 0 && (*f)[1] < 1)
     {
       // float32 tables are good to ~1e-6: snap to the integer base the
@@ -449,9 +457,16 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
     const NodeProto *sc = !sins.empty() ? sins[0]
                           : !coss.empty() ? coss[0]
                                           : nullptr;
+    int64_t partial = 0;
     if (sc)
-      if (auto b = rotaryBase(g, *sc, headDim))
+      if (auto b = rotaryBase(g, *sc, headDim, partial))
         base = *b;
+    if (partial) {
+      g.error(*sc) << "rotary embedding over " << 2 * partial << " of "
+                   << headDim
+                   << " head dimensions (partial rotary) is not supported";
+      return failure();
+    }
   }
 
   // The pre-norm last: it adds parameters, which only a match may do.
