@@ -151,19 +151,20 @@ struct AttentionMatch {
 
   /// `scale` must be the default 1/sqrt(head_dim) moe.attention uses.
   LogicalResult checkScale() {
-    return requireFloatAttr(
-        g, op, "scale", 1.0 / std::sqrt(double(headDim)),
-        "moe.attention scales scores by 1/sqrt(head_dim)");
+    return requireFloatAttr(g, op, "scale", 1.0 / std::sqrt(double(headDim)),
+                            "moe.attention scales scores by 1/sqrt(head_dim)");
   }
 
   LogicalResult mha() {
     if (failed(requireHeads("num_heads", "")) || failed(separateQkv()))
       return failure();
     causal = attrInt(op, "unidirectional", 0) != 0;
-    const std::pair<int, const char *> inputs[] = {
-        {4, "key_padding_mask"}, {5, "attention_bias"},   {6, "past_key"},
-        {7, "past_value"},       {8, "past_sequence_length"},
-        {9, "cache_indirection"}};
+    const std::pair<int, const char *> inputs[] = {{4, "key_padding_mask"},
+                                                   {5, "attention_bias"},
+                                                   {6, "past_key"},
+                                                   {7, "past_value"},
+                                                   {8, "past_sequence_length"},
+                                                   {9, "cache_indirection"}};
     if (failed(requireZeroOrAbsent(g, op, 3, "bias")))
       return failure();
     for (auto [i, name] : inputs)
@@ -284,9 +285,9 @@ struct AttentionMatch {
     // Older schemas had no `causal` (always causal); the default is 1.
     causal = attrInt(op, "causal", 1) != 0;
     const std::pair<int, const char *> inputs[] = {
-        {3, "past_key"},     {4, "past_value"}, {9, "position_ids"},
-        {10, "attention_bias"}, {11, "head_sink"},  {12, "k_scale"},
-        {13, "v_scale"},     {14, "q_norm_weight"}, {15, "k_norm_weight"}};
+        {3, "past_key"},        {4, "past_value"},     {9, "position_ids"},
+        {10, "attention_bias"}, {11, "head_sink"},     {12, "k_scale"},
+        {13, "v_scale"},        {14, "q_norm_weight"}, {15, "k_norm_weight"}};
     for (auto [i, name] : inputs)
       if (failed(requireAbsent(g, op, i, name,
                                "moe.attention has no KV cache, position "
@@ -422,8 +423,8 @@ struct AttentionMatch {
     used.insert(&op);
     NormMatch norm;
     std::vector<ParamSpec> normParams;
-    FailureOr<bool> normed = matchNorm(g, r.input, prefix() + ".attn_norm",
-                                       normParams, norm);
+    FailureOr<bool> normed =
+        matchNorm(g, r.input, prefix() + ".attn_norm", normParams, norm);
     if (failed(normed))
       return failure();
     x = *normed ? norm.output : r.input;

@@ -41,8 +41,8 @@ struct MoeMatch {
   MatchTarget &t;
   const onnx::NodeProto &op;
   llvm::SmallPtrSet<const onnx::NodeProto *, 16> used;
-  std::string x;             // the normalised sublayer input
-  std::string flat;          // x reshaped to [T, M], or empty
+  std::string x;    // the normalised sublayer input
+  std::string flat; // x reshaped to [T, M], or empty
   int64_t embed = 0, experts = 0, hidden = 0, topK = 1;
   Activation activation = Activation::relu;
   bool gated = false, normalize = false;
@@ -175,8 +175,9 @@ struct MoeMatch {
       fc3 = input(op, 6).str();
       gated = true;
     }
-    const std::pair<int, const char *> biases[] = {
-        {3, "fc1_experts_bias"}, {5, "fc2_experts_bias"}, {7, "fc3_experts_bias"}};
+    const std::pair<int, const char *> biases[] = {{3, "fc1_experts_bias"},
+                                                   {5, "fc2_experts_bias"},
+                                                   {7, "fc3_experts_bias"}};
     for (auto [i, name] : biases)
       if (failed(requireZeroOrAbsent(g, op, i, name)))
         return failure();

@@ -147,10 +147,10 @@ FailureOr<Projection> projectionOf(const OnnxGraph &g, llvm::StringRef value,
   return out;
 }
 
-LogicalResult requireAllUsed(const OnnxGraph &g, const Region &r,
-                             llvm::SmallPtrSetImpl<const onnx::NodeProto *> &used,
-                             const onnx::NodeProto &anchor,
-                             llvm::StringRef sublayer) {
+LogicalResult
+requireAllUsed(const OnnxGraph &g, const Region &r,
+               llvm::SmallPtrSetImpl<const onnx::NodeProto *> &used,
+               const onnx::NodeProto &anchor, llvm::StringRef sublayer) {
   std::unordered_set<const onnx::NodeProto *> inRegion(r.nodes.begin(),
                                                        r.nodes.end());
   // Shape computations feeding a Reshape we accepted (Shape, Gather,

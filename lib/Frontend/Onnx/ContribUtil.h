@@ -1,4 +1,5 @@
-//===- ContribUtil.h - shared checks of the contrib-op matchers --*- C++ -*-===//
+//===- ContribUtil.h - shared checks of the contrib-op matchers --*- C++
+//-*-===//
 //
 // The ONNX Runtime contrib-op matchers (ContribAttention.cpp, ContribMoe.cpp)
 // recognise one fused op plus the plain nodes around it (pre-norm, MatMul
@@ -75,17 +76,17 @@ FailureOr<Projection> projectionOf(const OnnxGraph &g, llvm::StringRef value,
 
 /// Fails (error at the first other node) unless every node of `r` is in
 /// `used`, is a Constant, or only feeds the shape input of a used Reshape.
-LogicalResult requireAllUsed(const OnnxGraph &g, const Region &r,
-                             llvm::SmallPtrSetImpl<const onnx::NodeProto *> &used,
-                             const onnx::NodeProto &anchor,
-                             llvm::StringRef sublayer);
+LogicalResult
+requireAllUsed(const OnnxGraph &g, const Region &r,
+               llvm::SmallPtrSetImpl<const onnx::NodeProto *> &used,
+               const onnx::NodeProto &anchor, llvm::StringRef sublayer);
 
 /// The single node of `r` for which `pred` holds: null when there is none,
 /// failure (error at the second) when there are several.
 template <typename Pred>
-FailureOr<const onnx::NodeProto *>
-uniqueNode(const OnnxGraph &g, const Region &r, Pred pred,
-           llvm::StringRef what) {
+FailureOr<const onnx::NodeProto *> uniqueNode(const OnnxGraph &g,
+                                              const Region &r, Pred pred,
+                                              llvm::StringRef what) {
   const onnx::NodeProto *found = nullptr;
   for (const onnx::NodeProto *n : r.nodes) {
     if (!pred(*n))
