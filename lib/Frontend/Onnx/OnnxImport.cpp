@@ -529,8 +529,12 @@ OwningOpRef<ModuleOp> Importer::run() {
                   ? mp.graph().name()
                   : llvm::sys::path::stem(g.path()).str();
   spec.origin = file.str() + " (";
-  if (!mp.producer_name().empty())
-    spec.origin += mp.producer_name() + " " + mp.producer_version() + ", ";
+  if (!mp.producer_name().empty()) {
+    spec.origin += mp.producer_name();
+    if (!mp.producer_version().empty())
+      spec.origin += " " + mp.producer_version();
+    spec.origin += ", ";
+  }
   spec.origin += "opset " + std::to_string(g.opset("")) + ")";
   spec.nodes = opts.nodes;
   spec.gpusPerNode = opts.gpusPerNode;
