@@ -77,6 +77,12 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getParamAttrName() {
       return ::llvm::StringLiteral("moe.param");
     }
+    /// Name of the argument attribute saying where an imported parameter's
+    /// values are (docs/frontend/builder.md): {file, names, stacked,
+    /// transpose, slice, scale}.
+    static constexpr ::llvm::StringLiteral getSourceAttrName() {
+      return ::llvm::StringLiteral("moe.source");
+    }
   }];
 }
 
