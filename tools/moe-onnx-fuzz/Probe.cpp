@@ -1,4 +1,5 @@
-//===- Probe.cpp - inspect what the ONNX loader and norm matcher see -------===//
+//===- Probe.cpp - inspect what the ONNX loader and norm matcher see
+//-------===//
 //
 // A test driver for the pieces below the importer's walk, so they can be
 // checked on hand-made graphs that are not whole transformers:
@@ -37,8 +38,8 @@ std::string shapeStr(const std::optional<std::vector<int64_t>> &s) {
     return "?";
   std::string r = "[";
   for (size_t i = 0; i < s->size(); ++i)
-    r += (i ? "," : "") + ((*s)[i] < 0 ? std::string("?")
-                                       : std::to_string((*s)[i]));
+    r += (i ? "," : "") +
+         ((*s)[i] < 0 ? std::string("?") : std::to_string((*s)[i]));
   return r + "]";
 }
 
@@ -73,8 +74,7 @@ int main(int argc, char **argv) {
   std::string mode = argc > 2 ? argv[2] : "";
   auto &os = llvm::outs();
   if (mode.empty()) {
-    os << "nodes " << g->nodes().size() << " opset " << g->opset("")
-       << "\n";
+    os << "nodes " << g->nodes().size() << " opset " << g->opset("") << "\n";
     for (const auto &vi : g->graph().input())
       if (!g->isInitializer(vi.name()))
         os << "input " << vi.name() << " " << shapeStr(g->shape(vi.name()))

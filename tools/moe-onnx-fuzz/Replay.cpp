@@ -72,8 +72,8 @@ void run(const std::string &bytes, bool verbose) {
     if (!ec)
       os << bytes;
   }
-  moeFuzzOneInput(reinterpret_cast<const uint8_t *>(bytes.data()),
-                  bytes.size(), verbose);
+  moeFuzzOneInput(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(),
+                  verbose);
 }
 
 } // namespace

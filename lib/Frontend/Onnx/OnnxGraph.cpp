@@ -119,8 +119,8 @@ std::unique_ptr<OnnxGraph> OnnxGraph::parse(llvm::StringRef bytes,
                                             MLIRContext *ctx) {
   Location fileLoc = FileLineColLoc::get(ctx, path, 0, 0);
   auto notOnnx = [&](llvm::StringRef why) {
-    emitError(fileLoc) << "'" << path << "' is not a valid ONNX model ("
-                       << why << ")";
+    emitError(fileLoc) << "'" << path << "' is not a valid ONNX model (" << why
+                       << ")";
     return nullptr;
   };
   if (bytes.size() > size_t(std::numeric_limits<int>::max()))
@@ -212,8 +212,8 @@ LogicalResult OnnxGraph::index() {
         auto prev = producers_.find(out);
         error(*node) << "output '" << out << "' is already "
                      << (prev != producers_.end()
-                             ? "produced by node '" +
-                                   nodeName(*prev->second) + "'"
+                             ? "produced by node '" + nodeName(*prev->second) +
+                                   "'"
                              : std::string("a graph input or initializer"))
                      << "; ONNX values are assigned once";
         return failure();

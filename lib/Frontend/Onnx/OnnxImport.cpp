@@ -40,9 +40,9 @@ bool isOp(const onnx::NodeProto &n, llvm::StringRef op) {
 /// Ops that only rearrange or relabel values (between the LM head and the
 /// loss, or on the labels' way to the loss).
 bool isView(const onnx::NodeProto &n) {
-  static const llvm::StringSet<> views = {
-      "Reshape", "Flatten", "Transpose", "Cast",
-      "Identity", "Squeeze", "Unsqueeze"};
+  static const llvm::StringSet<> views = {"Reshape",  "Flatten",  "Transpose",
+                                          "Cast",     "Identity", "Squeeze",
+                                          "Unsqueeze"};
   return (n.domain().empty() || n.domain() == "ai.onnx") &&
          views.contains(n.op_type());
 }
@@ -50,20 +50,88 @@ bool isView(const onnx::NodeProto &n) {
 /// Op types that appear in some supported sublayer pattern. When no matcher
 /// claims a region, the first node of another type is the likely culprit.
 bool knownSublayerOp(const onnx::NodeProto &n) {
-  static const llvm::StringSet<> known = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Exp",
-      "Log", "Erf", "Tanh", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu",
-      "Softmax", "MatMul", "Gemm", "Einsum", "Transpose", "Reshape",
-      "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split", "Slice", "Gather",
-      "GatherElements", "GatherND", "ScatterND", "ScatterElements", "Shape",
-      "Size", "Expand", "Tile", "Range", "Constant", "ConstantOfShape", "Cast",
-      "CastLike", "Identity", "Where", "Equal", "Less", "Greater", "Not",
-      "And", "Or", "Trilu", "ReduceMean", "ReduceSum", "ReduceMax", "Max",
-      "Min", "TopK", "ArgMax", "OneHot", "NonZero", "CumSum", "Clip", "Sin",
-      "Cos", "Dropout", "LayerNormalization", "RMSNormalization",
-      "SimplifiedLayerNormalization", "Attention", "MultiHeadAttention",
-      "GroupQueryAttention", "RotaryEmbedding", "MoE", "QMoE",
-      "Floor", "Ceil", "Mod", "Abs", "ReduceL2", "IsNaN", "Softplus"};
+  static const llvm::StringSet<> known = {"Add",
+                                          "Sub",
+                                          "Mul",
+                                          "Div",
+                                          "Pow",
+                                          "Sqrt",
+                                          "Reciprocal",
+                                          "Neg",
+                                          "Exp",
+                                          "Log",
+                                          "Erf",
+                                          "Tanh",
+                                          "Sigmoid",
+                                          "Relu",
+                                          "Gelu",
+                                          "FastGelu",
+                                          "BiasGelu",
+                                          "Softmax",
+                                          "MatMul",
+                                          "Gemm",
+                                          "Einsum",
+                                          "Transpose",
+                                          "Reshape",
+                                          "Flatten",
+                                          "Squeeze",
+                                          "Unsqueeze",
+                                          "Concat",
+                                          "Split",
+                                          "Slice",
+                                          "Gather",
+                                          "GatherElements",
+                                          "GatherND",
+                                          "ScatterND",
+                                          "ScatterElements",
+                                          "Shape",
+                                          "Size",
+                                          "Expand",
+                                          "Tile",
+                                          "Range",
+                                          "Constant",
+                                          "ConstantOfShape",
+                                          "Cast",
+                                          "CastLike",
+                                          "Identity",
+                                          "Where",
+                                          "Equal",
+                                          "Less",
+                                          "Greater",
+                                          "Not",
+                                          "And",
+                                          "Or",
+                                          "Trilu",
+                                          "ReduceMean",
+                                          "ReduceSum",
+                                          "ReduceMax",
+                                          "Max",
+                                          "Min",
+                                          "TopK",
+                                          "ArgMax",
+                                          "OneHot",
+                                          "NonZero",
+                                          "CumSum",
+                                          "Clip",
+                                          "Sin",
+                                          "Cos",
+                                          "Dropout",
+                                          "LayerNormalization",
+                                          "RMSNormalization",
+                                          "SimplifiedLayerNormalization",
+                                          "Attention",
+                                          "MultiHeadAttention",
+                                          "GroupQueryAttention",
+                                          "RotaryEmbedding",
+                                          "MoE",
+                                          "QMoE",
+                                          "Floor",
+                                          "Ceil",
+                                          "Mod",
+                                          "Abs",
+                                          "ReduceL2",
+                                          "IsNaN",
+                                          "Softplus"};
   return known.contains(n.op_type());
 }
 
@@ -84,9 +152,8 @@ private:
 
   LogicalResult findEmbedding(std::string &stream);
   const onnx::NodeProto *residualAdd(const std::string &stream) const;
-  LogicalResult sublayer(const std::string &stream,
-                         const onnx::NodeProto &add, BlockSpec &block,
-                         int index, bool attention);
+  LogicalResult sublayer(const std::string &stream, const onnx::NodeProto &add,
+                         BlockSpec &block, int index, bool attention);
   LogicalResult head(const std::string &stream, int blocks);
   LogicalResult loss(const std::string &logits);
   LogicalResult everythingClaimed();
@@ -137,8 +204,8 @@ LogicalResult Importer::findEmbedding(std::string &stream) {
         return failure();
       }
       if (attrInt(*c, "axis", 0) != 0) {
-        g.error(*c) << "embedding Gather along axis "
-                    << attrInt(*c, "axis", 0) << "; expected axis 0";
+        g.error(*c) << "embedding Gather along axis " << attrInt(*c, "axis", 0)
+                    << "; expected axis 0";
         return failure();
       }
       if (!g.isInitializer(c->input(0))) {
@@ -208,8 +275,7 @@ LogicalResult Importer::findEmbedding(std::string &stream) {
 
 /// The Add that puts a sublayer's result back into the stream: it reads
 /// the stream value directly and a value computed from it.
-const onnx::NodeProto *
-Importer::residualAdd(const std::string &stream) const {
+const onnx::NodeProto *Importer::residualAdd(const std::string &stream) const {
   std::unordered_set<std::string> reach;
   std::vector<std::string> work{stream};
   while (!work.empty()) {
@@ -240,11 +306,10 @@ LogicalResult Importer::sublayer(const std::string &stream,
   moe::frontend::Region r = collectRegion(g, stream, otherOperand(add, stream));
   if (!r.anchor)
     r.anchor = &add;
-  using Matcher = FailureOr<bool> (*)(const OnnxGraph &, const moe::frontend::Region &,
-                                      MatchTarget &);
+  using Matcher = FailureOr<bool> (*)(
+      const OnnxGraph &, const moe::frontend::Region &, MatchTarget &);
   static const Matcher attn[] = {matchContribAttention, matchTorchAttention};
-  static const Matcher ffn[] = {matchContribMoe, matchTorchMoe,
-                                matchDenseFfn};
+  static const Matcher ffn[] = {matchContribMoe, matchTorchMoe, matchDenseFfn};
   llvm::ArrayRef<Matcher> matchers(attention ? llvm::ArrayRef<Matcher>(attn)
                                              : llvm::ArrayRef<Matcher>(ffn));
   MatchTarget t{block, index, spec.params};
@@ -350,8 +415,8 @@ LogicalResult Importer::head(const std::string &stream, int blocks) {
   int64_t rows = (*ws)[0], cols = (*ws)[1];
   int64_t m = transposed ? cols : rows, v = transposed ? rows : cols;
   if (m != spec.embed || v != spec.vocab) {
-    g.error(*lm) << "LM head weight '" << w << "' is " << rows << " x "
-                 << cols << (transposed ? " (transposed)" : "")
+    g.error(*lm) << "LM head weight '" << w << "' is " << rows << " x " << cols
+                 << (transposed ? " (transposed)" : "")
                  << "; expected embedding x vocab = " << spec.embed << " x "
                  << spec.vocab;
     return failure();
@@ -553,21 +618,17 @@ OwningOpRef<ModuleOp> importGraph(const OnnxGraph &g,
 
 } // namespace
 
-OwningOpRef<ModuleOp>
-mlir::moe::frontend::importOnnxFile(llvm::StringRef path,
-                                    const ImportOptions &options,
-                                    MLIRContext *ctx) {
+OwningOpRef<ModuleOp> mlir::moe::frontend::importOnnxFile(
+    llvm::StringRef path, const ImportOptions &options, MLIRContext *ctx) {
   std::unique_ptr<OnnxGraph> g = OnnxGraph::load(path, ctx);
   if (!g)
     return nullptr;
   return importGraph(*g, options);
 }
 
-OwningOpRef<ModuleOp>
-mlir::moe::frontend::importOnnxBuffer(llvm::StringRef bytes,
-                                      llvm::StringRef name,
-                                      const ImportOptions &options,
-                                      MLIRContext *ctx) {
+OwningOpRef<ModuleOp> mlir::moe::frontend::importOnnxBuffer(
+    llvm::StringRef bytes, llvm::StringRef name, const ImportOptions &options,
+    MLIRContext *ctx) {
   std::unique_ptr<OnnxGraph> g = OnnxGraph::parse(bytes, name, ctx);
   if (!g)
     return nullptr;

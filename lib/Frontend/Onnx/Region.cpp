@@ -19,10 +19,9 @@ using namespace mlir;
 using namespace mlir::moe::frontend;
 using mlir::moe::NormKind;
 
-
-mlir::moe::frontend::Region mlir::moe::frontend::collectRegion(const OnnxGraph &g,
-                                          llvm::StringRef input,
-                                          llvm::StringRef output) {
+mlir::moe::frontend::Region
+mlir::moe::frontend::collectRegion(const OnnxGraph &g, llvm::StringRef input,
+                                   llvm::StringRef output) {
   Region r;
   r.input = input.str();
   r.output = output.str();
