@@ -61,18 +61,21 @@ struct ModelChecker {
       }
     if (next == 0) {
       // A training step has its blocks inlined: count the blocks its
-      // forward dispatch tasks are labelled with instead.
+      // forward AT tasks are labelled with instead (every block has one;
+      // a dense block, e.g. DeepSeek's first layers, has no dispatch).
       llvm::SmallDenseSet<int64_t> labelled;
-      func->walk([&](DispatchOp op) {
+      func->walk([&](Operation *op) {
         if (auto task =
                 op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
-          labelled.insert(task.getBlock());
+          if (task.getKind() == TaskKind::AT &&
+              task.getPhase() == Phase::fwd && task.getBlock() >= 0)
+            labelled.insert(task.getBlock());
       });
       if (!labelled.empty()) {
         if (static_cast<int64_t>(labelled.size()) != model.getLayers())
           return func->emitError()
                  << "model declares " << model.getLayers()
-                 << " layers but its step has dispatch tasks of "
+                 << " layers but its step has attention tasks of "
                  << labelled.size() << " blocks";
         return success();
       }
