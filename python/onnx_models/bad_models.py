@@ -13,6 +13,7 @@ a non-zero exit and no output file. Written with onnx.helper.
   dangling        a node reads a value nothing produces
   dangling-unnamed  the same, the node without a name
   duplicate-output  two nodes assign the same value
+  arity           a MatMul with one input (the fuzzer's first finding)
   unsupported-op  a block whose attention sublayer contains a Hardmax
   dynamic-dims    token input [batch, seq] with symbolic dims
   embed-rank      the embedding Gather reads a 3-D table
@@ -103,6 +104,11 @@ def build(variant, path):
         g.nodes.append(helper.make_node("Relu", [x], ["twice"], name="first"))
         g.nodes.append(helper.make_node("Neg", [x], ["twice"], name="second"))
         m = head(g, "twice")
+    elif variant == "arity":
+        x = embedding(g, V, M, B, N)
+        g.nodes.append(helper.make_node("MatMul", [x], ["lonely"],
+                                        name="one_input"))
+        m = head(g, "lonely")
     elif variant == "unsupported-op":
         m = unsupported_op()
     elif variant == "dynamic-dims":
@@ -124,7 +130,7 @@ def build(variant, path):
 
 
 VARIANTS = ["not-onnx", "truncated", "no-graph", "empty-graph", "dangling",
-            "dangling-unnamed", "duplicate-output",
+            "dangling-unnamed", "duplicate-output", "arity",
             "unsupported-op", "dynamic-dims", "embed-rank", "no-tokens",
             "no-blocks"]
 

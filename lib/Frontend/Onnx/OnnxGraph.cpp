@@ -17,6 +17,7 @@
 #include "llvm/Support/Path.h"
 
 #include <google/protobuf/io/coded_stream.h>
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
 #include <cstring>
@@ -223,10 +224,49 @@ LogicalResult OnnxGraph::index() {
       if (dynamic)
         dynamicValues.insert(out);
     }
+    if (failed(checkArity(*node)))
+      return failure();
     if (node->op_type() == "Constant" && node->domain().empty() &&
         node->output_size() == 1)
       addConstantNode(*node);
   }
+  return success();
+}
+
+/// Input / output counts against the ai.onnx schema of the model's opset:
+/// the matchers read inputs by position, and a node with too few (a
+/// corrupt file, a buggy exporter) must be an error here, not an
+/// out-of-range access there. Ops libonnx does not know (com.microsoft,
+/// newer than its opsets) are left to their matchers.
+LogicalResult OnnxGraph::checkArity(const onnx::NodeProto &node) const {
+  if (!node.domain().empty() && node.domain() != "ai.onnx")
+    return success();
+  int64_t version = opset("");
+  if (version <= 0)
+    version = std::numeric_limits<int>::max();
+  const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(
+      node.op_type(), int(std::min<int64_t>(version, INT32_MAX)), "");
+  if (!schema)
+    return success();
+  auto check = [&](int n, int lo, int hi, llvm::StringRef what) {
+    if (n >= lo && n <= hi)
+      return success();
+    InFlightDiagnostic d = error(node);
+    d << "has " << n << " " << what << (n == 1 ? "" : "s") << "; "
+      << node.op_type() << " (opset " << schema->SinceVersion() << ") takes ";
+    if (lo == hi)
+      d << lo;
+    else if (hi == std::numeric_limits<int>::max())
+      d << "at least " << lo;
+    else
+      d << lo << " to " << hi;
+    return failure();
+  };
+  if (failed(check(node.input_size(), schema->min_input(), schema->max_input(),
+                   "input")) ||
+      failed(check(node.output_size(), schema->min_output(),
+                   schema->max_output(), "output")))
+    return failure();
   return success();
 }
 

@@ -101,6 +101,7 @@ private:
     uint64_t offset = 0, length = 0;
   };
   LogicalResult index();
+  LogicalResult checkArity(const onnx::NodeProto &node) const;
   void addConstantNode(const onnx::NodeProto &node);
   void inferShapes();
   std::optional<ExternalRange> externalRange(const onnx::TensorProto &t) const;
