@@ -24,4 +24,8 @@ if [[ -x "$BUILD_DIR/bin/moe-run" && $# -eq 0 ]]; then
   "$OPT" "$ROOT/examples/gpt-moe-2block.mlir" --moe-flowmoe-pipeline="$PIPELINE" -o "$SMALL"
   echo "== mpirun -np 4 moe-run gpt-moe-2block (real execution on CPU ranks)"
   mpirun --allow-run-as-root --oversubscribe -np 4 "$BUILD_DIR/bin/moe-run" "$SMALL" --steps 3
+  # The example trainer: a PyTorch MoE LM imported from ONNX with its
+  # weights, trained on the shipped text for a few steps (the loss falls).
+  echo "== examples/trainer/train.sh: ONNX -> moe -> FlowMoE step, trained on 4 CPU ranks"
+  "$ROOT/examples/trainer/train.sh" "${MOE_TRAIN_STEPS:-10}"
 fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The example trainer: a byte-level MoE language model (examples/trainer/
+# make_model.py: 2 blocks, 8 experts, top-2) exported from PyTorch to ONNX,
+# imported with its weights, scheduled by the FlowMoE pipeline and trained
+# on 4 CPU ranks (mpirun -np 4) on examples/data/moe-notes.txt, one loss
+# line per step with a progress line on stderr.
+#
+#   examples/trainer/train.sh [STEPS] [PIPELINE-OPTIONS]
+#   e.g. examples/trainer/train.sh 40 "degree=2 policy=flowmoe lr=0.2"
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD_DIR="${MOE_BUILD_DIR:-$ROOT/build}"
+STEPS="${1:-20}"
+PIPELINE="${2:-degree=2 policy=flowmoe chunk-bytes=64KiB lr=0.2}"
+OUT="$BUILD_DIR/examples/trainer"
+mkdir -p "$OUT"
+/usr/bin/python3 "$ROOT/examples/trainer/make_model.py" -o "$OUT/byte-moe.onnx" 2> "$OUT/export.log" ||
+  { cat "$OUT/export.log" >&2; exit 1; }
+# 8 experts over 4 ranks; the model is dropless (Mixtral), so capacity
+# factor E/k = 4 keeps every token (C = B*N) while giving the step static
+# shapes.
+"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid=1x4 --onnx-capacity-factor=4 \
+  --moe-model-summary -o "$OUT/byte-moe.mlir"
+"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.mlir" --moe-flowmoe-pipeline="$PIPELINE" -o "$OUT/byte-moe.step.mlir"
+echo "== training $STEPS steps on 4 ranks: $PIPELINE"
+mpirun --allow-run-as-root --oversubscribe -np 4 "$BUILD_DIR/bin/moe-run" "$OUT/byte-moe.step.mlir" \
+  --data "$ROOT/examples/data/moe-notes.txt" --steps "$STEPS" --timeout 120
