@@ -56,6 +56,29 @@ def MoeMicrobatch : Pass<"moe-microbatch", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeBoundDropless : Pass<"moe-bound-dropless", "::mlir::ModuleOp"> {
+  let summary = "Give dropless routing a capacity no expert can exceed, so "
+                "the step has static shapes";
+  let description = [{
+    Dropless routing (`moe.gate` without a capacity: Mixtral, DeepSeek,
+    Qwen-MoE) makes the dispatched token count a run-time value
+    (`E_l x ? x M`). This pass bounds it: every dropless token-choice gate
+    gets the capacity factor f = E/k (rounded up to 10^-6), so C =
+    ceil(f·k·T/E) >= T, the rank's tokens, and since a token picks k
+    distinct experts no expert can receive more than T of them: no token
+    is ever dropped and the numerics are those of dropless routing. Dispatch,
+    expert and combine get the static `E_l x G·C x M` types and the model
+    attribute the same f.
+
+    The cost is padding: each expert's slots hold up to E/k times the
+    average load, and the runtime computes over empty slots too. That is
+    what lets the CPU runtime, `moe-run` and generated code run a dropless
+    model today; the simulator should see the unbounded model (its dropless
+    cost is the average load), so the named pipeline does not add this
+    pass.
+  }];
+}
+
 def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
   let summary = "Build the training step: forward, loss, backward, gradient "
                 "all-reduce and optimizer update";
