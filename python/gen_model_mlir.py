@@ -37,7 +37,8 @@ class Config:
     norm: str = "layer"     # layer | rms
     activation: str = "gelu"
     gated: bool = False     # SwiGLU-style experts
-    gate: str = "softmax_topk"
+    gate: str = "softmax_topk"  # moe.gate kind (--gate)
+    gate_dim: int | None = None  # cosine's projection width d (None = M)
     normalize: bool = False  # renormalise top-k weights (Mixtral)
     note: str = ""
 
@@ -90,6 +91,10 @@ PRESETS = {c.name: c for c in [
            note="2-block Mixtral-style MoE: RMSNorm, rotary, GQA, SwiGLU, "
                 "dropless renormalised top-2"),
 ]}
+
+
+GATE_KINDS = ["softmax_topk", "noisy_topk", "sigmoid", "cosine",
+              "expert_choice"]
 
 
 def tensor(shape, elem="f32"):
@@ -146,7 +151,19 @@ def write(cfg):
         wo = w.arg(p + ".attn.wo", [c.heads * c.head_dim, M])
         ln1 = norm_params(p + ".attn_norm")
         ln2 = norm_params(p + ".moe_norm")
-        wg = w.arg(p + ".gate.weight", [M, E])
+        # The kind's extra operand goes after the weight, as the dialect's
+        # aux(...): noisy_topk's W_noise (M x E), cosine's W_proj (M x d)
+        # with the weight d x E.
+        gd = c.gate_dim or M
+        wg_shape = [gd, E] if c.gate == "cosine" else [M, E]
+        wg = w.arg(p + ".gate.weight", wg_shape)
+        aux = aux_shape = None
+        if c.gate == "noisy_topk":
+            aux_shape = [M, E]
+            aux = w.arg(p + ".gate.noise", aux_shape)
+        elif c.gate == "cosine":
+            aux_shape = [M, gd]
+            aux = w.arg(p + ".gate.proj", aux_shape)
         up = w.arg(p + ".experts.up", [El, M, H])
         gp = w.arg(p + ".experts.gate", [El, M, H]) if c.gated else None
         down = w.arg(p + ".experts.down", [El, H, M])
@@ -171,10 +188,13 @@ def write(cfg):
                f"({', '.join([act] + [tensor([M])] * len(ln2))}) -> {act}", 4)
         t = l
         route = tensor([B, N, k], "i32")
-        w.emit(f"%idx{t}, %wts{t}, %cnt{t} = moe.gate {c.gate} {n}, {wg} "
-               f"experts = {E} top_k = {k}{cap_gate}"
+        aux_txt = f" aux({aux})" if aux else ""
+        gate_types = ", ".join([act, tensor(wg_shape)] +
+                               ([tensor(aux_shape)] if aux else []))
+        w.emit(f"%idx{t}, %wts{t}, %cnt{t} = moe.gate {c.gate} {n}, {wg}"
+               f"{aux_txt} experts = {E} top_k = {k}{cap_gate}"
                f"{' normalize' if c.normalize else ''} : "
-               f"({act}, {tensor([M, E])}) -> ({route}, "
+               f"({gate_types}) -> ({route}, "
                f"{tensor([B, N, k])}, {tensor([E], 'i32')})", 4)
         exp_in = tensor([El, slots, M])
         d = w.fresh("disp")
@@ -245,6 +265,12 @@ def main(argv=None):
                          "hidden, top_k, head_dim, vocab, kv_heads")
     ap.add_argument("--capacity-factor",
                     help="override f (a number, or 'dropless')")
+    ap.add_argument("--gate", choices=GATE_KINDS,
+                    help="override the moe.gate kind (noisy_topk adds "
+                         "block<i>.gate.noise, cosine block<i>.gate.proj; "
+                         "--set gate_dim=D sets cosine's d, default M)")
+    ap.add_argument("--normalize", action="store_true",
+                    help="renormalise the kept top-k weights")
     ap.add_argument("-o", "--output", help="output file (default stdout)")
     args = ap.parse_args(argv)
     if args.list:
@@ -273,7 +299,7 @@ def main(argv=None):
                      f"got {args.grid!r}")
         cfg = replace(cfg, grid=(nodes, gpus))
     settable = {"batch", "seq", "embed", "hidden", "top_k", "head_dim",
-                "vocab", "kv_heads"}
+                "vocab", "kv_heads", "gate_dim"}
     for item in args.set:
         field_name, _, value = item.partition("=")
         if field_name not in settable or not value.isdigit() or int(value) < 1:
@@ -291,6 +317,13 @@ def main(argv=None):
                 ap.error("--capacity-factor must be a positive number or "
                          "'dropless'")
             cfg = replace(cfg, capacity_factor=f)
+    if args.gate:
+        cfg = replace(cfg, gate=args.gate)
+    if args.normalize:
+        cfg = replace(cfg, normalize=True)
+    if cfg.gate == "expert_choice":
+        ap.error("--gate expert_choice: its E x C routing is not generated "
+                 "(the runtime's dispatch/combine do not support it)")
     if cfg.embed % cfg.head_dim:
         ap.error(f"embed {cfg.embed} is not a multiple of head_dim "
                  f"{cfg.head_dim}")

@@ -12,7 +12,8 @@ mean over ranks, one SGD step — and compares. Run with Debian's
 The model is rebuilt from the generator's preset and overrides, so the
 reference does not read the compiler's IR: attention (MHA/GQA, causal,
 rotary in the rotate-half convention, layer/RMS pre-norm), residuals,
-softmax top-k gate (optionally renormalised), experts, final norm, LM head,
+the gate of every token-choice kind (softmax_topk, noisy_topk with the
+runtime's seeded noise, sigmoid, cosine; optionally renormalised), experts, final norm, LM head,
 mean token cross-entropy. Routing must drop no token (capacity factor of
 at least E/k), which keeps the reference free of capacity logic.
 
@@ -20,6 +21,7 @@ at least E/k), which keeps the reference free of capacity logic.
       gpt-moe-2block [--capacity-factor 4.0] [--set seq=16] ...
 """
 import argparse
+import math
 import os
 import sys
 
@@ -75,6 +77,60 @@ def act(c, x):
     return {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[c.activation](x)
 
 
+# The runtime's constants for the gate kinds (runtime/include/moe_rt/ops.h:
+# MOE_RT_GATE_NOISE_SEED, MOE_RT_GATE_COSINE_TAU).
+NOISE_SEED = 0
+COSINE_TAU = 0.07
+MASK64 = (1 << 64) - 1
+
+
+def mix64(z):
+    """splitmix64's finaliser, as kernels/Gates.h's mix64."""
+    z = (z + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def gate_noise(seed, seq, experts):
+    """noisy_topk's N(0,1) noise, seq x experts: a function of (seed,
+    sequence position, expert) only, bit for bit the runtime's noiseFor."""
+    out = torch.empty(seq, experts, dtype=torch.float64)
+    for pos in range(seq):
+        h = mix64(mix64(seed) ^ pos)
+        for e in range(experts):
+            a = mix64(h ^ (e * 2 + 1))
+            b = mix64(a)
+            u1 = ((a >> 11) + 1) * 2.0 ** -53
+            u2 = (b >> 11) * 2.0 ** -53
+            out[pos, e] = math.sqrt(-2.0 * math.log(u1)) * \
+                math.cos(6.283185307179586 * u2)
+    return out
+
+
+def route(c, p, pre, x):
+    """moe.gate of kind c.gate on x (B x N x M): top-k weights and experts."""
+    wg = p[f"{pre}.gate.weight"]
+    if c.gate == "softmax_topk":
+        scores = (x @ wg).softmax(-1)
+    elif c.gate == "noisy_topk":
+        noise = gate_noise(NOISE_SEED, x.shape[1], wg.shape[1])
+        h = x @ wg + noise * F.softplus(x @ p[f"{pre}.gate.noise"])
+        scores = h.softmax(-1)
+    elif c.gate == "sigmoid":
+        scores = torch.sigmoid(x @ wg)
+    elif c.gate == "cosine":
+        hp = F.normalize(x @ p[f"{pre}.gate.proj"], dim=-1, eps=1e-12)
+        cos = hp @ F.normalize(wg, dim=0, eps=1e-12)
+        scores = (cos / COSINE_TAU).softmax(-1)
+    else:
+        sys.exit(f"error: the reference has no {c.gate} gate")
+    w, idx = scores.topk(c.top_k, dim=-1)
+    if c.normalize:
+        w = w / w.sum(-1, keepdim=True)
+    return w, idx
+
+
 def step_loss(c, p, tokens, labels):
     kv = c.kv_heads or c.heads
     b, n = tokens.shape
@@ -98,10 +154,7 @@ def step_loss(c, p, tokens, labels):
         att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
         h1 = h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
         x = norm(c, h1, p[f"{pre}.moe_norm.scale"], p.get(f"{pre}.moe_norm.bias"))
-        probs = (x @ p[f"{pre}.gate.weight"]).softmax(-1)
-        w, idx = probs.topk(c.top_k, dim=-1)
-        if c.normalize:
-            w = w / w.sum(-1, keepdim=True)
+        w, idx = route(c, p, pre, x)
         up, down = p[f"{pre}.experts.up"], p[f"{pre}.experts.down"]
         gate = p.get(f"{pre}.experts.gate")
         out = torch.zeros_like(x)
@@ -122,6 +175,7 @@ def step_loss(c, p, tokens, labels):
 
 
 def main():
+    global NOISE_SEED
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("preset")
@@ -136,6 +190,10 @@ def main():
     ap.add_argument("--grid")
     ap.add_argument("--experts-per-rank", type=int)
     ap.add_argument("--layers", type=int)
+    ap.add_argument("--gate", choices=gen.GATE_KINDS)
+    ap.add_argument("--normalize", action="store_true")
+    ap.add_argument("--noise-seed", type=int, default=NOISE_SEED,
+                    help="noisy_topk's seed (the runtime's is %(default)s)")
     args = ap.parse_args()
     c = gen.PRESETS[args.preset]
     overrides = {k: int(v) for k, v in (s.split("=") for s in args.set)}
@@ -143,7 +201,12 @@ def main():
         overrides["layers"] = args.layers
     if args.experts_per_rank:
         overrides["experts_per_rank"] = args.experts_per_rank
+    if args.gate:
+        overrides["gate"] = args.gate
+    if args.normalize:
+        overrides["normalize"] = True
     c = gen.replace(c, **overrides)
+    NOISE_SEED = args.noise_seed
 
     inputs = [load_inputs(f"{args.inputs}.rank{r}") for r in range(args.ranks)]
     results = [load_results(f"{args.results}.rank{r}") for r in range(args.ranks)]

@@ -17,10 +17,10 @@ func.func @no_stream(%x: tensor<2x4x8xf32>, %w: tensor<8x8xf32>) -> tensor<2x4x8
 
 // -----
 
-func.func @gate_kind(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) -> tensor<2x4x2xf32> attributes {moe.schedule = "flowmoe"} {
-  // expected-error @+1 {{'moe.gate' op cannot be converted: the runtime has the softmax_topk gate only}}
-  %i, %g, %c = moe.gate sigmoid %x, %w experts = 4 top_k = 2 capacity_factor = 2.0 capacity = 8 {moe.stream = #moe.stream<compute>} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<2x4x2xi32>, tensor<2x4x2xf32>, tensor<4xi32>)
-  return %g : tensor<2x4x2xf32>
+func.func @gate_kind(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) -> tensor<4x8xf32> attributes {moe.schedule = "flowmoe"} {
+  // expected-error @+1 {{'moe.gate' op cannot be converted: the runtime has no expert_choice gate (its E x C routing has no dispatch/combine kernels)}}
+  %i, %g, %c = moe.gate expert_choice %x, %w experts = 4 top_k = 2 capacity_factor = 2.0 capacity = 8 {moe.stream = #moe.stream<compute>} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<4x8xi32>, tensor<4x8xf32>, tensor<4xi32>)
+  return %g : tensor<4x8xf32>
 }
 
 // -----

@@ -346,6 +346,16 @@ moe_rt_norm_kind normKind(NormOp n) {
   return n.getKind() == NormKind::rms ? MOE_RT_NORM_RMS : MOE_RT_NORM_LAYER;
 }
 
+/// The runtime's gate kind (the same numbering as GateKind). Expert choice
+/// is refused here, before any buffer is touched: its E x C routing has no
+/// dispatch/combine kernels in the runtime.
+moe_rt_gate_kind gateKind(GateOp g) {
+  if (g.isExpertChoice())
+    die("moe-run cannot run the expert_choice gate: the runtime's "
+        "dispatch/combine have no E x C (expert-choice) layout");
+  return moe_rt_gate_kind(int(g.getKind()));
+}
+
 /// The i-th buffer's tensor, or NULL past the end (an absent optional
 /// operand: a bias, a gated expert's gate projection).
 moe_rt_tensor *opt(ArrayRef<Buffer *> b, size_t i) {
@@ -384,10 +394,14 @@ void Runner::issueForward(Operation *op, moe_rt_stream s, ArrayRef<Buffer *> in,
   } else if (isa<CrossEntropyOp>(op)) {
     check(moe_rt_cross_entropy(s, in[0]->view(), in[1]->view(), y));
   } else if (auto g = dyn_cast<GateOp>(op)) {
-    if (g.getKind() != GateKind::softmax_topk)
-      die("moe-run supports the softmax_topk gate only so far");
-    check(moe_rt_gate_topk(s, g.getTopK(), g.getNormalize(), in[0]->view(),
-                           in[1]->view(), y, out[1]->view(), out[2]->view()));
+    if (g.getKind() == GateKind::softmax_topk)
+      check(moe_rt_gate_topk(s, g.getTopK(), g.getNormalize(), in[0]->view(),
+                             in[1]->view(), y, out[1]->view(), out[2]->view()));
+    else
+      check(moe_rt_gate(s, gateKind(g), g.getTopK(), g.getNormalize(),
+                        MOE_RT_GATE_NOISE_SEED, MOE_RT_GATE_COSINE_TAU,
+                        in[0]->view(), in[1]->view(), opt(in, 2), y,
+                        out[1]->view(), out[2]->view()));
   } else if (auto x = dyn_cast<ExpertOp>(op)) {
     auto [gate, down] = gateDown(in, x.isGated());
     check(moe_rt_expert(s, moe_rt_activation(int(x.getActivation())),
@@ -443,9 +457,16 @@ void Runner::issueBackward(Operation *fwd, moe_rt_stream s,
     check(moe_rt_cross_entropy_grad(s, in[0]->view(), in[1]->view(),
                                     ct[0]->view(), g[0]->view()));
   } else if (auto gate = dyn_cast<GateOp>(fwd)) {
-    check(moe_rt_gate_topk_grad(s, gate.getTopK(), gate.getNormalize(),
-                                in[0]->view(), in[1]->view(), ct[0]->view(),
-                                g[0]->view(), g[1]->view()));
+    if (gate.getKind() == GateKind::softmax_topk)
+      check(moe_rt_gate_topk_grad(s, gate.getTopK(), gate.getNormalize(),
+                                  in[0]->view(), in[1]->view(), ct[0]->view(),
+                                  g[0]->view(), g[1]->view()));
+    else
+      check(moe_rt_gate_grad(s, gateKind(gate), gate.getTopK(),
+                             gate.getNormalize(), MOE_RT_GATE_NOISE_SEED,
+                             MOE_RT_GATE_COSINE_TAU, in[0]->view(),
+                             in[1]->view(), opt(in, 2), ct[0]->view(),
+                             g[0]->view(), g[1]->view(), opt(g, 2)));
   } else if (auto x = dyn_cast<ExpertOp>(fwd)) {
     auto [gp, down] = gateDown(in, x.isGated());
     auto [dgp, ddown] = gateDown(g, x.isGated());

@@ -179,6 +179,29 @@ Value StepEmitter::comm(FlatSymbolRefAttr grid, ArrayRef<int16_t> axes) {
   return comms[key] = call("moe_step_comm", commTy, args);
 }
 
+/// The runtime's enumerator for a gate kind (moe_rt_gate's first argument).
+static const char *gateKindName(GateKind k) {
+  switch (k) {
+  case GateKind::softmax_topk:
+    return "MOE_RT_GATE_SOFTMAX_TOPK";
+  case GateKind::noisy_topk:
+    return "MOE_RT_GATE_NOISY_TOPK";
+  case GateKind::sigmoid:
+    return "MOE_RT_GATE_SIGMOID";
+  case GateKind::cosine:
+    return "MOE_RT_GATE_COSINE";
+  case GateKind::expert_choice:
+    return "MOE_RT_GATE_EXPERT_CHOICE";
+  }
+  return "MOE_RT_GATE_SOFTMAX_TOPK";
+}
+
+/// Why expert choice is refused: the runtime's dispatch/combine lay tokens
+/// out by token-choice (B x N x k) indices only.
+static const char *const expertChoiceRefusal =
+    "cannot be converted: the runtime has no expert_choice gate (its E x C "
+    "routing has no dispatch/combine kernels)";
+
 static const char *normName(NormKind k) {
   return k == NormKind::rms ? "MOE_RT_NORM_RMS" : "MOE_RT_NORM_LAYER";
 }
@@ -241,13 +264,18 @@ LogicalResult StepEmitter::forward(Operation *op, Value s, ArrayRef<Value> in,
   } else if (isa<CrossEntropyOp>(op)) {
     runtime("moe_rt_cross_entropy", {s, t(in[0]), t(in[1]), t(out[0])});
   } else if (auto g = dyn_cast<GateOp>(op)) {
-    if (g.getKind() != GateKind::softmax_topk)
-      return op->emitOpError()
-             << "cannot be converted: the runtime has the softmax_topk gate "
-                "only";
-    runtime("moe_rt_gate_topk",
-            {s, i64(g.getTopK()), i64(g.getNormalize() ? 1 : 0), t(in[0]),
-             t(in[1]), t(out[0]), t(out[1]), t(out[2])});
+    if (g.isExpertChoice())
+      return op->emitOpError() << expertChoiceRefusal;
+    if (g.getKind() == GateKind::softmax_topk)
+      runtime("moe_rt_gate_topk",
+              {s, i64(g.getTopK()), i64(g.getNormalize() ? 1 : 0), t(in[0]),
+               t(in[1]), t(out[0]), t(out[1]), t(out[2])});
+    else
+      runtime("moe_rt_gate",
+              {s, opaque(gateKindName(g.getKind())), i64(g.getTopK()),
+               i64(g.getNormalize() ? 1 : 0), opaque("MOE_RT_GATE_NOISE_SEED"),
+               opaque("MOE_RT_GATE_COSINE_TAU"), t(in[0]), t(in[1]),
+               opt(in, 2), t(out[0]), t(out[1]), t(out[2])});
   } else if (isa<ExpertOp, SharedExpertOp>(op)) {
     bool gated = isa<ExpertOp>(op)
                      ? cast<ExpertOp>(op).isGated()
@@ -318,9 +346,19 @@ LogicalResult StepEmitter::backward(Operation *fwd, Value s,
     runtime("moe_rt_cross_entropy_grad",
             {s, t(in[0]), t(in[1]), t(ct[0]), t(g[0])});
   } else if (auto gate = dyn_cast<GateOp>(fwd)) {
-    runtime("moe_rt_gate_topk_grad",
-            {s, i64(gate.getTopK()), i64(gate.getNormalize() ? 1 : 0),
-             t(in[0]), t(in[1]), t(ct[0]), t(g[0]), t(g[1])});
+    if (gate.isExpertChoice())
+      return fwd->emitOpError() << expertChoiceRefusal;
+    if (gate.getKind() == GateKind::softmax_topk)
+      runtime("moe_rt_gate_topk_grad",
+              {s, i64(gate.getTopK()), i64(gate.getNormalize() ? 1 : 0),
+               t(in[0]), t(in[1]), t(ct[0]), t(g[0]), t(g[1])});
+    else
+      runtime("moe_rt_gate_grad",
+              {s, opaque(gateKindName(gate.getKind())), i64(gate.getTopK()),
+               i64(gate.getNormalize() ? 1 : 0),
+               opaque("MOE_RT_GATE_NOISE_SEED"),
+               opaque("MOE_RT_GATE_COSINE_TAU"), t(in[0]), t(in[1]),
+               opt(in, 2), t(ct[0]), t(g[0]), t(g[1]), opt(g, 2)});
   } else if (isa<ExpertOp, SharedExpertOp>(fwd)) {
     bool gated = isa<ExpertOp>(fwd)
                      ? cast<ExpertOp>(fwd).isGated()

@@ -107,6 +107,52 @@ moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t k, int normalize,
                                     const moe_rt_tensor *dweights,
                                     moe_rt_tensor *dx, moe_rt_tensor *dw);
 
+/* Every moe.gate kind (the values are the dialect's GateKind cases). */
+typedef enum moe_rt_gate_kind {
+  MOE_RT_GATE_SOFTMAX_TOPK = 0,
+  MOE_RT_GATE_NOISY_TOPK = 1,
+  MOE_RT_GATE_SIGMOID = 2,
+  MOE_RT_GATE_COSINE = 3,
+  MOE_RT_GATE_EXPERT_CHOICE = 4
+} moe_rt_gate_kind;
+
+/* The seed of noisy_topk's noise when a caller has no other (moe-run and
+ * the generated steps pass it). The noise is a pure function of (seed,
+ * the token's position along x's sequence dimension (x's second-to-last),
+ * expert) — splitmix64 hashes and Box-Muller, kernels/Gates.h — so forward
+ * and backward see the same noise and micro-batching (which splits the
+ * batch) never changes it; the samples of a batch share it. */
+#define MOE_RT_GATE_NOISE_SEED 0
+/* cosine's temperature τ when a caller has no other: X-MoE's initial 0.07
+ * (the dialect has no τ attribute, so every runner uses this one). */
+#define MOE_RT_GATE_COSINE_TAU 0.07
+
+/* A token-choice gate of any kind on x (... x M) and w; aux is the kind's
+ * extra operand (NULL for softmax_topk and sigmoid):
+ *   softmax_topk  w M x E; softmax over E, keep top k          (= gate_topk)
+ *   noisy_topk    w, aux = W_noise M x E; softmax_topk on
+ *                 x·w + n ⊙ softplus(x·W_noise), n ~ N(0,1) from `seed`
+ *   sigmoid       w M x E; keep the k largest σ(x·w), weight σ itself
+ *   cosine        w d x E, aux = W_proj M x d; softmax_topk on
+ *                 cos(x·W_proj, w[:, e]) / tau
+ * normalize renormalises the k kept weights to sum 1. expert_choice is
+ * refused (MOE_RT_INVALID_ARGUMENT): its E x C layout is not runnable.
+ * Outputs as moe_rt_gate_topk. */
+moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t k,
+                          int normalize, uint64_t seed, double tau,
+                          const moe_rt_tensor *x, const moe_rt_tensor *w,
+                          const moe_rt_tensor *aux, moe_rt_tensor *indices,
+                          moe_rt_tensor *weights, moe_rt_tensor *counts);
+/* Its vjp: dweights -> dx, dw, daux (overwritten; daux NULL iff aux is).
+ * The selection and the noise are recomputed from x, as the forward made
+ * them. */
+moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
+                               int64_t k, int normalize, uint64_t seed,
+                               double tau, const moe_rt_tensor *x,
+                               const moe_rt_tensor *w, const moe_rt_tensor *aux,
+                               const moe_rt_tensor *dweights, moe_rt_tensor *dx,
+                               moe_rt_tensor *dw, moe_rt_tensor *daux);
+
 /* Grouped FFN: x E_l x S x M with 3-D weights, or (shared experts) any
  * x ... x M with 2-D weights; gate may be NULL. */
 moe_rt_status moe_rt_expert(moe_rt_stream s, moe_rt_activation act,

@@ -8,8 +8,7 @@
 
 #include "moe_rt/ops.h"
 
-#include "../Backend.h"
-#include "../Error.h"
+#include "OpChecks.h"
 
 #include "moe_rt/kernels/Attention.h"
 #include "moe_rt/kernels/Expert.h"
@@ -25,73 +24,6 @@ using namespace moe_rt;
 namespace k = moe_rt::kernels;
 
 namespace {
-
-float *f32(const moe_rt_tensor *t) {
-  return t ? static_cast<float *>(t->data) : nullptr;
-}
-int64_t *i64(const moe_rt_tensor *t) { return static_cast<int64_t *>(t->data); }
-
-int64_t dim(const moe_rt_tensor *t, int i) {
-  return t->shape[i < 0 ? t->rank + i : i];
-}
-
-/// A failed check: the status and a message naming the call and operand.
-struct Check {
-  const char *call;
-  moe_rt_status status = MOE_RT_OK;
-
-  Check &tensor(const moe_rt_tensor *t, const char *name, moe_rt_dtype dtype,
-                int minRank = 0, bool optional = false) {
-    if (status != MOE_RT_OK)
-      return *this;
-    if (!t) {
-      if (!optional)
-        status = fail(MOE_RT_INVALID_ARGUMENT,
-                      std::string(call) + ": " + name + " is NULL");
-      return *this;
-    }
-    if (!t->data || t->backend != MOE_RT_CPU || t->dtype != dtype ||
-        t->rank < minRank || moe_rt_tensor_numel(t) < 0)
-      status = fail(MOE_RT_INVALID_ARGUMENT,
-                    std::string(call) + ": " + name + " must be a CPU " +
-                        (dtype == MOE_RT_I64 ? "I64" : "F32") +
-                        " tensor of rank >= " + std::to_string(minRank));
-    return *this;
-  }
-  /// An optional operand, when given, holds exactly `n` elements.
-  Check &size(const moe_rt_tensor *t, const char *name, int64_t n) {
-    if (status == MOE_RT_OK && t && moe_rt_tensor_numel(t) != n)
-      status = fail(MOE_RT_INVALID_ARGUMENT,
-                    std::string(call) + ": " + name + " must have " +
-                        std::to_string(n) + " elements, not " +
-                        std::to_string(moe_rt_tensor_numel(t)));
-    return *this;
-  }
-  /// `t`, when given, has as many elements as `like` (a gradient and its
-  /// value, an output and its input).
-  Check &sizeOf(const moe_rt_tensor *t, const char *name,
-                const moe_rt_tensor *like) {
-    return like ? size(t, name, moe_rt_tensor_numel(like)) : *this;
-  }
-  Check &that(bool ok, const std::string &why) {
-    if (status == MOE_RT_OK && !ok)
-      status = fail(MOE_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
-    return *this;
-  }
-};
-
-moe_rt_status enqueue(moe_rt_stream s,
-                      std::function<moe_rt_status(std::string &)> task,
-                      bool low = false) {
-  return s->impl->enqueueHost(std::move(task), low);
-}
-
-void zero(moe_rt_tensor *t) {
-  if (t)
-    std::memset(t->data, 0,
-                moe_rt_tensor_numel(t) * moe_rt_dtype_size(t->dtype));
-}
-
 k::AttentionShape attentionShape(const moe_rt_attention_attrs *a,
                                  const moe_rt_tensor *x) {
   return {dim(x, 0),    dim(x, 1),   dim(x, 2),      a->heads,

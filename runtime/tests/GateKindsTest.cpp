@@ -1,0 +1,314 @@
+//===- GateKindsTest.cpp - moe_rt_gate: every kind, forward and vjp -------===//
+//
+// Known answers on tiny inputs (computed by hand from the definitions in
+// ops.h), the noise's determinism, finite-difference checks of every vjp,
+// and the argument checks (expert_choice refused, aux required or not).
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe_rt/ops.h"
+
+#include "moe_rt/kernels/Gates.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <random>
+#include <vector>
+
+namespace {
+
+struct Tensor {
+  moe_rt_tensor t{};
+  Tensor(std::vector<int64_t> shape, moe_rt_dtype dtype = MOE_RT_F32) {
+    EXPECT_EQ(moe_rt_tensor_create(MOE_RT_CPU, dtype, int32_t(shape.size()),
+                                   shape.data(), &t),
+              MOE_RT_OK);
+  }
+  Tensor(std::vector<int64_t> shape, std::vector<float> values)
+      : Tensor(std::move(shape)) {
+    EXPECT_EQ(values.size(), size_t(moe_rt_tensor_numel(&t)));
+    std::copy(values.begin(), values.end(), f());
+  }
+  ~Tensor() { moe_rt_tensor_destroy(&t); }
+  float *f() { return static_cast<float *>(t.data); }
+  int64_t *i() { return static_cast<int64_t *>(t.data); }
+  int64_t n() const { return moe_rt_tensor_numel(&t); }
+  moe_rt_tensor *operator&() { return &t; }
+};
+
+void fillRandom(Tensor &t, unsigned seed, float scale = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, scale);
+  for (int64_t i = 0; i < t.n(); ++i)
+    t.f()[i] = d(rng);
+}
+
+double sig(double v) { return 1 / (1 + std::exp(-v)); }
+
+struct GateKindsTest : ::testing::Test {
+  moe_rt_stream s = nullptr;
+  void SetUp() override {
+    ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
+  }
+  void TearDown() override { moe_rt_stream_destroy(s); }
+  moe_rt_status sync() { return moe_rt_stream_synchronize(s, 10.0); }
+};
+
+TEST_F(GateKindsTest, SigmoidKnownAnswer) {
+  // x = [1, 0], [0, 1]; w = I_2 | [-1, -1]: logits row0 = [1, 0, -1],
+  // row1 = [0, 1, -1]. k = 2 keeps experts {0, 1} / {1, 0}.
+  Tensor x({1, 2, 2}, {1, 0, 0, 1}), w({2, 3}, {1, 0, -1, 0, 1, -1});
+  Tensor idx({1, 2, 2}, MOE_RT_I64), wts({1, 2, 2}), counts({3}, MOE_RT_I64);
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 2, 0, 0, 1.0, &x, &w, nullptr,
+                        &idx, &wts, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  EXPECT_EQ(idx.i()[0], 0);
+  EXPECT_EQ(idx.i()[1], 1);
+  EXPECT_EQ(idx.i()[2], 1);
+  EXPECT_EQ(idx.i()[3], 0);
+  EXPECT_NEAR(wts.f()[0], sig(1), 1e-6);
+  EXPECT_NEAR(wts.f()[1], 0.5, 1e-6);
+  EXPECT_EQ(counts.i()[0], 2);
+  EXPECT_EQ(counts.i()[1], 2);
+  EXPECT_EQ(counts.i()[2], 0);
+  // normalize: sigma(1) / (sigma(1) + 1/2).
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 2, 1, 0, 1.0, &x, &w, nullptr,
+                        &idx, &wts, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  EXPECT_NEAR(wts.f()[0], sig(1) / (sig(1) + 0.5), 1e-6);
+}
+
+TEST_F(GateKindsTest, CosineKnownAnswer) {
+  // W_proj = I_2, w columns e0 = (2, 0), e1 = (1, 1): for x = (3, 0) the
+  // cosines are 1 and 1/sqrt(2); tau = 0.5 doubles them before the softmax.
+  Tensor x({1, 2}, {3, 0}), proj({2, 2}, {1, 0, 0, 1}),
+      w({2, 2}, {2, 1, 0, 1});
+  Tensor idx({1, 1}, MOE_RT_I64), wts({1, 1}), counts({2}, MOE_RT_I64);
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.5, &x, &w, &proj,
+                        &idx, &wts, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  double a = 2.0, b = 2.0 / std::sqrt(2.0);
+  EXPECT_EQ(idx.i()[0], 0);
+  EXPECT_NEAR(wts.f()[0], std::exp(a) / (std::exp(a) + std::exp(b)), 1e-6);
+}
+
+TEST_F(GateKindsTest, NoisyIsSeededDeterministicAndMatchesItsDefinition) {
+  // x: 1 sample x 5 positions x 3 features.
+  const int64_t t = 5, m = 3, e = 4, k = 2;
+  Tensor x({1, t, m}), w({m, e}), wn({m, e});
+  fillRandom(x, 1);
+  fillRandom(w, 2);
+  fillRandom(wn, 3);
+  Tensor idx({t, k}, MOE_RT_I64), wts({t, k}), counts({e}, MOE_RT_I64);
+  Tensor idx2({t, k}, MOE_RT_I64), wts2({t, k});
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 7, 1.0, &x, &w, &wn,
+                        &idx, &wts, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 7, 1.0, &x, &w, &wn,
+                        &idx2, &wts2, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  // The same seed and x: the same routing, bit for bit.
+  for (int64_t i = 0; i < t * k; ++i) {
+    EXPECT_EQ(idx.i()[i], idx2.i()[i]);
+    EXPECT_EQ(wts.f()[i], wts2.f()[i]);
+  }
+  // Against the definition: softmax of x·W + n softplus(x·Wn) at the kept
+  // experts, n from the documented hash.
+  for (int64_t r = 0; r < t; ++r) {
+    uint64_t h = moe_rt::kernels::positionHash(7, r);
+    std::vector<double> score(e);
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < e; ++j) {
+      double c = 0, nz = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        c += double(x.f()[r * m + i]) * w.f()[i * e + j];
+        nz += double(x.f()[r * m + i]) * wn.f()[i * e + j];
+      }
+      score[j] = c + moe_rt::kernels::gateNoise(h, j) * std::log1p(std::exp(nz));
+      mx = std::max(mx, score[j]);
+    }
+    for (double v : score)
+      sum += std::exp(v - mx);
+    int64_t best = std::max_element(score.begin(), score.end()) - score.begin();
+    EXPECT_EQ(idx.i()[r * k], best) << r;
+    EXPECT_NEAR(wts.f()[r * k], std::exp(score[best] - mx) / sum, 1e-5) << r;
+  }
+  // Another seed routes differently somewhere (the noise is not ignored).
+  Tensor wts3({t, k});
+  for (int64_t i = 0; i < wn.n(); ++i)
+    wn.f()[i] += 2; // large noise scale, so the seed matters
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 7, 1.0, &x, &w, &wn,
+                        &idx, &wts, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 8, 1.0, &x, &w, &wn,
+                        &idx2, &wts3, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  bool differs = false;
+  for (int64_t i = 0; i < t * k; ++i)
+    differs |= wts.f()[i] != wts3.f()[i];
+  EXPECT_TRUE(differs);
+}
+
+TEST_F(GateKindsTest, NoiseDependsOnPositionNotOnTheBatchRow) {
+  // Two samples of the same 2 positions but different x: a batch of 2 and
+  // each sample alone draw the same noise per (position, expert).
+  std::vector<double> both, one;
+  moe_rt::kernels::noiseFor(5, 4, 2, 3, both);
+  moe_rt::kernels::noiseFor(5, 2, 2, 3, one);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(both[i], one[i]);
+    EXPECT_EQ(both[6 + i], one[i]);
+  }
+  EXPECT_NE(one[0], one[3]); // positions differ
+  EXPECT_NE(one[0], one[1]); // experts differ
+}
+
+TEST_F(GateKindsTest, NoiseSamplesLookStandardNormal) {
+  // 20000 samples: mean ~ 0, variance ~ 1 (5 sigma bounds).
+  double sum = 0, sq = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    double v = moe_rt::kernels::gateNoise(moe_rt::kernels::mix64(i), i % 7);
+    sum += v;
+    sq += v * v;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 5.0 / std::sqrt(double(n)));
+  EXPECT_NEAR(sq / n, 1.0, 5.0 * std::sqrt(2.0 / n));
+}
+
+/// Finite differences of sum(weights ⊙ c) against moe_rt_gate_grad.
+void gradientCheck(moe_rt_stream s, moe_rt_gate_kind kind, int normalize,
+                   bool checkX) {
+  const int64_t t = 6, m = 4, e = 5, k = 2, d = 3;
+  double tau = 0.5;
+  bool cosine = kind == MOE_RT_GATE_COSINE;
+  bool aux = cosine || kind == MOE_RT_GATE_NOISY_TOPK;
+  Tensor x({2, 3, m}), w({cosine ? d : m, e}),
+      a({m, cosine ? d : e}), c({2, 3, k});
+  fillRandom(x, 11);
+  fillRandom(w, 12);
+  fillRandom(a, 13, 0.5);
+  fillRandom(c, 14);
+  Tensor idx({2, 3, k}, MOE_RT_I64), wts({2, 3, k}), counts({e}, MOE_RT_I64);
+  moe_rt_tensor *ap = aux ? &a : nullptr;
+  auto objective = [&]() {
+    EXPECT_EQ(moe_rt_gate(s, kind, k, normalize, 3, tau, &x, &w, ap, &idx,
+                          &wts, &counts),
+              MOE_RT_OK);
+    EXPECT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
+    double sum = 0;
+    for (int64_t i = 0; i < wts.n(); ++i)
+      sum += double(wts.f()[i]) * c.f()[i];
+    return sum;
+  };
+  Tensor dx({2, 3, m}), dw({cosine ? d : m, e}), da({m, cosine ? d : e});
+  ASSERT_EQ(moe_rt_gate_grad(s, kind, k, normalize, 3, tau, &x, &w, ap, &c,
+                             &dx, &dw, aux ? &da : nullptr),
+            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
+  double base = objective();
+  (void)base;
+  std::vector<int64_t> before(idx.i(), idx.i() + idx.n());
+  const float h = 1e-3f;
+  int checked = 0;
+  auto check = [&](Tensor &param, Tensor &grad, const char *name) {
+    for (int64_t i = 0; i < param.n(); ++i) {
+      float keep = param.f()[i];
+      param.f()[i] = keep + h;
+      double plus = objective();
+      bool same = std::equal(before.begin(), before.end(), idx.i());
+      param.f()[i] = keep - h;
+      double minus = objective();
+      same &= std::equal(before.begin(), before.end(), idx.i());
+      param.f()[i] = keep;
+      if (!same) // the selection flipped: not differentiable here
+        continue;
+      ++checked;
+      EXPECT_NEAR(grad.f()[i], (plus - minus) / (2 * h),
+                  1e-2 * (1 + std::fabs(grad.f()[i])))
+          << "kind " << kind << " " << name << "[" << i << "]";
+    }
+  };
+  if (checkX)
+    check(x, dx, "x");
+  check(w, dw, "w");
+  if (aux)
+    check(a, da, "aux");
+  EXPECT_GT(checked, int(w.n())); // most points were checked
+  // A nonzero gradient everywhere it should be: the check is not vacuous.
+  double norm = 0;
+  for (int64_t i = 0; i < dw.n(); ++i)
+    norm += std::fabs(dw.f()[i]);
+  EXPECT_GT(norm, 1e-3);
+  if (aux) {
+    norm = 0;
+    for (int64_t i = 0; i < da.n(); ++i)
+      norm += std::fabs(da.f()[i]);
+    EXPECT_GT(norm, 1e-3);
+  }
+}
+
+TEST_F(GateKindsTest, SigmoidGradientMatchesFiniteDifferences) {
+  gradientCheck(s, MOE_RT_GATE_SIGMOID, 0, true);
+  gradientCheck(s, MOE_RT_GATE_SIGMOID, 1, true);
+}
+
+TEST_F(GateKindsTest, CosineGradientMatchesFiniteDifferences) {
+  gradientCheck(s, MOE_RT_GATE_COSINE, 0, true);
+  gradientCheck(s, MOE_RT_GATE_COSINE, 1, true);
+}
+
+TEST_F(GateKindsTest, SoftmaxThroughMoeRtGateMatchesFiniteDifferences) {
+  gradientCheck(s, MOE_RT_GATE_SOFTMAX_TOPK, 1, true);
+}
+
+TEST_F(GateKindsTest, NoisyGradientMatchesFiniteDifferences) {
+  gradientCheck(s, MOE_RT_GATE_NOISY_TOPK, 0, true);
+  gradientCheck(s, MOE_RT_GATE_NOISY_TOPK, 1, true);
+}
+
+TEST_F(GateKindsTest, ArgumentChecks) {
+  Tensor x({2, 3}), w({3, 4}), a({3, 4}), idx({2, 1}, MOE_RT_I64),
+      wts({2, 1}), counts({4}, MOE_RT_I64);
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_EXPERT_CHOICE, 1, 0, 0, 1.0, &x, &w,
+                        nullptr, &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(moe_rt_last_error()).find("expert_choice"),
+            std::string::npos);
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, 1, 0, 0, 1.0, &x, &w,
+                        nullptr, &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 1, 0, 0, 1.0, &x, &w, &a,
+                        &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 5, 0, 0, 1.0, &x, &w,
+                        nullptr, &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_gate(s, moe_rt_gate_kind(9), 1, 0, 0, 1.0, &x, &w, nullptr,
+                        &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  // cosine: W_proj M x d with d = 4 != w's rows 3.
+  Tensor proj({3, 4});
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.5, &x, &w, &proj,
+                        &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.0, &x, &w, &a,
+                        &idx, &wts, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+  Tensor dx({2, 3}), dw({3, 4});
+  // The vjp needs daux exactly when aux is given.
+  EXPECT_EQ(moe_rt_gate_grad(s, MOE_RT_GATE_NOISY_TOPK, 1, 0, 0, 1.0, &x, &w,
+                             &a, &wts, &dx, &dw, nullptr),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(sync(), MOE_RT_OK); // refused calls queue nothing
+}
+
+} // namespace
