@@ -321,6 +321,9 @@ def main(argv=None):
         cfg = replace(cfg, gate=args.gate)
     if args.normalize:
         cfg = replace(cfg, normalize=True)
+    if cfg.normalize and cfg.gate not in ("softmax_topk", "noisy_topk"):
+        ap.error(f"--normalize applies to softmax_topk and noisy_topk gates "
+                 f"only (the dialect's rule), not {cfg.gate}")
     if cfg.gate == "expert_choice":
         ap.error("--gate expert_choice: its E x C routing is not generated "
                  "(the runtime's dispatch/combine do not support it)")
