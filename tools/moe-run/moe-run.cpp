@@ -143,7 +143,8 @@ void Runner::allocate(Value v) {
   if (!type)
     return;
   if (!type.hasStaticShape())
-    die("dynamic shapes (dropless routing) are not supported by moe-run yet");
+    die("the step has dynamic shapes (dropless routing); bound them with "
+        "moe-opt --moe-bound-dropless before --moe-flowmoe-pipeline");
   auto b = std::make_unique<Buffer>();
   b->shape.assign(type.getShape().begin(), type.getShape().end());
   b->isInt = isa<IntegerType>(type.getElementType());
