@@ -51,14 +51,16 @@ TEST(Chunking, PlanMatchesTheDefinitionOnRandomInputs) {
         ASSERT_LE(total, chunk);
         // Greedy: the next tensor, if small and packed later, did not fit.
         unsigned next = c.tensors.back() + 1;
-        if (next < sizes.size() && sizes[next] < chunk)
+        if (next < sizes.size() && sizes[next] < chunk) {
           ASSERT_GT(total + sizes[next], chunk);
+        }
       }
     }
     for (size_t t = 0; t < sizes.size(); ++t) {
       ASSERT_EQ(covered[t], sizes[t]) << "every byte carried once";
-      if (sizes[t] >= chunk)
+      if (sizes[t] >= chunk) {
         ASSERT_EQ(ranges[t], (sizes[t] + chunk - 1) / chunk);
+      }
     }
   }
 }
