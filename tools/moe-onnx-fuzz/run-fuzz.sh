@@ -28,8 +28,11 @@ cd "$work"
 cp seeds/* corpus/   # libFuzzer adds what it finds to corpus/, not seeds/
 if [[ -x $bin/moe-onnx-fuzz ]]; then
   echo "libFuzzer: $secs s"
-  # Leaks: the MLIR context is deliberately kept for the whole run.
+  # Leaks: the MLIR context is deliberately kept for the whole run. A fixed
+  # seed (MOE_FUZZ_SEED to vary it) makes CI's run repeatable: a crash it
+  # finds is found again on the next run, not once by luck.
   ASAN_OPTIONS=detect_leaks=0 "$bin/moe-onnx-fuzz" corpus \
+    -seed="${MOE_FUZZ_SEED:-1}" \
     -max_total_time="$secs" -runs=200000 -rss_limit_mb=2048 -timeout=20 \
     -artifact_prefix="$work/artifacts/" -print_final_stats=1 2>fuzz.log ||
     { tail -60 fuzz.log; echo "moe-onnx-fuzz found a crash"; exit 1; }
