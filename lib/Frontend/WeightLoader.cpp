@@ -4,6 +4,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
 #include <onnx/onnx_pb.h>
@@ -216,6 +217,13 @@ WeightLoader::load(DictionaryAttr source, llvm::ArrayRef<int64_t> shape,
     scale = s.getValueAsDouble();
 
   std::string path = file.getValue().str();
+  if (!fallbackDir.empty() && llvm::sys::path::is_relative(path) &&
+      !llvm::sys::fs::exists(path)) {
+    llvm::SmallString<256> next(fallbackDir);
+    llvm::sys::path::append(next, path);
+    if (llvm::sys::fs::exists(next))
+      path = std::string(next);
+  }
   auto m = model(path);
   if (!m)
     return m.takeError();

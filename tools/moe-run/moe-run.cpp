@@ -28,6 +28,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -122,6 +123,11 @@ public:
   /// weights) rather than from the seed.
   bool useSources = true;
   int loadedFromSource = 0;
+  /// Relative moe.source files not found from the working directory are
+  /// looked up next to the step's IR file.
+  void setWeightsFallbackDirectory(StringRef dir) {
+    weights.setFallbackDirectory(dir.empty() ? "." : dir);
+  }
 
 private:
   DenseMap<Value, std::unique_ptr<Buffer>> buffers;
@@ -737,6 +743,7 @@ int main(int argc, char **argv) {
   }
   Runner runner(step, rank, world, seed, timeout);
   runner.useSources = !randomWeights;
+  runner.setWeightsFallbackDirectory(llvm::sys::path::parent_path(input));
   runner.prepare();
   if (rank == 0 && runner.loadedFromSource)
     std::fprintf(stderr,

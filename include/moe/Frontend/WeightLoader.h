@@ -53,9 +53,15 @@ public:
                                           llvm::ArrayRef<int64_t> shape,
                                           int64_t firstExpert = 0);
 
+  /// A directory to try when a relative `file` is not found from the
+  /// working directory: the importer writes the path as it was given, so
+  /// a step run from elsewhere finds the model next to its IR file.
+  void setFallbackDirectory(llvm::StringRef dir) { fallbackDir = dir.str(); }
+
 private:
   llvm::Expected<const onnx::ModelProto *> model(const std::string &path);
   std::map<std::string, std::unique_ptr<onnx::ModelProto>> models;
+  std::string fallbackDir;
 };
 
 } // namespace mlir::moe::frontend
