@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -26,13 +27,6 @@ using namespace mlir;
 using namespace mlir::moe;
 
 namespace {
-
-RankedTensorType withDim(Type type, unsigned dim, int64_t size) {
-  auto tensor = cast<RankedTensorType>(type);
-  SmallVector<int64_t> shape(tensor.getShape());
-  shape[dim] = size;
-  return tensor.clone(shape);
-}
 
 struct BoundDroplessPass
     : public moe::impl::MoeBoundDroplessBase<BoundDroplessPass> {

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Analysis/Tasks.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -25,13 +26,6 @@ using namespace mlir;
 using namespace mlir::moe;
 
 namespace {
-
-RankedTensorType withDim(Type type, unsigned dim, int64_t size) {
-  auto tensor = cast<RankedTensorType>(type);
-  SmallVector<int64_t> shape(tensor.getShape());
-  shape[dim] = size;
-  return tensor.clone(shape);
-}
 
 /// Rewrites the result types (and capacities) of `op`, a clone whose
 /// operands are already micro-batch values, for `micro` samples of the

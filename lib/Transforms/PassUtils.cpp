@@ -15,3 +15,10 @@ mlir::moe::functionsWith(ModuleOp module, StringRef attrName, StringRef pass,
     return mlir::emitError(module.getLoc()) << pass << ": " << missing;
   return found;
 }
+
+RankedTensorType mlir::moe::withDim(Type type, unsigned dim, int64_t size) {
+  auto tensor = cast<RankedTensorType>(type);
+  SmallVector<int64_t> shape(tensor.getShape());
+  shape[dim] = size;
+  return tensor.clone(shape);
+}

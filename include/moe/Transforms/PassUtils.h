@@ -3,6 +3,7 @@
 #define MOE_TRANSFORMS_PASSUTILS_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 namespace mlir::moe {
@@ -15,6 +16,10 @@ FailureOr<SmallVector<FunctionOpInterface>> functionsWith(ModuleOp module,
                                                           StringRef attrName,
                                                           StringRef pass,
                                                           StringRef missing);
+
+/// `type` (a ranked tensor) with dimension `dim` set to `size`: how passes
+/// retype token tensors (micro-batches) and expert slots (capacities).
+RankedTensorType withDim(Type type, unsigned dim, int64_t size);
 
 } // namespace mlir::moe
 
