@@ -36,17 +36,7 @@ try:
 except ImportError:
     sys.exit("error: needs PyTorch (Debian: python3-torch; run with "
              "/usr/bin/python3)")
-
-
-def load_inputs(path):
-    values = {}
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            name, dims = parts[0], [int(d) for d in parts[1].split("x") if d]
-            data = [float(x) for x in parts[2:]]
-            values[name] = torch.tensor(data, dtype=torch.float64).reshape(dims)
-    return values
+from reference_check import Tally, load_inputs  # noqa: E402
 
 
 def load_results(path):
@@ -223,19 +213,9 @@ def main():
     loss = torch.stack(losses).mean()
     loss.backward()
 
-    worst, bad, count = 0.0, 0, 0
     ours_loss = sum(float(r["loss"][0]) for r in results) / args.ranks
-    def check(name, ref, got):
-        nonlocal worst, bad, count
-        ref = ref.reshape(-1)
-        got = got.reshape(-1)
-        if ref.numel() != got.numel():
-            sys.exit(f"FAIL: {name}: {ref.numel()} vs {got.numel()} values")
-        tol = args.atol + args.rtol * ref.abs()
-        excess = (got - ref).abs() / tol
-        worst = max(worst, float(excess.max()))
-        bad += int((excess > 1).sum())
-        count += ref.numel()
+    tally = Tally(args.rtol, args.atol)
+    check = tally.check
     check("loss", torch.tensor([float(loss)]), torch.tensor([ours_loss]))
     with torch.no_grad():
         for k, p in params.items():
@@ -247,9 +227,8 @@ def main():
                 else:
                     check(k, updated, results[r][k])
     print(f"pytorch reference: loss {float(loss):.6f} vs ours {ours_loss:.6f}; "
-          f"{count} values compared, {bad} out of tolerance (worst "
-          f"{worst:.3f} x tolerance)")
-    return 1 if bad else 0
+          f"{tally.summary()}")
+    return 1 if tally.bad else 0
 
 
 if __name__ == "__main__":

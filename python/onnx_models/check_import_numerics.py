@@ -34,6 +34,7 @@ except ImportError:
     sys.exit("error: needs PyTorch (Debian: python3-torch; run with "
              "/usr/bin/python3)")
 import torch_models  # noqa: E402
+from reference_check import Tally, load_inputs  # noqa: E402
 
 
 def parse_sources(text):
@@ -80,17 +81,6 @@ def apply(src, tensors, gradient=False):
     return t / src["scale"] if gradient else t * src["scale"]
 
 
-def load_inputs(path):
-    values = {}
-    with open(path) as f:
-        for line in f:
-            parts = line.split()
-            dims = [int(d) for d in parts[1].split("x") if d]
-            values[parts[0]] = torch.tensor(
-                [float(x) for x in parts[2:]], dtype=torch.float64).reshape(dims)
-    return values
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -134,20 +124,8 @@ def main():
     if unknown:
         sys.exit(f"FAIL: moe.source names no PyTorch parameter: {unknown}")
 
-    worst, bad, count = 0.0, 0, 0
-
-    def check(what, ref, got):
-        nonlocal worst, bad, count
-        ref, got = ref.reshape(-1).double(), torch.as_tensor(got).reshape(-1)
-        if ref.numel() != got.numel():
-            sys.exit(f"FAIL: {what}: {ref.numel()} vs {got.numel()} values")
-        excess = (got - ref).abs() / (args.atol + args.rtol * ref.abs())
-        if float(excess.max()) > 1:
-            print(f"  {what}: {int((excess > 1).sum())} values out of "
-                  f"tolerance (worst {float(excess.max()):.1f}x)")
-        worst = max(worst, float(excess.max()))
-        bad += int((excess > 1).sum())
-        count += ref.numel()
+    tally = Tally(args.rtol, args.atol, explain=True)
+    check = tally.check
 
     def rank_share(k, whole, r):
         """The rows of `whole` rank r holds (expert params are split)."""
@@ -179,9 +157,8 @@ def main():
                 check(f"updated {k} (rank {r})",
                       rank_share(k, old - args.lr * grad, r), results[r][k])
     print(f"pytorch ({args.style}, {precision}): loss {float(loss):.6f} vs ours "
-          f"{ours:.6f}; {count} values compared, {bad} out of tolerance "
-          f"(worst {worst:.3f} x tolerance)")
-    return 1 if bad else 0
+          f"{ours:.6f}; {tally.summary()}")
+    return 1 if tally.bad else 0
 
 
 if __name__ == "__main__":
