@@ -2,6 +2,8 @@
 
 #include "moe/Frontend/WeightLoader.h"
 
+#include "Onnx/TensorData.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"
@@ -60,44 +62,34 @@ float bf16ToFloat(uint16_t b) {
   return f;
 }
 
-/// Bytes of the tensor's data: raw_data inline or the external file range.
+/// Bytes of the tensor's data: raw_data inline or the external file range,
+/// found by the importer's rules (Onnx/TensorData.h).
 llvm::Expected<std::string> rawBytes(const onnx::TensorProto &t,
                                      llvm::StringRef modelDir) {
   if (t.data_location() != onnx::TensorProto::EXTERNAL)
     return t.raw_data();
-  std::string location;
-  int64_t offset = 0, length = -1;
-  for (const auto &e : t.external_data()) {
-    if (e.key() == "location")
-      location = e.value();
-    else if ((e.key() == "offset" || e.key() == "length") &&
-             llvm::StringRef(e.value()).getAsInteger(
-                 10, e.key() == "offset" ? offset : length))
-      return fail("initializer '" + t.name() + "' has a bad external-data " +
-                  e.key() + " '" + e.value() + "'");
-  }
-  if (location.empty())
+  auto range = externalRange(t, modelDir);
+  if (!range)
     return fail("initializer '" + t.name() +
-                "' has external data without a location");
-  llvm::SmallString<256> path(modelDir);
-  llvm::sys::path::append(path, location);
-  std::ifstream in(std::string(path), std::ios::binary);
-  if (!in)
+                "' has external data without a usable location, offset or "
+                "length (locations must be relative paths inside the "
+                "model's directory)");
+  auto size = regularFileSize(*range);
+  if (!size)
     return fail("initializer '" + t.name() + "': its external data file '" +
-                path + "' is absent (the model was imported shape-only; "
-                "copy the data next to the model to use its weights)");
-  in.seekg(0, std::ios::end);
-  int64_t size = in.tellg();
-  if (length < 0)
-    length = size - offset;
-  if (offset < 0 || offset + length > size)
+                range->file +
+                "' is absent (the model was imported shape-only; copy the "
+                "data next to the model to use its weights)");
+  if (range->offset > *size || range->length > *size - range->offset)
     return fail("initializer '" + t.name() + "': external data file '" +
-                path + "' is too short (" + std::to_string(size) +
-                " bytes, needs " + std::to_string(offset + length) + ")");
-  std::string bytes(length, '\0');
-  in.seekg(offset);
-  in.read(bytes.data(), length);
-  return bytes;
+                range->file + "' is too short (" + std::to_string(*size) +
+                " bytes, needs " +
+                std::to_string(range->offset + range->length) + ")");
+  auto bytes = readExternal(*range);
+  if (!bytes)
+    return fail("initializer '" + t.name() + "': cannot read '" +
+                range->file + "'");
+  return std::move(*bytes);
 }
 
 } // namespace
@@ -106,79 +98,60 @@ llvm::Expected<HostTensor>
 mlir::moe::frontend::readTensor(const onnx::TensorProto &t,
                                 llvm::StringRef modelDir) {
   HostTensor out;
-  int64_t count = 1;
-  for (int64_t d : t.dims()) {
-    if (d < 0)
-      return fail("initializer '" + t.name() + "' has a negative dimension");
-    out.shape.push_back(d);
-    count *= d;
-  }
+  auto elements = elementCount(t);
+  if (!elements)
+    return fail("initializer '" + t.name() +
+                "' has a negative dimension or too many elements");
+  out.shape.assign(t.dims().begin(), t.dims().end());
+  int64_t count = int64_t(*elements);
   auto bytes = rawBytes(t, modelDir);
   if (!bytes)
     return bytes.takeError();
   bool raw = t.data_location() == onnx::TensorProto::EXTERNAL ||
              t.has_raw_data();
-  auto check = [&](size_t have) -> llvm::Error {
-    if (int64_t(have) != count)
-      return fail("initializer '" + t.name() + "' has " +
-                  std::to_string(have) + " values for shape " +
-                  dims(out.shape));
-    return llvm::Error::success();
-  };
-  out.values.resize(count);
-  switch (t.data_type()) {
-  case onnx::TensorProto::FLOAT:
-    if (raw) {
-      if (auto e = check(bytes->size() / 4))
-        return std::move(e);
-      std::memcpy(out.values.data(), bytes->data(), count * 4);
-    } else {
-      if (auto e = check(t.float_data_size()))
-        return std::move(e);
-      llvm::copy(t.float_data(), out.values.begin());
-    }
-    break;
-  case onnx::TensorProto::DOUBLE:
-    if (raw) {
-      if (auto e = check(bytes->size() / 8))
-        return std::move(e);
-      for (int64_t i = 0; i < count; ++i) {
-        double v;
-        std::memcpy(&v, bytes->data() + 8 * i, 8);
-        out.values[i] = float(v);
-      }
-    } else {
-      if (auto e = check(t.double_data_size()))
-        return std::move(e);
-      for (int64_t i = 0; i < count; ++i)
-        out.values[i] = float(t.double_data(i));
-    }
-    break;
-  case onnx::TensorProto::FLOAT16:
-  case onnx::TensorProto::BFLOAT16: {
-    bool half = t.data_type() == onnx::TensorProto::FLOAT16;
-    if (raw) {
-      if (auto e = check(bytes->size() / 2))
-        return std::move(e);
-      for (int64_t i = 0; i < count; ++i) {
-        uint16_t v;
-        std::memcpy(&v, bytes->data() + 2 * i, 2);
-        out.values[i] = half ? halfToFloat(v) : bf16ToFloat(v);
-      }
-    } else { // 16-bit values are stored one per int32_data entry
-      if (auto e = check(t.int32_data_size()))
-        return std::move(e);
-      for (int64_t i = 0; i < count; ++i) {
-        uint16_t v = uint16_t(t.int32_data(i));
-        out.values[i] = half ? halfToFloat(v) : bf16ToFloat(v);
-      }
-    }
-    break;
-  }
-  default:
+  int32_t dt = t.data_type();
+  bool half = dt == onnx::TensorProto::FLOAT16;
+  if (dt != onnx::TensorProto::FLOAT && dt != onnx::TensorProto::DOUBLE &&
+      !half && dt != onnx::TensorProto::BFLOAT16)
     return fail("initializer '" + t.name() + "' has ONNX data type " +
-                std::to_string(t.data_type()) +
+                std::to_string(dt) +
                 "; weights must be float32, float16, bfloat16 or float64");
+  // The values the data holds (16-bit types keep one per int32_data entry
+  // when typed), checked against the shape before anything is allocated:
+  // a corrupt file's claimed shape must not decide how much we allocate.
+  size_t have = raw                              ? bytes->size() / elementSize(dt)
+                : dt == onnx::TensorProto::FLOAT  ? size_t(t.float_data_size())
+                : dt == onnx::TensorProto::DOUBLE ? size_t(t.double_data_size())
+                                                  : size_t(t.int32_data_size());
+  if (int64_t(have) != count)
+    return fail("initializer '" + t.name() + "' has " + std::to_string(have) +
+                " values for shape " + dims(out.shape));
+  out.values.resize(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const char *at = raw ? bytes->data() + i * elementSize(dt) : nullptr;
+    switch (dt) {
+    case onnx::TensorProto::FLOAT: {
+      float v;
+      if (raw)
+        std::memcpy(&v, at, 4);
+      out.values[i] = raw ? v : t.float_data(i);
+      break;
+    }
+    case onnx::TensorProto::DOUBLE: {
+      double v;
+      if (raw)
+        std::memcpy(&v, at, 8);
+      out.values[i] = float(raw ? v : t.double_data(i));
+      break;
+    }
+    default: { // float16, bfloat16
+      uint16_t v = uint16_t(raw ? 0 : t.int32_data(i));
+      if (raw)
+        std::memcpy(&v, at, 2);
+      out.values[i] = half ? halfToFloat(v) : bf16ToFloat(v);
+      break;
+    }
+    }
   }
   return out;
 }

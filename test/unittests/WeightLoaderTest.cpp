@@ -79,6 +79,21 @@ protected:
       e->set_value(v);
     };
     kv("location", "ext.bin");
+    // A tensor whose shape claims 2^40 values but holds none, and one whose
+    // external data points outside the model's directory.
+    auto *huge = g->add_initializer();
+    huge->set_name("huge");
+    huge->set_data_type(onnx::TensorProto::FLOAT);
+    huge->add_dims(int64_t(1) << 20);
+    huge->add_dims(int64_t(1) << 20);
+    auto *escape = g->add_initializer();
+    escape->set_name("escape");
+    escape->set_data_type(onnx::TensorProto::FLOAT);
+    escape->add_dims(4);
+    escape->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto *where = escape->add_external_data();
+    where->set_key("location");
+    where->set_value("../ext.bin");
     kv("offset", "8");
     kv("length", "16");
     float ext[6] = {-1, -1, 7, 8, 9, 10};
@@ -186,6 +201,16 @@ TEST_F(WeightLoaderTest, MismatchesAreErrorsNamingTheInitializer) {
   auto v = fresh.load(source({"ext"}), {4});
   ASSERT_FALSE(static_cast<bool>(v));
   EXPECT_NE(llvm::toString(v.takeError()).find("shape-only"),
+            std::string::npos);
+}
+
+TEST_F(WeightLoaderTest, ClaimedShapesAndLocationsAreCheckedBeforeUse) {
+  // Checked against the data before allocating 4 TiB.
+  EXPECT_NE(error(source({"huge"}), {int64_t(1) << 20, int64_t(1) << 20})
+                .find("has 0 values for shape 1048576x1048576"),
+            std::string::npos);
+  // ONNX external data must be a relative path inside the model's directory.
+  EXPECT_NE(error(source({"escape"}), {4}).find("without a usable location"),
             std::string::npos);
 }
 

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "OnnxGraph.h"
+#include "TensorData.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/Support/FileSystem.h"
@@ -28,61 +29,6 @@ using namespace mlir;
 using namespace mlir::moe::frontend;
 
 namespace {
-
-/// Bytes per element of the ONNX data types we read values of; 0 otherwise.
-size_t elementSize(int32_t dataType) {
-  switch (dataType) {
-  case onnx::TensorProto::FLOAT:
-  case onnx::TensorProto::INT32:
-  case onnx::TensorProto::UINT32:
-    return 4;
-  case onnx::TensorProto::DOUBLE:
-  case onnx::TensorProto::INT64:
-  case onnx::TensorProto::UINT64:
-    return 8;
-  case onnx::TensorProto::FLOAT16:
-  case onnx::TensorProto::BFLOAT16:
-  case onnx::TensorProto::INT16:
-  case onnx::TensorProto::UINT16:
-    return 2;
-  case onnx::TensorProto::INT8:
-  case onnx::TensorProto::UINT8:
-  case onnx::TensorProto::BOOL:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-/// Element count of a tensor; nullopt on a negative dim or overflow (a
-/// fuzzed or corrupt file must not make us allocate its claimed size).
-std::optional<uint64_t> elementCount(const onnx::TensorProto &t) {
-  uint64_t n = 1;
-  for (int64_t d : t.dims()) {
-    if (d < 0)
-      return std::nullopt;
-    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / uint64_t(d))
-      return std::nullopt;
-    n *= uint64_t(d);
-  }
-  return n;
-}
-
-std::string externalEntry(const onnx::TensorProto &t, llvm::StringRef key) {
-  for (const auto &e : t.external_data())
-    if (e.key() == key)
-      return e.value();
-  return "";
-}
-
-std::optional<uint64_t> parseU64(const std::string &s) {
-  if (s.empty())
-    return std::nullopt;
-  uint64_t v = 0;
-  if (llvm::StringRef(s).getAsInteger(10, v))
-    return std::nullopt;
-  return v;
-}
 
 /// Shape of a value's type: -1 for a dynamic dim; nullopt when the type is
 /// not a tensor or carries no shape.
@@ -363,62 +309,17 @@ bool OnnxGraph::isInitializer(llvm::StringRef value) const {
   return isInitializer_.count(value.str()) != 0;
 }
 
-std::optional<std::string>
-OnnxGraph::externalFile(const onnx::TensorProto &t) const {
-  if (t.data_location() != onnx::TensorProto::EXTERNAL)
-    return std::nullopt;
-  std::string loc = externalEntry(t, "location");
-  // As ONNX itself requires: a relative path inside the model's directory.
-  // A model must not make the importer read /etc/... or ../../anything.
-  if (loc.empty() || llvm::sys::path::is_absolute(loc))
-    return std::nullopt;
-  for (auto it = llvm::sys::path::begin(loc), e = llvm::sys::path::end(loc);
-       it != e; ++it)
-    if (*it == "..")
-      return std::nullopt;
-  llvm::SmallString<256> file(llvm::sys::path::parent_path(path_));
-  llvm::sys::path::append(file, loc);
-  return std::string(file.str());
-}
-
-/// Where an external tensor's bytes lie: file, offset and length (the
-/// length from the entry, else from dims x element size).
-std::optional<OnnxGraph::ExternalRange>
-OnnxGraph::externalRange(const onnx::TensorProto &t) const {
-  auto file = externalFile(t);
-  if (!file || externalEntry(t, "location").empty())
-    return std::nullopt;
-  ExternalRange r;
-  r.file = *file;
-  r.offset = parseU64(externalEntry(t, "offset")).value_or(0);
-  if (auto len = parseU64(externalEntry(t, "length"))) {
-    r.length = *len;
-  } else {
-    auto n = elementCount(t);
-    size_t es = elementSize(t.data_type());
-    if (!n || !es || *n > std::numeric_limits<uint64_t>::max() / es)
-      return std::nullopt;
-    r.length = *n * es;
-  }
-  return r;
-}
-
 bool OnnxGraph::hasData(llvm::StringRef value) const {
   const onnx::TensorProto *t = constant(value);
   if (!t)
     return false;
   if (t->data_location() != onnx::TensorProto::EXTERNAL)
     return true; // inline: an empty tensor has no bytes to miss
-  auto r = externalRange(*t);
+  auto r = externalRange(*t, llvm::sys::path::parent_path(path_));
   if (!r)
     return false;
-  // A regular file only: a FIFO or device named by a model could block.
-  llvm::sys::fs::file_status st;
-  if (llvm::sys::fs::status(r->file, st) ||
-      st.type() != llvm::sys::fs::file_type::regular_file)
-    return false;
-  uint64_t size = st.getSize();
-  return r->offset <= size && r->length <= size - r->offset;
+  auto size = regularFileSize(*r);
+  return size && r->offset <= *size && r->length <= *size - r->offset;
 }
 
 /// The raw little-endian bytes of a constant: raw_data, or the slice of its
@@ -430,17 +331,10 @@ std::optional<std::string> OnnxGraph::rawBytes(const onnx::TensorProto &t,
       return std::nullopt;
     return t.raw_data();
   }
-  auto r = externalRange(t);
-  if (!r || r->length > limit || !hasData(t.name()))
+  auto r = externalRange(t, llvm::sys::path::parent_path(path_));
+  if (!r || r->length > limit)
     return std::nullopt;
-  std::ifstream in(r->file, std::ios::binary);
-  if (!in)
-    return std::nullopt;
-  in.seekg(std::streamoff(r->offset));
-  std::string bytes(r->length, '\0');
-  if (!in.read(bytes.data(), std::streamsize(r->length)))
-    return std::nullopt;
-  return bytes;
+  return readExternal(*r);
 }
 
 namespace {

@@ -77,11 +77,6 @@ public:
   InFlightDiagnostic error(const onnx::NodeProto &node) const;
   /// The node's name, or "<op_type> #<index>" when it has none.
   std::string nodeName(const onnx::NodeProto &node) const;
-  /// The file an EXTERNAL tensor's data lives in (relative to the model's
-  /// directory); nullopt for inline data, and for an absolute location or
-  /// one with a ".." component (such data counts as absent).
-  std::optional<std::string> externalFile(const onnx::TensorProto &t) const;
-
   /// True when `node` computes from a graph input (directly or through
   /// other nodes); false for constant-only nodes (shape arithmetic on
   /// initializers, Constant, weight transposes).
@@ -96,15 +91,10 @@ public:
 
 private:
   OnnxGraph() = default;
-  struct ExternalRange {
-    std::string file;
-    uint64_t offset = 0, length = 0;
-  };
   LogicalResult index();
   LogicalResult checkArity(const onnx::NodeProto &node) const;
   void addConstantNode(const onnx::NodeProto &node);
   void inferShapes();
-  std::optional<ExternalRange> externalRange(const onnx::TensorProto &t) const;
   std::optional<std::string> rawBytes(const onnx::TensorProto &t,
                                       uint64_t limit) const;
   /// Constant nodes' values as tensors (stable addresses for constants_).
