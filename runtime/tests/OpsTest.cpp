@@ -8,6 +8,8 @@
 
 #include "moe_rt/ops.h"
 
+#include "TestTensor.h"
+
 #include "moe_rt/kernels/Expert.h"
 #include "moe_rt/kernels/Routing.h"
 
@@ -20,25 +22,7 @@
 
 namespace {
 
-/// A CPU tensor that frees itself.
-struct Tensor {
-  moe_rt_tensor t{};
-  Tensor(std::vector<int64_t> shape, moe_rt_dtype dtype = MOE_RT_F32) {
-    EXPECT_EQ(moe_rt_tensor_create(MOE_RT_CPU, dtype, int32_t(shape.size()),
-                                   shape.data(), &t),
-              MOE_RT_OK);
-  }
-  Tensor(std::vector<int64_t> shape, std::vector<float> values)
-      : Tensor(std::move(shape)) {
-    EXPECT_EQ(values.size(), size_t(moe_rt_tensor_numel(&t)));
-    std::copy(values.begin(), values.end(), f());
-  }
-  ~Tensor() { moe_rt_tensor_destroy(&t); }
-  float *f() { return static_cast<float *>(t.data); }
-  int64_t *i() { return static_cast<int64_t *>(t.data); }
-  int64_t n() const { return moe_rt_tensor_numel(&t); }
-  moe_rt_tensor *operator&() { return &t; }
-};
+using moe_rt_test::Tensor;
 
 struct OpsTest : ::testing::Test {
   moe_rt_stream s = nullptr;
