@@ -102,6 +102,23 @@ int64_t linearOutSize(const moe_rt_tensor *x, const moe_rt_tensor *w) {
   return moe_rt_tensor_numel(x) / dim(x, -1) * dim(w, 1);
 }
 
+/// What moe_rt_embedding and its vjp both check: the stream, I64 ids, a
+/// vocab x M table (or its gradient) and the tokens x M activation (out or
+/// dout) that goes with it.
+Check embeddingChecks(const char *call, moe_rt_stream s,
+                      const moe_rt_tensor *ids, const moe_rt_tensor *table,
+                      const char *tableName, const moe_rt_tensor *act,
+                      const char *actName) {
+  Check c{call};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(ids, "ids", MOE_RT_I64)
+      .tensor(table, tableName, MOE_RT_F32, 2)
+      .tensor(act, actName, MOE_RT_F32, 1);
+  if (c.status)
+    return c;
+  return c.size(act, actName, moe_rt_tensor_numel(ids) * dim(table, 1));
+}
+
 /// What moe_rt_cross_entropy and its vjp both check: the stream, logits
 /// (tokens x V) and one I64 label per token.
 Check crossEntropyChecks(const char *call, moe_rt_stream s,
@@ -331,18 +348,12 @@ moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
 
 moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
                                const moe_rt_tensor *table, moe_rt_tensor *out) {
-  Check c{"moe_rt_embedding"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(ids, "ids", MOE_RT_I64)
-      .tensor(table, "table", MOE_RT_F32, 2)
-      .tensor(out, "out", MOE_RT_F32, 1);
+  Check c =
+      embeddingChecks("moe_rt_embedding", s, ids, table, "table", out, "out");
   if (c.status)
     return c.status;
   int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(table, 0),
           m = dim(table, 1);
-  c.size(out, "out", tokens * m);
-  if (c.status)
-    return c.status;
   return enqueue(s, [=](std::string &message) {
     if (k::embeddingForward(tokens, vocab, m, i64(ids), f32(table), f32(out)))
       return MOE_RT_OK;
@@ -355,18 +366,12 @@ moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
 moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
                                     const moe_rt_tensor *dout,
                                     moe_rt_tensor *dtable) {
-  Check c{"moe_rt_embedding_grad"};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(ids, "ids", MOE_RT_I64)
-      .tensor(dout, "dout", MOE_RT_F32, 1)
-      .tensor(dtable, "dtable", MOE_RT_F32, 2);
+  Check c = embeddingChecks("moe_rt_embedding_grad", s, ids, dtable, "dtable",
+                            dout, "dout");
   if (c.status)
     return c.status;
   int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(dtable, 0),
           m = dim(dtable, 1);
-  c.size(dout, "dout", tokens * m);
-  if (c.status)
-    return c.status;
   return enqueue(s, [=](std::string &message) {
     zero(dtable);
     if (k::embeddingBackward(tokens, vocab, m, i64(ids), f32(dout),
