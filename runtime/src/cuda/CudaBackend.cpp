@@ -10,9 +10,12 @@
 #include "../Backend.h"
 #include "../Error.h"
 #include "CudaKernels.h"
+#include "CudaStreams.h"
 
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -57,6 +60,8 @@ public:
   ~CudaStream() override {
     cudaStreamSynchronize(stream);
     cudaStreamDestroy(stream);
+    if (errorHost)
+      cudaFreeHost(errorHost);
   }
   moe_rt_backend backend() const override { return MOE_RT_CUDA; }
 
@@ -79,7 +84,35 @@ public:
     cudaEventRecord(marker, stream);
     moe_rt_status status = pollEvent(marker, timeoutSeconds);
     cudaEventDestroy(marker);
+    if (status == MOE_RT_OK && errorHost && *errorHost != 0)
+      return fail(MOE_RT_BACKEND_ERROR, errorMessage(*errorHost));
     return status;
+  }
+
+  /// The mapped error word kernels raise codes in (created on first use).
+  int32_t *errorWordDevice() {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    if (!errorHost) {
+      if (cudaHostAlloc(reinterpret_cast<void **>(&errorHost), sizeof(int32_t),
+                        cudaHostAllocMapped) != cudaSuccess)
+        return nullptr;
+      *errorHost = 0;
+      if (cudaHostGetDevicePointer(reinterpret_cast<void **>(&errorDevice),
+                                   errorHost, 0) != cudaSuccess)
+        return nullptr;
+    }
+    return errorDevice;
+  }
+  int32_t registerError(std::string message) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    messages.push_back(std::move(message));
+    return static_cast<int32_t>(messages.size());
+  }
+  std::string errorMessage(int32_t code) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    if (code > 0 && size_t(code) <= messages.size())
+      return messages[code - 1];
+    return "a kernel raised unknown error code " + std::to_string(code);
   }
 
   moe_rt_status record(EventImpl &event) override {
@@ -100,6 +133,10 @@ public:
   cudaStream_t stream;
 
 private:
+  std::mutex errorMutex;
+  int32_t *errorHost = nullptr, *errorDevice = nullptr;
+  std::vector<std::string> messages;
+
   static moe_rt_status pollEvent(cudaEvent_t event, double timeoutSeconds);
 };
 
@@ -163,6 +200,45 @@ moe_rt_status cudaFree(void *ptr) {
     return cudaFail("cudaFree", err);
   return ok();
 }
+
+namespace cuda {
+
+cudaStream_t streamOf(moe_rt_stream s, bool) {
+  auto *cudaStream = s ? dynamic_cast<CudaStream *>(s->impl.get()) : nullptr;
+  return cudaStream ? cudaStream->stream : nullptr;
+}
+
+int32_t *errorWordOf(moe_rt_stream s) {
+  auto *cudaStream = s ? dynamic_cast<CudaStream *>(s->impl.get()) : nullptr;
+  return cudaStream ? cudaStream->errorWordDevice() : nullptr;
+}
+
+int32_t registerError(moe_rt_stream s, std::string message) {
+  auto *cudaStream = s ? dynamic_cast<CudaStream *>(s->impl.get()) : nullptr;
+  return cudaStream ? cudaStream->registerError(std::move(message)) : 0;
+}
+
+void *cublasHandle() {
+  // One handle per host thread: cuBLAS handles are not safe to share between
+  // threads that issue concurrently. Freed at thread exit.
+  struct Handle {
+    cublasHandle_t h = nullptr;
+    Handle() {
+      if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+        h = nullptr;
+      else
+        cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
+    }
+    ~Handle() {
+      if (h)
+        cublasDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  return handle.h;
+}
+
+} // namespace cuda
 
 moe_rt_status cudaScale(moe_rt_stream_impl *stream, float *data, int64_t n,
                         float factor) {
