@@ -1,1 +1,477 @@
-// Placeholder: being written (issue 6, CUDA backend).
+//===- DeviceDenseTest.cpp - the CUDA dense ops, run on the host ----------===//
+//
+// The op templates of src/device/DenseOps.h and AttentionOps.h run with
+// HostExecutor and are compared with the CPU kernels of
+// include/moe_rt/kernels (Dense.h, Attention.h) to fp32 tolerance: every
+// forward and every gradient, on random inputs. Gradient outputs start
+// filled with garbage, so a body that accumulates where the op must
+// overwrite fails. HostExecutor's GEMM is a column-major reference reached
+// through toColumnMajor (the mapping CudaExecutor hands to cuBLAS); the
+// Gemm tests check it against a naive row-major loop for every transpose
+// combination, with padded leading dimensions and batch strides (0 too).
+//
+//===----------------------------------------------------------------------===//
+
+#include "../src/device/AttentionOps.h"
+#include "../src/device/DenseOps.h"
+#include "HostExecutor.h"
+
+#include "moe_rt/kernels/Attention.h"
+#include "moe_rt/kernels/Dense.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using moe_rt::device::HostExecutor;
+namespace dev = moe_rt::device;
+namespace k = moe_rt::kernels;
+using Vec = std::vector<float>;
+
+Vec randomVec(size_t n, std::mt19937 &rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0, scale);
+  Vec v(n);
+  for (float &x : v)
+    x = d(rng);
+  return v;
+}
+
+/// A buffer the op must overwrite entirely.
+Vec garbage(size_t n) { return Vec(n, 123.25f); }
+
+/// |got - want| <= rtol * max(1, max |want|) element-wise (fp32 rounding of
+/// differently ordered sums; a wrong body is off by O(1) of that scale).
+void expectClose(const Vec &got, const Vec &want, const std::string &what,
+                 double rtol = 2e-5) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1;
+  for (float w : want)
+    scale = std::max(scale, double(std::abs(w)));
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double d = std::abs(double(got[i]) - want[i]);
+    if (!(d <= worst)) { // NaN counts as the worst
+      worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, rtol * scale)
+      << what << ": element " << at << " is " << got[at] << ", CPU kernel "
+      << want[at] << " (scale " << scale << ")";
+}
+
+//===--- GEMM: the row-major descriptor through the column-major mapping ---===//
+
+/// C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, the obvious way.
+void naiveGemm(const dev::GemmDesc &g, const Vec &a, const Vec &b, Vec &c) {
+  for (int64_t bt = 0; bt < g.batch; ++bt)
+    for (int64_t r = 0; r < g.m; ++r)
+      for (int64_t col = 0; col < g.n; ++col) {
+        double acc = 0;
+        for (int64_t l = 0; l < g.k; ++l) {
+          float av = g.transA ? a[bt * g.strideA + l * g.lda + r]
+                              : a[bt * g.strideA + r * g.lda + l];
+          float bv = g.transB ? b[bt * g.strideB + col * g.ldb + l]
+                              : b[bt * g.strideB + l * g.ldb + col];
+          acc += double(av) * bv;
+        }
+        float &out = c[bt * g.strideC + r * g.ldc + col];
+        out = float(g.alpha * acc + (g.beta == 0 ? 0.0 : g.beta * out));
+      }
+}
+
+struct GemmCase {
+  bool transA, transB;
+  bool sharedA, sharedB; // batch stride 0
+  float beta;
+};
+
+void runGemmCase(const GemmCase &gc) {
+  std::mt19937 rng(7 + gc.transA * 2 + gc.transB);
+  const int64_t m = 3, n = 4, kk = 5, batch = 3;
+  dev::GemmDesc g;
+  g.transA = gc.transA;
+  g.transB = gc.transB;
+  g.m = m;
+  g.n = n;
+  g.k = kk;
+  g.alpha = 0.75f;
+  g.beta = gc.beta;
+  g.batch = batch;
+  // Stored A is m x k (or k x m transposed), padded rows; members apart by
+  // more than their size so that a wrong stride reads other numbers.
+  int64_t rowsA = gc.transA ? kk : m, colsA = gc.transA ? m : kk;
+  int64_t rowsB = gc.transB ? n : kk, colsB = gc.transB ? kk : n;
+  g.lda = colsA + 2;
+  g.ldb = colsB + 1;
+  g.ldc = n + 3;
+  g.strideA = gc.sharedA ? 0 : rowsA * g.lda + 5;
+  g.strideB = gc.sharedB ? 0 : rowsB * g.ldb + 2;
+  g.strideC = m * g.ldc + 4;
+  Vec a = randomVec(rowsA * g.lda + g.strideA * (batch - 1), rng);
+  Vec b = randomVec(rowsB * g.ldb + g.strideB * (batch - 1), rng);
+  Vec c0 = randomVec(g.strideC * batch, rng);
+  Vec want = c0, got = c0;
+  naiveGemm(g, a, b, want);
+  g.a = a.data();
+  g.b = b.data();
+  g.c = got.data();
+  HostExecutor ex;
+  ASSERT_EQ(ex.gemm(g), MOE_RT_OK);
+  std::string what = std::string("gemm transA=") + (gc.transA ? "1" : "0") +
+                     " transB=" + (gc.transB ? "1" : "0") +
+                     " sharedA=" + (gc.sharedA ? "1" : "0") +
+                     " sharedB=" + (gc.sharedB ? "1" : "0") +
+                     " beta=" + std::to_string(gc.beta);
+  expectClose(got, want, what, 1e-6);
+  // The padding between rows and batch members is untouched.
+  for (int64_t bt = 0; bt < batch; ++bt)
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = n; col < g.ldc && bt * g.strideC + r * g.ldc + col <
+                                              int64_t(got.size());
+           ++col) {
+        size_t i = bt * g.strideC + r * g.ldc + col;
+        EXPECT_EQ(got[i], c0[i]) << what << " wrote padding " << i;
+      }
+}
+
+TEST(DeviceDenseGemm, EveryTransposeBatchedAndStrided) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 0.5f}) {
+        runGemmCase({ta, tb, false, false, beta});
+        runGemmCase({ta, tb, true, false, beta});
+        runGemmCase({ta, tb, false, true, beta});
+      }
+}
+
+TEST(DeviceDenseGemm, PlainDescMatchesCpuGemm) {
+  std::mt19937 rng(3);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t m = 4, n = 6, kk = 3;
+      Vec a = randomVec(m * kk, rng), b = randomVec(kk * n, rng);
+      Vec want(m * n, 0.0f), got = garbage(m * n);
+      k::gemm(ta, tb, m, n, kk, 1.0f, a.data(), b.data(), 0.0f, want.data());
+      HostExecutor ex;
+      ASSERT_EQ(ex.gemm(dev::gemmDesc(ta, tb, m, n, kk, 1, a.data(), b.data(),
+                                      0, got.data())),
+                MOE_RT_OK);
+      expectClose(got, want, "gemmDesc vs kernels::gemm", 1e-6);
+    }
+}
+
+//===--- linear --------------------------------------------------------------===//
+
+TEST(DeviceDense, LinearForwardAndBackward) {
+  std::mt19937 rng(11);
+  const int64_t rows = 7, kk = 5, n = 6;
+  for (bool withBias : {false, true}) {
+    Vec x = randomVec(rows * kk, rng), w = randomVec(kk * n, rng),
+        bias = randomVec(n, rng), dy = randomVec(rows * n, rng);
+    const float *pb = withBias ? bias.data() : nullptr;
+    Vec want(rows * n), got = garbage(rows * n);
+    k::linearForward(rows, kk, n, x.data(), w.data(), pb, want.data());
+    HostExecutor ex;
+    ASSERT_EQ(dev::linearForward(ex, rows, kk, n, x.data(), w.data(), pb,
+                                 got.data()),
+              MOE_RT_OK);
+    expectClose(got, want, withBias ? "linear with bias" : "linear");
+
+    Vec wantDx(rows * kk, 0), wantDw(kk * n, 0), wantDb(n, 0);
+    k::linearBackward(rows, kk, n, x.data(), w.data(), dy.data(),
+                      wantDx.data(), wantDw.data(), wantDb.data());
+    Vec dx = garbage(rows * kk), dw = garbage(kk * n), db = garbage(n);
+    ASSERT_EQ(dev::linearBackward(ex, rows, kk, n, x.data(), w.data(),
+                                  dy.data(), dx.data(), dw.data(),
+                                  withBias ? db.data() : nullptr),
+              MOE_RT_OK);
+    expectClose(dx, wantDx, "linear dx");
+    expectClose(dw, wantDw, "linear dw");
+    if (withBias)
+      expectClose(db, wantDb, "linear dbias");
+  }
+}
+
+//===--- norms ---------------------------------------------------------------===//
+
+struct NormCase {
+  bool rms, withBias;
+};
+
+class DeviceDenseNorm : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(DeviceDenseNorm, ForwardAndBackward) {
+  NormCase nc = GetParam();
+  std::mt19937 rng(21 + nc.rms * 2 + nc.withBias);
+  const int64_t rows = 9, m = 16;
+  const double eps = 1e-5;
+  Vec x = randomVec(rows * m, rng, 2.0f), scale = randomVec(m, rng),
+      bias = randomVec(m, rng), dy = randomVec(rows * m, rng);
+  for (float &v : x)
+    v += 0.5f; // a non-zero mean, so LayerNorm and RMSNorm differ
+  const float *pb = nc.withBias ? bias.data() : nullptr;
+  Vec want(rows * m), got = garbage(rows * m);
+  k::normForward(nc.rms, rows, m, x.data(), scale.data(), pb, eps,
+                 want.data());
+  HostExecutor ex;
+  ASSERT_EQ(dev::normForward(ex, nc.rms, rows, m, x.data(), scale.data(), pb,
+                             eps, got.data()),
+            MOE_RT_OK);
+  expectClose(got, want, "norm forward");
+
+  Vec wantDx(rows * m, 0), wantDs(m, 0), wantDb(m, 0);
+  k::normBackward(nc.rms, rows, m, x.data(), scale.data(), eps, dy.data(),
+                  wantDx.data(), wantDs.data(),
+                  nc.withBias ? wantDb.data() : nullptr);
+  Vec dx = garbage(rows * m), ds = garbage(m), db = garbage(m);
+  ASSERT_EQ(dev::normBackward(ex, nc.rms, rows, m, x.data(), scale.data(), eps,
+                              dy.data(), dx.data(), ds.data(),
+                              nc.withBias ? db.data() : nullptr),
+            MOE_RT_OK);
+  expectClose(dx, wantDx, "norm dx");
+  expectClose(ds, wantDs, "norm dscale");
+  if (nc.withBias)
+    expectClose(db, wantDb, "norm dbias");
+  else
+    EXPECT_EQ(db, garbage(m)) << "dbias written without a bias";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, DeviceDenseNorm,
+    ::testing::Values(NormCase{false, true}, NormCase{false, false},
+                      NormCase{true, false}, NormCase{true, true}),
+    [](const ::testing::TestParamInfo<NormCase> &i) {
+      return std::string(i.param.rms ? "Rms" : "Layer") +
+             (i.param.withBias ? "Bias" : "NoBias");
+    });
+
+//===--- embedding -----------------------------------------------------------===//
+
+TEST(DeviceDense, EmbeddingForwardAndBackward) {
+  std::mt19937 rng(31);
+  const int64_t vocab = 7, m = 5;
+  std::vector<int64_t> ids = {3, 0, 6, 3, 3, 1}; // repeated ids add up
+  const int64_t tokens = int64_t(ids.size());
+  Vec table = randomVec(vocab * m, rng), dy = randomVec(tokens * m, rng);
+  Vec want(tokens * m), got = garbage(tokens * m);
+  ASSERT_TRUE(k::embeddingForward(tokens, vocab, m, ids.data(), table.data(),
+                                  want.data()));
+  HostExecutor ex;
+  ASSERT_EQ(dev::embeddingForward(ex, tokens, vocab, m, ids.data(),
+                                  table.data(), got.data()),
+            MOE_RT_OK);
+  expectClose(got, want, "embedding forward", 0);
+
+  Vec wantD(vocab * m, 0), gotD = garbage(vocab * m);
+  ASSERT_TRUE(k::embeddingBackward(tokens, vocab, m, ids.data(), dy.data(),
+                                   wantD.data()));
+  ASSERT_EQ(dev::embeddingBackward(ex, tokens, vocab, m, ids.data(), dy.data(),
+                                   gotD.data()),
+            MOE_RT_OK);
+  expectClose(gotD, wantD, "embedding dtable", 1e-6);
+}
+
+TEST(DeviceDense, EmbeddingBadIdFailsWithMessage) {
+  const int64_t vocab = 7, m = 3;
+  Vec table(vocab * m, 1.0f), out(2 * m), dy(2 * m, 1.0f), dtable(vocab * m);
+  for (int64_t bad : {int64_t(7), int64_t(-1)}) {
+    std::vector<int64_t> ids = {2, bad};
+    HostExecutor ex;
+    EXPECT_EQ(dev::embeddingForward(ex, 2, vocab, m, ids.data(), table.data(),
+                                    out.data()),
+              MOE_RT_BACKEND_ERROR);
+    EXPECT_EQ(ex.status(), MOE_RT_BACKEND_ERROR);
+    EXPECT_EQ(ex.message(), "moe_rt_embedding: a token id is outside [0, 7)");
+
+    HostExecutor exGrad;
+    EXPECT_EQ(dev::embeddingBackward(exGrad, 2, vocab, m, ids.data(),
+                                     dy.data(), dtable.data()),
+              MOE_RT_BACKEND_ERROR);
+    EXPECT_EQ(exGrad.message(),
+              "moe_rt_embedding_grad: a token id is outside the table");
+  }
+}
+
+//===--- cross-entropy -------------------------------------------------------===//
+
+TEST(DeviceDense, CrossEntropyForwardAndBackward) {
+  std::mt19937 rng(41);
+  const int64_t tokens = 6, vocab = 9;
+  Vec logits = randomVec(tokens * vocab, rng, 3.0f);
+  std::vector<int64_t> labels = {0, 8, 4, 4, 2, 7};
+  float want = 0, got = 123.25f;
+  ASSERT_TRUE(k::crossEntropyForward(tokens, vocab, logits.data(),
+                                     labels.data(), &want));
+  HostExecutor ex;
+  ASSERT_EQ(dev::crossEntropyForward(ex, tokens, vocab, logits.data(),
+                                     labels.data(), &got),
+            MOE_RT_OK);
+  EXPECT_NEAR(got, want, 1e-5 * std::max(1.0f, std::abs(want)));
+
+  const float dloss = 1.75f;
+  Vec wantD(tokens * vocab, 0), gotD = garbage(tokens * vocab);
+  ASSERT_TRUE(k::crossEntropyBackward(tokens, vocab, logits.data(),
+                                      labels.data(), dloss, wantD.data()));
+  ASSERT_EQ(dev::crossEntropyBackward(ex, tokens, vocab, logits.data(),
+                                      labels.data(), &dloss, gotD.data()),
+            MOE_RT_OK);
+  expectClose(gotD, wantD, "cross-entropy dlogits", 1e-6);
+}
+
+TEST(DeviceDense, CrossEntropyBadLabelFailsWithMessage) {
+  const int64_t tokens = 2, vocab = 4;
+  Vec logits(tokens * vocab, 0.5f), dlogits(tokens * vocab);
+  std::vector<int64_t> labels = {1, 4};
+  float loss = 0, dloss = 1;
+  HostExecutor ex;
+  EXPECT_EQ(dev::crossEntropyForward(ex, tokens, vocab, logits.data(),
+                                     labels.data(), &loss),
+            MOE_RT_BACKEND_ERROR);
+  EXPECT_EQ(ex.message(),
+            "moe_rt_cross_entropy: a label is outside the vocabulary");
+  HostExecutor exGrad;
+  EXPECT_EQ(dev::crossEntropyBackward(exGrad, tokens, vocab, logits.data(),
+                                      labels.data(), &dloss, dlogits.data()),
+            MOE_RT_BACKEND_ERROR);
+  EXPECT_EQ(exGrad.message(),
+            "moe_rt_cross_entropy_grad: a label is outside the vocabulary");
+}
+
+//===--- add, sgd, copy ------------------------------------------------------===//
+
+TEST(DeviceDense, AddSgdCopy) {
+  std::mt19937 rng(51);
+  const int64_t n = 10;
+  Vec a = randomVec(n, rng), b = randomVec(n, rng), out = garbage(n);
+  HostExecutor ex;
+  ASSERT_EQ(dev::add(ex, n, a.data(), b.data(), out.data()), MOE_RT_OK);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(out[i], a[i] + b[i]) << i;
+
+  const double lr = 0.1;
+  ASSERT_EQ(dev::sgd(ex, n, a.data(), b.data(), lr, out.data()), MOE_RT_OK);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(out[i], a[i] - float(lr) * b[i]) << i; // the CPU op's rounding
+
+  // Element offsets, with an 8-byte dtype too (moe_rt_copy is dtype-blind).
+  Vec dst = garbage(n);
+  ASSERT_EQ(dev::copyElements(ex, a.data(), 2, dst.data(), 5, 4, sizeof(float)),
+            MOE_RT_OK);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(dst[i], i >= 5 && i < 9 ? a[i - 3] : 123.25f) << i;
+  std::vector<int64_t> src64 = {1, 2, 3, 4}, dst64(4, -1);
+  ASSERT_EQ(dev::copyElements(ex, src64.data(), 1, dst64.data(), 0, 3,
+                              sizeof(int64_t)),
+            MOE_RT_OK);
+  EXPECT_EQ(dst64, (std::vector<int64_t>{2, 3, 4, -1}));
+}
+
+//===--- attention -----------------------------------------------------------===//
+
+/// heads, kvHeads, causal, rotary, norm (0 none, 1 LayerNorm, 2 RMSNorm),
+/// norm bias.
+using AttnParam = std::tuple<std::pair<int, int>, bool, bool, int, bool>;
+
+class DeviceDenseAttention : public ::testing::TestWithParam<AttnParam> {};
+
+TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
+  auto [hk, causal, rotary, norm, withBias] = GetParam();
+  k::AttentionShape s;
+  s.batch = 2;
+  s.seq = 5;
+  s.embed = 12;
+  s.heads = hk.first;
+  s.kvHeads = hk.second;
+  s.headDim = 4;
+  s.causal = causal;
+  s.rotary = rotary;
+  s.norm = norm;
+  s.eps = 1e-5;
+  const int64_t bnm = s.batch * s.seq * s.embed, hd = s.heads * s.headDim,
+                kvd = s.kvHeads * s.headDim, m = s.embed;
+  std::mt19937 rng(61 + s.heads * 7 + s.kvHeads + causal * 3 + rotary * 5 +
+                   norm * 11);
+  float ws = 1.0f / std::sqrt(float(m));
+  Vec x = randomVec(bnm, rng), wq = randomVec(m * hd, rng, ws),
+      wk = randomVec(m * kvd, rng, ws), wv = randomVec(m * kvd, rng, ws),
+      wo = randomVec(hd * m, rng, 1.0f / std::sqrt(float(hd))),
+      scale = randomVec(m, rng), bias = randomVec(m, rng),
+      dout = randomVec(bnm, rng);
+  for (float &v : scale)
+    v += 1.0f;
+  // Without a pre-norm the scale/bias are absent (the op may still receive
+  // them; then their gradients are zero: covered below).
+  const float *ps = norm ? scale.data() : nullptr;
+  const float *pb = norm && withBias ? bias.data() : nullptr;
+
+  Vec want(bnm), got = garbage(bnm);
+  k::attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
+                      ps, pb, want.data());
+  HostExecutor ex;
+  ASSERT_EQ(dev::attentionForward(ex, s, x.data(), wq.data(), wk.data(),
+                                  wv.data(), wo.data(), ps, pb, got.data()),
+            MOE_RT_OK);
+  expectClose(got, want, "attention out");
+  // One launch per phase: the count does not grow with batch or sequence.
+  EXPECT_EQ(ex.gemms(), 3 + 2 * s.heads + 1);
+
+  Vec wdx(bnm, 0), wdq(m * hd, 0), wdk(m * kvd, 0), wdv(m * kvd, 0),
+      wdo(hd * m, 0), wds(m, 0), wdb(m, 0);
+  k::attentionBackward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
+                       ps, pb, dout.data(), wdx.data(), wdq.data(), wdk.data(),
+                       wdv.data(), wdo.data(), ps ? wds.data() : nullptr,
+                       pb ? wdb.data() : nullptr);
+  Vec dx = garbage(bnm), dq = garbage(m * hd), dk = garbage(m * kvd),
+      dv = garbage(m * kvd), dO = garbage(hd * m), ds = garbage(m),
+      db = garbage(m);
+  // Pass the norm gradients whenever the CPU op would take them; with no
+  // pre-norm pass them anyway, to check that they come back zero.
+  bool passScale = true, passBias = withBias || !norm;
+  HostExecutor exGrad;
+  ASSERT_EQ(dev::attentionBackward(
+                exGrad, s, x.data(), wq.data(), wk.data(), wv.data(),
+                wo.data(), ps, pb, dout.data(), dx.data(), dq.data(),
+                dk.data(), dv.data(), dO.data(),
+                passScale ? ds.data() : nullptr,
+                passBias ? db.data() : nullptr),
+            MOE_RT_OK);
+  expectClose(dx, wdx, "attention dx");
+  expectClose(dq, wdq, "attention dwq");
+  expectClose(dk, wdk, "attention dwk");
+  expectClose(dv, wdv, "attention dwv");
+  expectClose(dO, wdo, "attention dwo");
+  expectClose(ds, wds, "attention dnorm_scale");
+  if (passBias)
+    expectClose(db, wdb, "attention dnorm_bias");
+}
+
+/// The test name of one attention case (a function: a structured binding
+/// inside the macro's lambda would split the macro's arguments).
+std::string attnName(const ::testing::TestParamInfo<AttnParam> &i) {
+  auto [hk, causal, rotary, norm, withBias] = i.param;
+  static const char *norms[] = {"NoNorm", "Layer", "Rms"};
+  return "H" + std::to_string(hk.first) + "Kv" + std::to_string(hk.second) +
+         (causal ? "Causal" : "Full") + (rotary ? "Rotary" : "NoRope") +
+         norms[norm] + (withBias ? "Bias" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DeviceDenseAttention,
+    ::testing::Combine(::testing::Values(std::make_pair(4, 4),  // MHA
+                                         std::make_pair(4, 2),  // GQA
+                                         std::make_pair(6, 2),  // GQA, 3/kv
+                                         std::make_pair(3, 1)), // MQA
+                       ::testing::Bool(), ::testing::Bool(),
+                       ::testing::Values(0, 1, 2), ::testing::Bool()),
+    attnName);
+
+} // namespace
