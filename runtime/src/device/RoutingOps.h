@@ -1,0 +1,331 @@
+//===- RoutingOps.h - dispatch / combine layouts over an executor -*- C++ -*-===//
+//
+// The token side of moe_rt_dispatch / moe_rt_combine and their vjps for the
+// CUDA backend, as kernels/Routing.h does it on the CPU, written over an
+// executor (Device.h) so that CI checks it on the host:
+//  - routeTokens: capacity slots in GShard order (every token's first choice
+//    before any second choice, tokens in order). One body per expert scans
+//    the (choice, token) order, so the slots are deterministic without a
+//    sort or atomics; fine for the small E of a gate.
+//  - dispatchLayout / combineGather and their adjoints; every (expert, slot)
+//    holds at most one (token, choice), so no body races another.
+//  - toExpertMajor / toRankMajor.
+// Each op is then split into its phases around the all-to-all(s), in the
+// order src/cpu/RoutingOps.cpp queues them: `...Send` before the exchange,
+// `...Recv` after it (combineGradMid between combine_grad's two). The CUDA
+// entry points (src/cuda/CudaRoutingOps.cu) run a phase, moe_rt_all_to_all,
+// the next phase; the host test runs the phases of G simulated ranks around
+// an in-memory exchange.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_SRC_DEVICE_ROUTINGOPS_H
+#define MOE_RT_SRC_DEVICE_ROUTINGOPS_H
+
+#include "Device.h"
+
+#include "moe_rt/moe_rt.h"
+
+#include <cstdint>
+
+namespace moe_rt::device {
+
+/// Shapes of a routed op (src/cpu/RoutingOps.cpp's Route): T tokens with k
+/// choices, E experts over G ranks (El local), capacity C, embedding M.
+struct RouteShape {
+  int64_t T = 0, k = 1, E = 0, G = 1, El = 0, C = 0, M = 0;
+};
+
+namespace routing {
+
+/// Slots of expert e's (token, choice) pairs in GShard order; -1 when over
+/// capacity.
+struct SlotsOfExpert {
+  int64_t tokens, k, C;
+  const int64_t *indices;
+  int64_t *slots;
+  MOE_HD void operator()(int64_t e) const {
+    int64_t used = 0;
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t t = 0; t < tokens; ++t)
+        if (indices[t * k + j] == e) {
+          int64_t s = used++;
+          slots[t * k + j] = s < C ? s : -1;
+        }
+  }
+};
+
+/// An index outside [0, E) gets no slot and fails the stream (the CPU
+/// kernels trust their indices; a GPU must not write out of bounds).
+struct CheckIndices {
+  int64_t E;
+  const int64_t *indices;
+  int64_t *slots;
+  int32_t *word;
+  int32_t code;
+  MOE_HD void operator()(int64_t i) const {
+    if (indices[i] < 0 || indices[i] >= E) {
+      slots[i] = -1;
+      raiseError(word, code);
+    }
+  }
+};
+
+/// send[(e C + s) M + col] = x[t M + col] for each kept (t, j).
+struct DispatchRows {
+  int64_t k, C, M;
+  const int64_t *indices, *slots;
+  const float *x;
+  float *send;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t tj = i / M, col = i % M;
+    int64_t s = slots[tj];
+    if (s >= 0)
+      send[(indices[tj] * C + s) * M + col] = x[(tj / k) * M + col];
+  }
+};
+
+/// dx[t, col] += dsend[slot of (t, j)] over kept j, in order.
+struct DispatchRowsBack {
+  int64_t k, C, M;
+  const int64_t *indices, *slots;
+  const float *dsend;
+  float *dx;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t t = i / M, col = i % M;
+    float acc = dx[i];
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t s = slots[t * k + j];
+      if (s >= 0)
+        acc += dsend[(indices[t * k + j] * C + s) * M + col];
+    }
+    dx[i] = acc;
+  }
+};
+
+/// y[t, col] = sum over kept j of w[t, j] recv[slot], in order (float).
+struct CombineRows {
+  int64_t k, C, M;
+  const int64_t *indices, *slots;
+  const float *weights, *recv;
+  float *y;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t t = i / M, col = i % M;
+    float acc = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t s = slots[t * k + j];
+      if (s >= 0)
+        acc += weights[t * k + j] * recv[(indices[t * k + j] * C + s) * M + col];
+    }
+    y[i] = acc;
+  }
+};
+
+/// drecv[slot] += w[t, j] dy[t] (each slot has one (t, j)).
+struct CombineRowsBackRecv {
+  int64_t k, C, M;
+  const int64_t *indices, *slots;
+  const float *weights, *dy;
+  float *drecv;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t tj = i / M, col = i % M;
+    int64_t s = slots[tj];
+    if (s >= 0)
+      drecv[(indices[tj] * C + s) * M + col] +=
+          weights[tj] * dy[(tj / k) * M + col];
+  }
+};
+
+/// dweights[t, j] += <dy[t], recv[slot]> (double sum).
+struct CombineRowsBackWeights {
+  int64_t k, C, M;
+  const int64_t *indices, *slots;
+  const float *recv, *dy;
+  float *dweights;
+  MOE_HD void operator()(int64_t tj) const {
+    int64_t s = slots[tj];
+    if (s < 0)
+      return;
+    const float *src = recv + (indices[tj] * C + s) * M;
+    const float *d = dy + (tj / k) * M;
+    double acc = 0;
+    for (int64_t col = 0; col < M; ++col)
+      acc += d[col] * src[col];
+    dweights[tj] += float(acc);
+  }
+};
+
+/// Block (a, b) of an A x B grid of blocks of `block` floats goes to block
+/// (b, a) of the B x A grid: toExpertMajor is (G, El) -> (El, G),
+/// toRankMajor (El, G) -> (G, El).
+struct SwapBlocks {
+  int64_t A, B, block;
+  const float *in;
+  float *out;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t q = i / block, r = i % block;
+    int64_t a = q / B, b = q % B;
+    out[(b * A + a) * block + r] = in[i];
+  }
+};
+
+} // namespace routing
+
+//===--- the kernels of Routing.h --------------------------------------===//
+
+/// slots (tokens x k) of kernels::routeTokens; an index outside [0, E)
+/// fails the executor's stream.
+template <class X>
+moe_rt_status routeTokens(X &ex, int64_t tokens, int64_t E, int64_t k,
+                          int64_t C, const int64_t *indices, int64_t *slots) {
+  int32_t code = ex.errorCode("routing: an expert index is outside [0, E)");
+  ex.forEach(E, routing::SlotsOfExpert{tokens, k, C, indices, slots});
+  ex.forEach(tokens * k, routing::CheckIndices{E, indices, slots,
+                                               ex.errorWord(), code});
+  return ex.status();
+}
+
+/// send (E x C x M) overwritten; empty slots zero.
+template <class X>
+moe_rt_status dispatchLayout(X &ex, const RouteShape &r, const int64_t *indices,
+                             const int64_t *slots, const float *x,
+                             float *send) {
+  ex.zero(send, sizeof(float) * r.E * r.C * r.M);
+  ex.forEach(r.T * r.k * r.M,
+             routing::DispatchRows{r.k, r.C, r.M, indices, slots, x, send});
+  return ex.status();
+}
+
+/// dx accumulated.
+template <class X>
+moe_rt_status dispatchLayoutBackward(X &ex, const RouteShape &r,
+                                     const int64_t *indices,
+                                     const int64_t *slots, const float *dsend,
+                                     float *dx) {
+  return ex.forEach(r.T * r.M, routing::DispatchRowsBack{r.k, r.C, r.M, indices,
+                                                         slots, dsend, dx});
+}
+
+/// y (T x M) overwritten.
+template <class X>
+moe_rt_status combineGather(X &ex, const RouteShape &r, const int64_t *indices,
+                            const int64_t *slots, const float *weights,
+                            const float *recv, float *y) {
+  return ex.forEach(r.T * r.M, routing::CombineRows{r.k, r.C, r.M, indices,
+                                                    slots, weights, recv, y});
+}
+
+/// drecv and dweights accumulated.
+template <class X>
+moe_rt_status combineGatherBackward(X &ex, const RouteShape &r,
+                                    const int64_t *indices,
+                                    const int64_t *slots, const float *weights,
+                                    const float *recv, const float *dy,
+                                    float *drecv, float *dweights) {
+  ex.forEach(r.T * r.k * r.M, routing::CombineRowsBackRecv{
+                                  r.k, r.C, r.M, indices, slots, weights, dy,
+                                  drecv});
+  return ex.forEach(r.T * r.k, routing::CombineRowsBackWeights{
+                                   r.k, r.C, r.M, indices, slots, recv, dy,
+                                   dweights});
+}
+
+/// in: G x El x C x M -> out: El x G x C x M.
+template <class X>
+moe_rt_status toExpertMajor(X &ex, const RouteShape &r, const float *in,
+                            float *out) {
+  return ex.forEach(r.E * r.C * r.M,
+                    routing::SwapBlocks{r.G, r.El, r.C * r.M, in, out});
+}
+
+/// in: El x G x C x M -> out: G x El x C x M.
+template <class X>
+moe_rt_status toRankMajor(X &ex, const RouteShape &r, const float *in,
+                          float *out) {
+  return ex.forEach(r.E * r.C * r.M,
+                    routing::SwapBlocks{r.El, r.G, r.C * r.M, in, out});
+}
+
+//===--- the ops' phases around the all-to-all ---------------------------===//
+// send / recv / drecv / dsend are E x C x M buffers; slots T x k. The
+// exchange between phases: part g (El x C x M) of send goes to rank g,
+// part g of recv comes from rank g.
+
+/// moe_rt_dispatch, before: slots, and x laid out into send.
+template <class X>
+moe_rt_status dispatchSend(X &ex, const RouteShape &r, const float *x,
+                           const int64_t *indices, int64_t *slots,
+                           float *send) {
+  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+    return ex.status();
+  return dispatchLayout(ex, r, indices, slots, x, send);
+}
+
+/// moe_rt_dispatch, after: out (El x G C x M) from recv.
+template <class X>
+moe_rt_status dispatchRecv(X &ex, const RouteShape &r, const float *recv,
+                           float *out) {
+  return toExpertMajor(ex, r, recv, out);
+}
+
+/// moe_rt_dispatch_grad, before: dout to rank-major.
+template <class X>
+moe_rt_status dispatchGradSend(X &ex, const RouteShape &r, const float *dout,
+                               float *send) {
+  return toRankMajor(ex, r, dout, send);
+}
+
+/// moe_rt_dispatch_grad, after: dx (overwritten) from the returned rows.
+template <class X>
+moe_rt_status dispatchGradRecv(X &ex, const RouteShape &r,
+                               const int64_t *indices, int64_t *slots,
+                               const float *recv, float *dx) {
+  ex.zero(dx, sizeof(float) * r.T * r.M);
+  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+    return ex.status();
+  return dispatchLayoutBackward(ex, r, indices, slots, recv, dx);
+}
+
+/// moe_rt_combine (and combine_grad's first exchange), before: the expert
+/// outputs to rank-major.
+template <class X>
+moe_rt_status combineSend(X &ex, const RouteShape &r, const float *expertOut,
+                          float *send) {
+  return toRankMajor(ex, r, expertOut, send);
+}
+
+/// moe_rt_combine, after: out (T x M) = the weighted sum of the kept rows.
+template <class X>
+moe_rt_status combineRecv(X &ex, const RouteShape &r, const int64_t *indices,
+                          int64_t *slots, const float *weights,
+                          const float *recv, float *out) {
+  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+    return ex.status();
+  return combineGather(ex, r, indices, slots, weights, recv, out);
+}
+
+/// moe_rt_combine_grad, between its exchanges: dweights (overwritten) and
+/// drecv (zeroed, then the rows to send back).
+template <class X>
+moe_rt_status combineGradMid(X &ex, const RouteShape &r,
+                             const int64_t *indices, int64_t *slots,
+                             const float *weights, const float *recv,
+                             const float *dout, float *drecv,
+                             float *dweights) {
+  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+    return ex.status();
+  ex.zero(dweights, sizeof(float) * r.T * r.k);
+  ex.zero(drecv, sizeof(float) * r.E * r.C * r.M);
+  return combineGatherBackward(ex, r, indices, slots, weights, recv, dout,
+                               drecv, dweights);
+}
+
+/// moe_rt_combine_grad, after: dexpert_out (El x G C x M) from dsend.
+template <class X>
+moe_rt_status combineGradRecv(X &ex, const RouteShape &r, const float *dsend,
+                              float *dexpertOut) {
+  return toExpertMajor(ex, r, dsend, dexpertOut);
+}
+
+} // namespace moe_rt::device
+
+#endif // MOE_RT_SRC_DEVICE_ROUTINGOPS_H
