@@ -2,7 +2,8 @@
 //
 // Known answers on tiny inputs (computed by hand from the definitions in
 // ops.h), the noise's determinism, finite-difference checks of every vjp,
-// and the argument checks (expert_choice refused, aux required or not).
+// and the argument checks (aux required or not; expert_choice, whose E x C
+// outputs these token-choice shapes are not, is ExpertChoiceTest.cpp's).
 //
 //===----------------------------------------------------------------------===//
 
@@ -266,7 +267,8 @@ TEST_F(GateKindsTest, ArgumentChecks) {
   EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_EXPERT_CHOICE, 1, 0, 0, 1.0, &x, &w,
                         nullptr, &idx, &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(moe_rt_last_error()).find("expert_choice"),
+  EXPECT_NE(std::string(moe_rt_last_error())
+                .find("expert_choice's indices must be E x C"),
             std::string::npos);
   EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, 1, 0, 0, 1.0, &x, &w,
                         nullptr, &idx, &wts, &counts),

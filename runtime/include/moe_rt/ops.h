@@ -127,17 +127,24 @@ typedef enum moe_rt_gate_kind {
  * (the dialect has no τ attribute, so every runner uses this one). */
 #define MOE_RT_GATE_COSINE_TAU 0.07
 
-/* A token-choice gate of any kind on x (... x M) and w; aux is the kind's
- * extra operand (NULL for softmax_topk and sigmoid):
+/* A gate of any kind on x (... x M, T tokens) and w; aux is the kind's
+ * extra operand (NULL for softmax_topk, sigmoid and expert_choice):
  *   softmax_topk  w M x E; softmax over E, keep top k          (= gate_topk)
  *   noisy_topk    w, aux = W_noise M x E; softmax_topk on
  *                 x·w + n ⊙ softplus(x·W_noise), n ~ N(0,1) from `seed`
  *   sigmoid       w M x E; keep the k largest σ(x·w), weight σ itself
  *   cosine        w d x E, aux = W_proj M x d; softmax_topk on
  *                 cos(x·W_proj, w[:, e]) / tau
- * normalize renormalises the k kept weights to sum 1. expert_choice is
- * refused (MOE_RT_INVALID_ARGUMENT): its E x C layout is not runnable.
- * Outputs as moe_rt_gate_topk. */
+ *   expert_choice w M x E; S = softmax(x·w) over E per token, then each
+ *                 expert e picks the C tokens with the largest S[:, e]
+ *                 (ties: lower token id; Zhou et al. 2022,
+ *                 kernels/ExpertChoice.h)
+ * normalize renormalises the k kept weights to sum 1 (token choice only).
+ * Token choice: outputs as moe_rt_gate_topk. expert_choice: indices (I64)
+ * and weights are E x C — C, the capacity, is the indices' second
+ * dimension, 1 <= C <= T — holding token ids flattened over x's leading
+ * dimensions and the chosen S; counts[e] = C; k is not used (checked in
+ * [1, E] only). */
 moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t k,
                           int normalize, uint64_t seed, double tau,
                           const moe_rt_tensor *x, const moe_rt_tensor *w,
@@ -145,7 +152,8 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t k,
                           moe_rt_tensor *weights, moe_rt_tensor *counts);
 /* Its vjp: dweights -> dx, dw, daux (overwritten; daux NULL iff aux is).
  * The selection and the noise are recomputed from x, as the forward made
- * them. */
+ * them. expert_choice: dweights is E x C (its C is the capacity); a token
+ * gets the softmax backward of the dweights of every slot that picked it. */
 moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
                                int64_t k, int normalize, uint64_t seed,
                                double tau, const moe_rt_tensor *x,
@@ -165,7 +173,16 @@ moe_rt_status moe_rt_expert_grad(
     const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
     moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown);
 
-/* moe.dispatch / moe.combine with capacity C over the group `comm`. */
+/* moe.dispatch / moe.combine with capacity C over the group `comm`:
+ * x / out are the rank's tokens (T x M, any leading shape), the expert
+ * side E_l x (G C) x M. Token choice: indices (and weights) B x N x k (any
+ * shape whose last dimension is k), slots in GShard order, overflow
+ * dropped. Expert choice: indices (and weights) exactly E x C (rank 2 and
+ * that shape selects it), slot (e, c) holding token indices[e, c] (-1: an
+ * empty slot); combine sums weights[e, c] · y[e, c] into the token, 0 for
+ * tokens no expert picked. An expert-choice index outside [0, T) fails the
+ * stream after the op's all-to-alls (so no rank is left waiting). Both use
+ * the same E x C x M send buffer and all-to-all. */
 moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
                               int64_t experts, int64_t capacity,
                               const moe_rt_tensor *x,

@@ -1,8 +1,10 @@
-//===- GateOps.cpp - moe_rt_gate and its vjp: every token-choice kind ------===//
+//===- GateOps.cpp - moe_rt_gate and its vjp: every gate kind --------------===//
 //
 // Argument checks, then scores -> top-k (kernels/Gates.h, Routing.h) as a
-// stream task. The backward recomputes scores, selection and noise from x
-// and the weights, so it needs nothing saved from the forward.
+// stream task; expert_choice selects top-C tokens per expert instead
+// (kernels/ExpertChoice.h, E x C outputs). The backward recomputes scores,
+// selection and noise from x and the weights, so it needs nothing saved
+// from the forward.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +12,7 @@
 
 #include "OpChecks.h"
 
+#include "moe_rt/kernels/ExpertChoice.h"
 #include "moe_rt/kernels/Gates.h"
 
 #include <string>
@@ -42,9 +45,6 @@ Check gateKindChecks(const char *call, moe_rt_stream s, moe_rt_gate_kind kind,
       .that(kind >= MOE_RT_GATE_SOFTMAX_TOPK &&
                 kind <= MOE_RT_GATE_EXPERT_CHOICE,
             "unknown gate kind " + std::to_string(int(kind)))
-      .that(kind != MOE_RT_GATE_EXPERT_CHOICE,
-            "the expert_choice gate is not supported by the runtime (its "
-            "E x C routing has no dispatch/combine kernels)")
       .tensor(x, "x", MOE_RT_F32, 1)
       .tensor(w, "w", MOE_RT_F32, 2)
       .tensor(aux, "aux", MOE_RT_F32, 2, true);
@@ -76,6 +76,26 @@ Check gateKindChecks(const char *call, moe_rt_stream s, moe_rt_gate_kind kind,
              "noisy_topk's W_noise must be M x E, like w");
   }
   return c.that(kk >= 1 && kk <= z.e, "k must be in [1, E]");
+}
+
+/// expert_choice's routing tensor `r` (indices, weights or dweights) is
+/// E x C; C, the capacity, is its second dimension and must be in [1, T]
+/// (an expert cannot pick more tokens than the call has). Sets `cap`.
+Check &expertChoiceChecks(Check &c, const Sizes &z, int normalize,
+                          const moe_rt_tensor *r, const char *name,
+                          int64_t &cap) {
+  c.that(normalize == 0, "expert_choice takes no normalize")
+      .that(r->rank == 2 && dim(r, 0) == z.e,
+            std::string("expert_choice's ") + name +
+                " must be E x C (E = w's columns)");
+  if (c.status)
+    return c;
+  cap = dim(r, 1);
+  return c.that(cap >= 1 && cap <= z.t,
+                "expert_choice's capacity C (" + std::string(name) +
+                    "' second dimension, " + std::to_string(cap) +
+                    ") must be in [1, T], T = " + std::to_string(z.t) +
+                    " tokens");
 }
 
 /// The forward's pre-top-k scores (tokens x E) and what the backward needs
@@ -136,6 +156,21 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
       .tensor(counts, "counts", MOE_RT_I64);
   if (c.status)
     return c.status;
+  if (kind == MOE_RT_GATE_EXPERT_CHOICE) {
+    int64_t cap = 0;
+    expertChoiceChecks(c, z, normalize, indices, "indices", cap)
+        .size(weights, "weights", z.e * cap)
+        .size(counts, "counts", z.e);
+    if (c.status)
+      return c.status;
+    return enqueue(s, [=](std::string &) {
+      Scores r;
+      computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
+      k::expertChoiceTopC(z.t, z.e, cap, r.scores.data(), i64(indices),
+                          f32(weights), i64(counts));
+      return MOE_RT_OK;
+    });
+  }
   c.size(indices, "indices", z.t * kk)
       .size(weights, "weights", z.t * kk)
       .size(counts, "counts", z.e);
@@ -165,6 +200,30 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
       .tensor(daux, "daux", MOE_RT_F32, 2, true);
   if (c.status)
     return c.status;
+  if (kind == MOE_RT_GATE_EXPERT_CHOICE) {
+    int64_t cap = 0;
+    expertChoiceChecks(c, z, normalize, dweights, "dweights", cap)
+        .that(daux == nullptr, "expert_choice takes no daux")
+        .sizeOf(dx, "dx", x)
+        .sizeOf(dw, "dw", w);
+    if (c.status)
+      return c.status;
+    return enqueue(s, [=](std::string &) {
+      Scores r;
+      computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
+      std::vector<float> wts(z.e * cap), dlogits(z.t * z.e, 0.0f);
+      std::vector<int64_t> idx(z.e * cap), counts(z.e);
+      k::expertChoiceTopC(z.t, z.e, cap, r.scores.data(), idx.data(),
+                          wts.data(), counts.data());
+      k::expertChoiceBackward(z.t, z.e, cap, r.scores.data(), idx.data(),
+                              f32(dweights), dlogits.data());
+      zero(dx);
+      zero(dw);
+      k::linearBackward(z.t, z.m, z.e, f32(x), f32(w), dlogits.data(), f32(dx),
+                        f32(dw), (float *)nullptr);
+      return MOE_RT_OK;
+    });
+  }
   c.that((aux != nullptr) == (daux != nullptr),
          "daux must be given exactly when aux is")
       .size(dweights, "dweights", z.t * kk)

@@ -5,7 +5,9 @@
 // group's all-to-all, queued in order on one communication stream. The
 // vjp of combine brings the expert outputs to the tokens' ranks again
 // rather than keeping them from the forward (one more all-to-all, no saved
-// state). Plumbing: add, copy (split/merge), SGD, all-reduce into a result.
+// state). Expert-choice routing (E x C indices, kernels/ExpertChoice.h)
+// fills and reads the same E x C x M buffers around the same all-to-all.
+// Plumbing: add, copy (split/merge), SGD, all-reduce into a result.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +16,7 @@
 #include "../Backend.h"
 #include "../Error.h"
 
+#include "moe_rt/kernels/ExpertChoice.h"
 #include "moe_rt/kernels/Routing.h"
 
 #include <cstring>
@@ -52,10 +55,22 @@ struct Scratch {
 };
 
 /// Shapes of a routed op: T tokens with k choices, E experts over G ranks
-/// (E_l local), capacity C, embedding M.
+/// (E_l local), capacity C, embedding M. ec: expert-choice routing (E x C
+/// indices; k is then 0 and T comes from the token-side tensor).
 struct Route {
   int64_t T, k, E, G, El, C, M;
+  bool ec;
 };
+
+/// Expert-choice indices are E x C (the dialect's form, moe.gate
+/// expert_choice); token-choice ones are B x N x k — or any shape whose
+/// last dimension is k, so a rank-2 tensor that is not E x C stays token
+/// choice (T x k callers).
+bool isExpertChoice(const moe_rt_tensor *indices, int64_t experts,
+                    int64_t capacity) {
+  return indices->rank == 2 && indices->shape[0] == experts &&
+         indices->shape[1] == capacity;
+}
 
 moe_rt_status routeChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
                           int64_t experts, int64_t capacity,
@@ -68,16 +83,19 @@ moe_rt_status routeChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
   if (!s || !comm)
     return bad("NULL stream or group");
   if (!isCpu(indices, MOE_RT_I64) || indices->rank < 1)
-    return bad("indices must be a CPU I64 tensor (tokens x k)");
+    return bad("indices must be a CPU I64 tensor (B x N x k, or E x C for "
+               "expert choice)");
   if (!isCpu(expertSide, MOE_RT_F32) || expertSide->rank != 3 ||
       !isCpu(tokenSide, MOE_RT_F32) || tokenSide->rank < 1)
     return bad("needs F32 CPU tensors: E_l x (G C) x M and tokens x M");
   r.G = moe_rt_comm_size(comm);
   r.E = experts;
   r.C = capacity;
-  r.k = indices->shape[indices->rank - 1];
-  r.T = moe_rt_tensor_numel(indices) / std::max<int64_t>(1, r.k);
   r.M = expertSide->shape[2];
+  r.ec = isExpertChoice(indices, experts, capacity);
+  r.k = r.ec ? 0 : indices->shape[indices->rank - 1];
+  r.T = r.ec ? moe_rt_tensor_numel(tokenSide) / std::max<int64_t>(1, r.M)
+             : moe_rt_tensor_numel(indices) / std::max<int64_t>(1, r.k);
   if (experts <= 0 || capacity <= 0 || experts % r.G)
     return bad("experts must divide evenly over the group and capacity be "
                "positive");
@@ -98,6 +116,130 @@ moe_rt_status task(moe_rt_stream s, std::function<void()> body) {
       false);
 }
 
+//===----------------------------------------------------------------------===//
+// Expert choice: slot (e, c) holds token indices[e, c] of this rank.
+//===----------------------------------------------------------------------===//
+
+/// A bad expert-choice index is found inside a task; the op then still
+/// runs its all-to-alls (with zeros) and fails the stream in its last task,
+/// so the group's other ranks are not left waiting in a collective.
+struct EcError {
+  std::string message;
+  /// Records (and returns true for) the first bad index of `idx`.
+  bool check(const char *call, const Route &r, const int64_t *idx) {
+    int64_t bad = k::ecFirstBadIndex(r.E * r.C, idx, r.T);
+    if (bad < 0)
+      return false;
+    message = std::string(call) + ": expert-choice index " +
+              std::to_string(idx[bad]) + " (expert " +
+              std::to_string(bad / r.C) + ", slot " +
+              std::to_string(bad % r.C) + ") is not a token in [0, " +
+              std::to_string(r.T) + ")";
+    return true;
+  }
+};
+
+/// The op's last task: `body`, then the deferred error if any.
+moe_rt_status lastTask(moe_rt_stream s, std::shared_ptr<EcError> err,
+                       std::function<void()> body) {
+  return s->impl->enqueueHost(
+      [err, body](std::string &message) {
+        body();
+        if (err->message.empty())
+          return MOE_RT_OK;
+        message = err->message;
+        return MOE_RT_INVALID_ARGUMENT;
+      },
+      false);
+}
+
+moe_rt_status ecDispatch(moe_rt_stream s, moe_rt_comm comm, const Route &r,
+                         const int64_t *idx, float *px, float *py) {
+  auto err = std::make_shared<EcError>();
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  if (moe_rt_status st = task(s, [=] {
+        if (!err->check("moe_rt_dispatch", r, idx))
+          k::ecDispatchLayout(r.E, r.C, r.M, idx, px, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return lastTask(s, err, [=] {
+    k::toExpertMajor(r.G, r.El, r.C, r.M, recv->data.data(), py);
+    (void)send;
+  });
+}
+
+moe_rt_status ecDispatchGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
+                             const int64_t *idx, float *pd, float *pdx) {
+  auto err = std::make_shared<EcError>();
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  if (moe_rt_status st = task(s, [=] {
+        k::toRankMajor(r.G, r.El, r.C, r.M, pd, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return lastTask(s, err, [=] {
+    std::memset(pdx, 0, sizeof(float) * r.T * r.M);
+    if (!err->check("moe_rt_dispatch_grad", r, idx))
+      k::ecDispatchLayoutBackward(r.E, r.C, r.M, idx, recv->data.data(), pdx);
+    (void)send;
+  });
+}
+
+moe_rt_status ecCombine(moe_rt_stream s, moe_rt_comm comm, const Route &r,
+                        const int64_t *idx, float *pe, float *pw, float *py) {
+  auto err = std::make_shared<EcError>();
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  if (moe_rt_status st = task(s, [=] {
+        k::toRankMajor(r.G, r.El, r.C, r.M, pe, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return lastTask(s, err, [=] {
+    if (err->check("moe_rt_combine", r, idx))
+      std::memset(py, 0, sizeof(float) * r.T * r.M);
+    else
+      k::ecCombineGather(r.T, r.E, r.C, r.M, idx, pw, recv->data.data(), py);
+    (void)send;
+  });
+}
+
+moe_rt_status ecCombineGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
+                            const int64_t *idx, float *pe, float *pw,
+                            float *pdy, float *pde, float *pdw) {
+  auto err = std::make_shared<EcError>();
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M),
+       drecv = std::make_shared<Scratch>(r.E, r.C, r.M),
+       dsend = std::make_shared<Scratch>(r.E, r.C, r.M);
+  if (moe_rt_status st = task(s, [=] {
+        k::toRankMajor(r.G, r.El, r.C, r.M, pe, send->data.data());
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  if (moe_rt_status st = task(s, [=] {
+        std::memset(pdw, 0, sizeof(float) * r.E * r.C);
+        if (!err->check("moe_rt_combine_grad", r, idx))
+          k::ecCombineGatherBackward(r.E, r.C, r.M, idx, pw, recv->data.data(),
+                                     pdy, drecv->data.data(), pdw);
+        (void)send;
+      }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &drecv->view, &dsend->view))
+    return st;
+  return lastTask(s, err, [=] {
+    k::toExpertMajor(r.G, r.El, r.C, r.M, dsend->data.data(), pde);
+    (void)drecv;
+  });
+}
+
 } // namespace
 
 extern "C" {
@@ -111,6 +253,8 @@ moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch", s, comm, experts,
                                      capacity, indices, out, x, r))
     return st;
+  if (r.ec)
+    return ecDispatch(s, comm, r, i64(indices), f32(x), f32(out));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
   auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
        recv = std::make_shared<Scratch>(r.E, r.C, r.M);
@@ -139,6 +283,8 @@ moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch_grad", s, comm, experts,
                                      capacity, indices, dout, dx, r))
     return st;
+  if (r.ec)
+    return ecDispatchGrad(s, comm, r, i64(indices), f32(dout), f32(dx));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
   auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
        recv = std::make_shared<Scratch>(r.E, r.C, r.M);
@@ -171,6 +317,9 @@ moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine: weights must match indices");
+  if (r.ec)
+    return ecCombine(s, comm, r, i64(indices), f32(expert_out), f32(weights),
+                     f32(out));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
   auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
        recv = std::make_shared<Scratch>(r.E, r.C, r.M);
@@ -207,6 +356,10 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
       moe_rt_tensor_numel(dweights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine_grad: bad weights or gradient tensors");
+  if (r.ec)
+    return ecCombineGrad(s, comm, r, i64(indices), f32(expert_out),
+                         f32(weights), f32(dout), f32(dexpert_out),
+                         f32(dweights));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
   auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
        recv = std::make_shared<Scratch>(r.E, r.C, r.M),
