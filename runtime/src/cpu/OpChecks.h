@@ -29,9 +29,30 @@ int64_t dim(const moe_rt_tensor *t, int i) {
   return t->shape[i < 0 ? t->rank + i : i];
 }
 
+/// The backend a stream runs on; tensors given to an op on it must live
+/// there (CPU for a NULL stream, which the checks then refuse).
+moe_rt_backend backendOf(moe_rt_stream s) {
+  return s && s->impl ? s->impl->backend() : MOE_RT_CPU;
+}
+
+/// `return call` when the op's stream is a CUDA stream (the call is one of
+/// src/cuda's entry points, made after the op's checks passed). Without the
+/// CUDA backend no CUDA stream can exist; the branch then only guards.
+#if MOE_RT_HAVE_CUDA
+#define MOE_RT_ON_CUDA(s, call)                                                \
+  if (backendOf(s) == MOE_RT_CUDA)                                             \
+  return call
+#else
+#define MOE_RT_ON_CUDA(s, call)                                                \
+  if (backendOf(s) == MOE_RT_CUDA)                                             \
+  return fail(MOE_RT_UNAVAILABLE, "the runtime was built without CUDA")
+#endif
+
 /// A failed check: the status and a message naming the call and operand.
 struct Check {
   const char *call;
+  /// Where the op's tensors must be: the stream's backend.
+  moe_rt_backend backend = MOE_RT_CPU;
   moe_rt_status status = MOE_RT_OK;
 
   Check &tensor(const moe_rt_tensor *t, const char *name, moe_rt_dtype dtype,
@@ -44,10 +65,11 @@ struct Check {
                       std::string(call) + ": " + name + " is NULL");
       return *this;
     }
-    if (!t->data || t->backend != MOE_RT_CPU || t->dtype != dtype ||
+    if (!t->data || t->backend != backend || t->dtype != dtype ||
         t->rank < minRank || moe_rt_tensor_numel(t) < 0)
       status = fail(MOE_RT_INVALID_ARGUMENT,
-                    std::string(call) + ": " + name + " must be a CPU " +
+                    std::string(call) + ": " + name + " must be a " +
+                        (backend == MOE_RT_CUDA ? "CUDA " : "CPU ") +
                         (dtype == MOE_RT_I64 ? "I64" : "F32") +
                         " tensor of rank >= " + std::to_string(minRank));
     return *this;

@@ -14,6 +14,11 @@
 #include "moe_rt/kernels/Expert.h"
 #include "moe_rt/kernels/Routing.h"
 
+#if MOE_RT_HAVE_CUDA
+#include "../cuda/CudaDenseOps.h"
+#include "../cuda/CudaRoutingOps.h"
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -36,7 +41,7 @@ Check attentionChecks(const char *call, moe_rt_stream s,
                       const moe_rt_tensor *wq, const moe_rt_tensor *wk,
                       const moe_rt_tensor *wv, const moe_rt_tensor *wo,
                       const moe_rt_tensor *scale, const moe_rt_tensor *bias) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s && a, "NULL stream or attributes")
       .tensor(x, "x", MOE_RT_F32, 3)
       .tensor(wq, "wq", MOE_RT_F32, 2)
@@ -68,7 +73,7 @@ Check attentionChecks(const char *call, moe_rt_stream s,
 Check normChecks(const char *call, moe_rt_stream s, moe_rt_norm_kind kind,
                  double eps, const moe_rt_tensor *x, const moe_rt_tensor *scale,
                  const moe_rt_tensor *bias) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(x, "x", MOE_RT_F32, 1)
       .tensor(scale, "scale", MOE_RT_F32, 1)
@@ -87,7 +92,7 @@ Check normChecks(const char *call, moe_rt_stream s, moe_rt_norm_kind kind,
 /// w whose K is x's last dimension.
 Check linearChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
                    const moe_rt_tensor *w) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(x, "x", MOE_RT_F32, 1)
       .tensor(w, "w", MOE_RT_F32, 2);
@@ -109,7 +114,7 @@ Check embeddingChecks(const char *call, moe_rt_stream s,
                       const moe_rt_tensor *ids, const moe_rt_tensor *table,
                       const char *tableName, const moe_rt_tensor *act,
                       const char *actName) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(ids, "ids", MOE_RT_I64)
       .tensor(table, tableName, MOE_RT_F32, 2)
@@ -124,7 +129,7 @@ Check embeddingChecks(const char *call, moe_rt_stream s,
 Check crossEntropyChecks(const char *call, moe_rt_stream s,
                          const moe_rt_tensor *logits,
                          const moe_rt_tensor *labels) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(logits, "logits", MOE_RT_F32, 2)
       .tensor(labels, "labels", MOE_RT_I64);
@@ -144,7 +149,7 @@ struct GateShape {
 /// rows are x's last dimension, and k in [1, E].
 Check gateChecks(const char *call, moe_rt_stream s, int64_t kk,
                  const moe_rt_tensor *x, const moe_rt_tensor *w, GateShape &g) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(x, "x", MOE_RT_F32, 1)
       .tensor(w, "w", MOE_RT_F32, 2);
@@ -166,7 +171,7 @@ struct FfnShape {
 Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
                 const moe_rt_tensor *up, const moe_rt_tensor *gate,
                 const moe_rt_tensor *down, FfnShape &shape) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(x, "x", MOE_RT_F32, 1)
       .tensor(up, "up", MOE_RT_F32, 2)
@@ -193,6 +198,31 @@ Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
   return c;
 }
 
+#if MOE_RT_HAVE_CUDA
+/// The CUDA gate's description of a softmax_topk gate (moe_rt_gate_topk).
+moe_rt::device::GateShape softmaxGateShape(const GateShape &g, int64_t kk,
+                                           int normalize) {
+  moe_rt::device::GateShape z;
+  z.kind = MOE_RT_GATE_SOFTMAX_TOPK;
+  z.tokens = g.tokens;
+  z.m = g.m;
+  z.d = g.m;
+  z.experts = g.experts;
+  z.k = kk;
+  z.normalize = normalize != 0;
+  return z;
+}
+
+moe_rt::device::ExpertShape deviceShape(const FfnShape &f) {
+  moe_rt::device::ExpertShape e;
+  e.experts = f.experts;
+  e.slots = f.slots;
+  e.m = f.m;
+  e.h = f.h;
+  return e;
+}
+#endif
+
 } // namespace
 
 extern "C" {
@@ -211,6 +241,7 @@ moe_rt_status moe_rt_attention(moe_rt_stream s, const moe_rt_attention_attrs *a,
   k::AttentionShape shape = attentionShape(a, x);
   float *px = f32(x), *pq = f32(wq), *pk = f32(wk), *pv = f32(wv),
         *po = f32(wo), *ps = f32(scale), *pb = f32(bias), *pout = f32(out);
+  MOE_RT_ON_CUDA(s, cuda::attention(s, shape, px, pq, pk, pv, po, ps, pb, pout));
   return enqueue(s, [=](std::string &) {
     k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout);
     return MOE_RT_OK;
@@ -247,6 +278,11 @@ moe_rt_status moe_rt_attention_grad(
   if (c.status)
     return c.status;
   k::AttentionShape shape = attentionShape(a, x);
+  MOE_RT_ON_CUDA(s, cuda::attentionGrad(s, shape, f32(x), f32(wq), f32(wk),
+                                        f32(wv), f32(wo), f32(scale),
+                                        f32(bias), f32(dout), f32(dx),
+                                        f32(dwq), f32(dwk), f32(dwv), f32(dwo),
+                                        f32(dscale), f32(dbias)));
   return enqueue(s, [=](std::string &) {
     for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias})
       zero(g);
@@ -265,6 +301,8 @@ moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
   if (c.status)
     return c.status;
   int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
+  MOE_RT_ON_CUDA(s, cuda::norm(s, kind == MOE_RT_NORM_RMS, rows, m, eps,
+                               f32(x), f32(scale), f32(bias), f32(out)));
   return enqueue(s, [=](std::string &) {
     k::normForward(kind == MOE_RT_NORM_RMS, rows, m, f32(x), f32(scale),
                    f32(bias), eps, f32(out));
@@ -293,6 +331,9 @@ moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
   if (c.status)
     return c.status;
   int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
+  MOE_RT_ON_CUDA(s, cuda::normGrad(s, kind == MOE_RT_NORM_RMS, rows, m, eps,
+                                   f32(x), f32(scale), f32(dout), f32(dx),
+                                   f32(dscale), f32(dbias)));
   return enqueue(s, [=](std::string &) {
     for (moe_rt_tensor *g : {dx, dscale, dbias})
       zero(g);
@@ -313,6 +354,8 @@ moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
   if (c.status)
     return c.status;
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
+  MOE_RT_ON_CUDA(s, cuda::linear(s, rows, kk, n, f32(x), f32(w), f32(bias),
+                                 f32(out)));
   return enqueue(s, [=](std::string &) {
     k::linearForward(rows, kk, n, f32(x), f32(w), f32(bias), f32(out));
     return MOE_RT_OK;
@@ -337,6 +380,8 @@ moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
   if (c.status)
     return c.status;
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
+  MOE_RT_ON_CUDA(s, cuda::linearGrad(s, rows, kk, n, f32(x), f32(w),
+                                     f32(dout), f32(dx), f32(dw), f32(dbias)));
   return enqueue(s, [=](std::string &) {
     for (moe_rt_tensor *g : {dx, dw, dbias})
       zero(g);
@@ -354,6 +399,8 @@ moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
     return c.status;
   int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(table, 0),
           m = dim(table, 1);
+  MOE_RT_ON_CUDA(s, cuda::embedding(s, tokens, vocab, m, i64(ids),
+                                    f32(table), f32(out)));
   return enqueue(s, [=](std::string &message) {
     if (k::embeddingForward(tokens, vocab, m, i64(ids), f32(table), f32(out)))
       return MOE_RT_OK;
@@ -372,6 +419,8 @@ moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
     return c.status;
   int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(dtable, 0),
           m = dim(dtable, 1);
+  MOE_RT_ON_CUDA(s, cuda::embeddingGrad(s, tokens, vocab, m, i64(ids),
+                                        f32(dout), f32(dtable)));
   return enqueue(s, [=](std::string &message) {
     zero(dtable);
     if (k::embeddingBackward(tokens, vocab, m, i64(ids), f32(dout),
@@ -390,6 +439,8 @@ moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
   if (c.status)
     return c.status;
   int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
+  MOE_RT_ON_CUDA(s, cuda::crossEntropy(s, tokens, v, f32(logits), i64(labels),
+                                       f32(loss)));
   return enqueue(s, [=](std::string &message) {
     if (k::crossEntropyForward(tokens, v, f32(logits), i64(labels), f32(loss)))
       return MOE_RT_OK;
@@ -411,6 +462,9 @@ moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
   if (c.status)
     return c.status;
   int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
+  MOE_RT_ON_CUDA(s, cuda::crossEntropyGrad(s, tokens, v, f32(logits),
+                                           i64(labels), f32(dloss),
+                                           f32(dlogits)));
   return enqueue(s, [=](std::string &message) {
     zero(dlogits);
     if (k::crossEntropyBackward(tokens, v, f32(logits), i64(labels),
@@ -437,6 +491,9 @@ moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t kk, int normalize,
          "indices and weights need tokens x k entries, counts E");
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::gate(s, softmaxGateShape(g, kk, normalize), f32(x),
+                               f32(w), nullptr, i64(indices), f32(weights),
+                               i64(counts)));
   return enqueue(s, [=](std::string &) {
     std::vector<float> logits(t * e);
     k::linearForward(t, m, e, f32(x), f32(w), (const float *)nullptr,
@@ -461,6 +518,9 @@ moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
   c.size(dweights, "dweights", t * kk).sizeOf(dx, "dx", x).sizeOf(dw, "dw", w);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::gateGrad(s, softmaxGateShape(g, kk, normalize),
+                                   f32(x), f32(w), nullptr, f32(dweights),
+                                   f32(dx), f32(dw), nullptr));
   return enqueue(s, [=](std::string &) {
     // The selection is recomputed from x and w, as the forward made it.
     std::vector<float> logits(t * e), dlogits(t * e), weights(t * kk);
@@ -488,6 +548,8 @@ moe_rt_status moe_rt_expert(moe_rt_stream s, moe_rt_activation act,
   c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::expert(s, act, deviceShape(f), f32(x), f32(up),
+                                 f32(gate), f32(down), f32(out)));
   return enqueue(s, [=](std::string &) {
     k::expertForward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
                      f32(up), f32(gate), f32(down), f32(out));
@@ -514,6 +576,10 @@ moe_rt_status moe_rt_expert_grad(
       .sizeOf(ddown, "ddown", down);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::expertGrad(s, act, deviceShape(f), f32(x), f32(up),
+                                     f32(gate), f32(down), f32(dout), f32(dx),
+                                     f32(dup), gate ? f32(dgate) : nullptr,
+                                     f32(ddown)));
   return enqueue(s, [=](std::string &) {
     for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
       zero(g);
