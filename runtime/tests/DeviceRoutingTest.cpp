@@ -318,6 +318,26 @@ TEST(DeviceGate, ExpertChoiceMatchesCpuKernels) {
   }
 }
 
+TEST(DeviceGate, ExpertChoiceTiesGoToTheLowerToken) {
+  // Every token alike: every expert ties over all tokens and takes 0..C-1.
+  const int64_t T = 5, M = 2, E = 3, C = 2;
+  std::vector<float> x(T * M, 0.25f), w = randomVec(M * E, 41);
+  dev::GateShape z;
+  z.kind = MOE_RT_GATE_EXPERT_CHOICE;
+  z.tokens = T;
+  z.m = z.d = M;
+  z.experts = E;
+  z.k = C;
+  std::vector<int64_t> idx(E * C), counts(E);
+  std::vector<float> wts(E * C);
+  HostExecutor ex;
+  ASSERT_EQ(dev::gateForward(ex, z, x.data(), w.data(), nullptr, idx.data(),
+                             wts.data(), counts.data()),
+            MOE_RT_OK);
+  EXPECT_EQ(idx, (std::vector<int64_t>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(counts, (std::vector<int64_t>{C, C, C}));
+}
+
 //===--- routing ------------------------------------------------------------===//
 
 /// k distinct experts per token, in a random order.
