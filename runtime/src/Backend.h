@@ -86,6 +86,36 @@ moe_rt_status cudaFree(void *ptr);
 moe_rt_status cudaScale(struct ::moe_rt_stream_impl *stream, float *data,
                         int64_t n, float factor);
 
+/// FlowMoE's pool on a GPU: a high-priority CUDA stream (all-to-alls) and a
+/// low-priority one (all-reduce chunks); see CudaBackend.cpp.
+moe_rt_status createCudaPoolStream(std::unique_ptr<StreamImpl> &out);
+/// Synchronous copy of `bytes` between any two backends' memory
+/// (moe_rt_tensor_copy); ordered after nothing queued on runtime streams.
+moe_rt_status cudaCopyBytes(void *dst, moe_rt_backend dstBackend,
+                            const void *src, moe_rt_backend srcBackend,
+                            size_t bytes);
+/// Synchronous zero fill of device memory.
+moe_rt_status cudaZeroBytes(void *ptr, size_t bytes);
+
+/// Something beyond the device that work on a CUDA stream depends on: an
+/// NCCL communicator whose kernels wait for peers. A CUDA stream's
+/// synchronize polls its watches while it waits (an asynchronous error
+/// fails it at once) and, when it times out, lets each abort its
+/// communicator and say why (the group, the ranks that did not answer).
+class CommWatch {
+public:
+  virtual ~CommWatch() = default;
+  /// "" while healthy; else a message (the communicator is then aborted).
+  virtual std::string poll() = 0;
+  /// The stream timed out: abort the communicator; a message naming the
+  /// group and the unresponsive ranks.
+  virtual std::string onTimeout() = 0;
+};
+/// Registers `watch` with CUDA stream `stream` (once per watch; expired
+/// watches are dropped). A no-op for other streams.
+void watchCudaStream(struct ::moe_rt_stream_impl *stream,
+                     std::weak_ptr<CommWatch> watch);
+
 } // namespace moe_rt
 
 struct moe_rt_stream_impl {

@@ -57,6 +57,28 @@ extern "C" moe_rt_status moe_rt_stream_create_pool(moe_rt_stream *out) {
   return ok();
 }
 
+extern "C" moe_rt_status moe_rt_stream_create_pool_on(moe_rt_backend backend,
+                                                      moe_rt_stream *out) {
+  if (backend == MOE_RT_CPU)
+    return moe_rt_stream_create_pool(out);
+  if (!out)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_stream_create_pool_on: out is NULL");
+  *out = nullptr;
+  if (backend != MOE_RT_CUDA)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_stream_create_pool_on: unknown backend " +
+                    std::to_string(static_cast<int>(backend)));
+  std::unique_ptr<StreamImpl> impl;
+  if (moe_rt_status status = createCudaPoolStream(impl); status != MOE_RT_OK)
+    return status;
+  *out = new (std::nothrow) moe_rt_stream_impl{std::move(impl)};
+  if (!*out)
+    return fail(MOE_RT_OUT_OF_MEMORY,
+                "moe_rt_stream_create_pool_on: out of memory");
+  return ok();
+}
+
 extern "C" moe_rt_status
 moe_rt_stream_enqueue_low(moe_rt_stream stream, moe_rt_task_fn fn, void *arg) {
   if (!stream || !fn)

@@ -96,3 +96,36 @@ extern "C" moe_rt_status moe_rt_tensor_destroy(moe_rt_tensor *tensor) {
   tensor->data = nullptr;
   return ok();
 }
+
+extern "C" moe_rt_status moe_rt_tensor_copy(moe_rt_tensor *dst,
+                                            const moe_rt_tensor *src) {
+  if (!dst || !src)
+    return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_tensor_copy: NULL tensor");
+  for (const moe_rt_tensor *t : {static_cast<const moe_rt_tensor *>(dst), src})
+    if (t->backend != MOE_RT_CPU && t->backend != MOE_RT_CUDA)
+      return fail(MOE_RT_INVALID_ARGUMENT,
+                  "moe_rt_tensor_copy: unknown backend " +
+                      std::to_string(static_cast<int>(t->backend)));
+  if (dst->dtype != src->dtype || !moe_rt_dtype_size(src->dtype))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_tensor_copy: dtypes differ or are invalid (dst " +
+                    std::to_string(static_cast<int>(dst->dtype)) + ", src " +
+                    std::to_string(static_cast<int>(src->dtype)) + ")");
+  int64_t n = moe_rt_tensor_numel(src);
+  if (n < 0 || moe_rt_tensor_numel(dst) != n)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_tensor_copy: dst has " +
+                    std::to_string(moe_rt_tensor_numel(dst)) +
+                    " elements, src " + std::to_string(n));
+  if (n == 0)
+    return ok();
+  if (!dst->data || !src->data)
+    return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_tensor_copy: NULL data");
+  size_t bytes = static_cast<size_t>(n) * moe_rt_dtype_size(src->dtype);
+  if (dst->backend == MOE_RT_CPU && src->backend == MOE_RT_CPU) {
+    std::memmove(dst->data, src->data, bytes);
+    return ok();
+  }
+  return cudaCopyBytes(dst->data, dst->backend, src->data, src->backend,
+                       bytes);
+}

@@ -7,6 +7,16 @@
  * shape checks on, ranks first exchange each collective's kind and size and
  * report a mismatch instead of corrupting memory or hanging.
  *
+ * On CUDA streams with CUDA tensors (runtime built with CUDA) the same
+ * calls run with NCCL on the stream: all-reduces on a communication pool's
+ * low-priority stream, the rest on its high-priority one. The group's NCCL
+ * communicators (one for all-to-alls, one for all-reduces, as below) are
+ * created on first CUDA use, on the calling thread's current device, by
+ * every rank of the group at the same call. Shape checks exchange kind and
+ * size over MPI when the call is made; a CUDA stream's synchronize that
+ * times out, or a communicator's asynchronous error, aborts the NCCL
+ * communicator and names the group and the ranks that did not answer.
+ *
  * All-to-alls and all-reduces use separate MPI communicators, so the
  * communication pool (moe_rt_stream_create_pool) may reorder one class
  * against the other without ranks deadlocking; all-reduces are queued in the
@@ -42,6 +52,11 @@ moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
 moe_rt_status moe_rt_comm_destroy(moe_rt_comm comm);
 int moe_rt_comm_rank(moe_rt_comm comm);
 int moe_rt_comm_size(moe_rt_comm comm);
+/* This process's rank among the group's processes on its node, and their
+ * number (MPI_Comm_split_type SHARED): which GPU a rank takes
+ * (moe_rt_cuda_select_device). Collective over the group. */
+moe_rt_status moe_rt_comm_node_rank(moe_rt_comm comm, int *local_rank,
+                                    int *local_size);
 
 /* Sums `tensor` (F32) over the group in place; with size_bytes >= 0 only the
  * byte range [offset_bytes, offset_bytes + size_bytes) (a FlowMoE chunk).

@@ -63,6 +63,11 @@ moe_rt_status moe_rt_tensor_create(moe_rt_backend backend, moe_rt_dtype dtype,
 moe_rt_status moe_rt_tensor_destroy(moe_rt_tensor *tensor);
 /* Number of elements, or -1 for an invalid tensor. */
 int64_t moe_rt_tensor_numel(const moe_rt_tensor *tensor);
+/* Copies src into dst: any pair of backends (host <-> device, device <->
+ * device, host <-> host), same dtype and element count. Synchronous: it
+ * returns once the bytes are in dst. It is not ordered with work queued on
+ * streams; synchronize the streams that use either tensor first. */
+moe_rt_status moe_rt_tensor_copy(moe_rt_tensor *dst, const moe_rt_tensor *src);
 
 /*--- Streams and events ----------------------------------------------------*/
 
@@ -82,6 +87,16 @@ moe_rt_status moe_rt_stream_create(moe_rt_backend backend, moe_rt_stream *out);
  * preempting. A wait gates the next task enqueued after it; an event
  * completes with the task enqueued before it. */
 moe_rt_status moe_rt_stream_create_pool(moe_rt_stream *out);
+/* The communication pool on a backend: MOE_RT_CPU is
+ * moe_rt_stream_create_pool; MOE_RT_CUDA is two CUDA streams of the
+ * device's greatest (all-to-alls) and least (all-reduce chunks) priority.
+ * On CUDA the priority only orders the GPU's scheduling of pending blocks
+ * (both streams run concurrently, nothing is held back), an event recorded
+ * on the pool completes after the work queued on both streams before it,
+ * and a wait gates both. Collectives pick the stream themselves;
+ * moe_rt_stream_enqueue_low is CPU only. */
+moe_rt_status moe_rt_stream_create_pool_on(moe_rt_backend backend,
+                                           moe_rt_stream *out);
 moe_rt_status moe_rt_stream_enqueue_low(moe_rt_stream stream, moe_rt_task_fn fn,
                                         void *arg);
 /* Waits for queued work, then frees the stream. */
@@ -120,6 +135,11 @@ moe_rt_status moe_rt_tensor_scale(moe_rt_stream stream, moe_rt_tensor *tensor,
 int moe_rt_cuda_compiled(void);
 /* Number of usable CUDA devices; 0 without a driver or device. */
 int moe_rt_cuda_device_count(void);
+/* Makes device (local_rank mod device count) current for the calling host
+ * thread: streams, tensors and NCCL communicators it creates afterwards
+ * live there. local_rank is the rank among the processes of one node
+ * (moe_rt_comm_node_rank). MOE_RT_UNAVAILABLE without a device. */
+moe_rt_status moe_rt_cuda_select_device(int local_rank);
 /* Versions of the linked NCCL and cuBLAS (queried without a device).
  * MOE_RT_UNAVAILABLE when built without CUDA. */
 moe_rt_status moe_rt_cuda_library_versions(int *nccl_version,

@@ -34,6 +34,9 @@ moe_rt_status moe_rt_comm_split(moe_rt_comm, int, moe_rt_comm *) {
 moe_rt_status moe_rt_comm_destroy(moe_rt_comm) {
   return unavailable("moe_rt_comm_destroy");
 }
+moe_rt_status moe_rt_comm_node_rank(moe_rt_comm, int *, int *) {
+  return unavailable("moe_rt_comm_node_rank");
+}
 int moe_rt_comm_rank(moe_rt_comm) { return -1; }
 int moe_rt_comm_size(moe_rt_comm) { return 0; }
 moe_rt_status moe_rt_all_reduce(moe_rt_stream, moe_rt_comm, moe_rt_tensor *,
