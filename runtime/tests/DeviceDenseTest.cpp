@@ -68,7 +68,7 @@ void expectClose(const Vec &got, const Vec &want, const std::string &what,
       << want[at] << " (scale " << scale << ")";
 }
 
-//===--- GEMM: the row-major descriptor through the column-major mapping ---===//
+//===--- GEMM through the column-major mapping ----------------------------===//
 
 /// C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, the obvious way.
 void naiveGemm(const dev::GemmDesc &g, const Vec &a, const Vec &b, Vec &c) {
@@ -169,7 +169,7 @@ TEST(DeviceDenseGemm, PlainDescMatchesCpuGemm) {
     }
 }
 
-//===--- linear --------------------------------------------------------------===//
+//===--- linear -----------------------------------------------------------===//
 
 TEST(DeviceDense, LinearForwardAndBackward) {
   std::mt19937 rng(11);
@@ -201,7 +201,7 @@ TEST(DeviceDense, LinearForwardAndBackward) {
   }
 }
 
-//===--- norms ---------------------------------------------------------------===//
+//===--- norms ------------------------------------------------------------===//
 
 struct NormCase {
   bool rms, withBias;
@@ -254,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
              (i.param.withBias ? "Bias" : "NoBias");
     });
 
-//===--- embedding -----------------------------------------------------------===//
+//===--- embedding --------------------------------------------------------===//
 
 TEST(DeviceDense, EmbeddingForwardAndBackward) {
   std::mt19937 rng(31);
@@ -301,7 +301,7 @@ TEST(DeviceDense, EmbeddingBadIdFailsWithMessage) {
   }
 }
 
-//===--- cross-entropy -------------------------------------------------------===//
+//===--- cross-entropy ----------------------------------------------------===//
 
 TEST(DeviceDense, CrossEntropyForwardAndBackward) {
   std::mt19937 rng(41);
@@ -346,7 +346,7 @@ TEST(DeviceDense, CrossEntropyBadLabelFailsWithMessage) {
             "moe_rt_cross_entropy_grad: a label is outside the vocabulary");
 }
 
-//===--- add, sgd, copy ------------------------------------------------------===//
+//===--- add, sgd, copy ---------------------------------------------------===//
 
 TEST(DeviceDense, AddSgdCopy) {
   std::mt19937 rng(51);
@@ -375,7 +375,7 @@ TEST(DeviceDense, AddSgdCopy) {
   EXPECT_EQ(dst64, (std::vector<int64_t>{2, 3, 4, -1}));
 }
 
-//===--- attention -----------------------------------------------------------===//
+//===--- attention --------------------------------------------------------===//
 
 /// heads, kvHeads, causal, rotary, norm (0 none, 1 LayerNorm, 2 RMSNorm),
 /// norm bias.

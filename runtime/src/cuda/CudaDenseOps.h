@@ -1,4 +1,4 @@
-//===- CudaDenseOps.h - the dense ops of moe_rt/ops.h on a CUDA stream -*- C++ -*-===//
+//===- CudaDenseOps.h - moe_rt/ops.h dense ops on CUDA ---------*- C++ -*-===//
 //
 // Entry points the C API (src/cpu/StepOps.cpp, RoutingOps.cpp) calls when
 // the stream is a CUDA stream, after it has checked the operands: each

@@ -1,4 +1,4 @@
-//===- AttentionOps.h - attention forward/backward over an executor -*- C++ -*-===//
+//===- AttentionOps.h - attention over an executor -------------*- C++ -*-===//
 //
 // moe.attention for the CUDA backend, written over an executor X (see
 // Device.h) with the semantics of kernels/Attention.h: optional pre-norm,
@@ -107,6 +107,8 @@ moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
                          const float *in, const float *wq, const float *wk,
                          const float *wv, const float *scale,
                          const float *bias, Activations &a) {
+  using dense::gemmInto;
+  using dense::stridedGemm;
   int64_t rows = s.batch * s.seq, n = s.seq, m = s.embed, d = s.headDim,
           hd = s.heads * d, kvd = s.kvHeads * d, group = s.heads / s.kvHeads;
   if (s.norm) {
@@ -167,12 +169,13 @@ moe_rt_status attentionForward(X &x, const kernels::AttentionShape &s,
                                const float *wk, const float *wv,
                                const float *wo, const float *scale,
                                const float *bias, float *out) {
+  using dense::gemmInto;
   attn::Activations a;
   if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, a))
     return x.status();
   int64_t rows = s.batch * s.seq, hd = s.heads * s.headDim;
-  return gemmInto(x,
-                  gemmDesc(false, false, rows, s.embed, hd, 1, a.o, wo, 0, out));
+  return gemmInto(
+      x, gemmDesc(false, false, rows, s.embed, hd, 1, a.o, wo, 0, out));
 }
 
 /// dx and every weight gradient, overwritten (moe_rt_attention_grad).
@@ -184,6 +187,8 @@ attentionBackward(X &x, const kernels::AttentionShape &s, const float *in,
                   const float *wo, const float *scale, const float *bias,
                   const float *dout, float *dx, float *dwq, float *dwk,
                   float *dwv, float *dwo, float *dscale, float *dbias) {
+  using dense::gemmInto;
+  using dense::stridedGemm;
   attn::Activations a;
   if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, a))
     return x.status();

@@ -1,4 +1,4 @@
-//===- DenseOps.h - dense ops over an executor: linear, norm, ... -*- C++ -*-===//
+//===- DenseOps.h - dense ops over an executor -----------------*- C++ -*-===//
 //
 // The CUDA backend's linear, norm, embedding, cross-entropy, add, copy and
 // sgd, written once over an executor X (see Device.h): CudaExecutor runs
@@ -30,8 +30,12 @@
 
 namespace moe_rt::device {
 
+namespace dense {
+
 /// Zero-filled double workspace: the executors hand out float and int64
 /// scratch; an int64 buffer is 8-byte aligned and its zero bits are 0.0.
+/// (In `dense`, as every helper here: GateOps.h has its own copy in
+/// moe_rt::device, and a TU may include both.)
 template <class X> double *scratchF64(X &x, int64_t n) {
   return reinterpret_cast<double *>(x.scratchI64(n));
 }
@@ -80,7 +84,6 @@ template <class X> moe_rt_status gemmInto(X &x, const GemmDesc &g) {
   return x.gemm(g);
 }
 
-namespace dense {
 
 //===--- elementwise ----------------------------------------------------===//
 
@@ -334,10 +337,6 @@ struct CrossEntropyGradBody {
   }
 };
 
-} // namespace dense
-
-//===--- ops --------------------------------------------------------------===//
-
 /// The error word and the code a body raises for `message`; fails the
 /// executor's caller (returns nullptr) when the stream has no error word.
 template <class X>
@@ -350,6 +349,10 @@ int32_t *errorWordFor(X &x, const std::string &message, int32_t &code) {
   code = x.errorCode(message.c_str());
   return word;
 }
+
+} // namespace dense
+
+//===--- ops --------------------------------------------------------------===//
 
 /// out = a + b (moe_rt_add).
 template <class X>
@@ -381,7 +384,7 @@ template <class X>
 moe_rt_status linearForward(X &x, int64_t rows, int64_t k, int64_t n,
                             const float *in, const float *w, const float *bias,
                             float *y) {
-  if (gemmInto(x, gemmDesc(false, false, rows, n, k, 1, in, w, 0, y)))
+  if (dense::gemmInto(x, gemmDesc(false, false, rows, n, k, 1, in, w, 0, y)))
     return x.status();
   if (bias)
     return x.forEach(rows * n, dense::AddBiasBody{y, bias, n});
@@ -394,6 +397,7 @@ template <class X>
 moe_rt_status linearBackward(X &x, int64_t rows, int64_t k, int64_t n,
                              const float *in, const float *w, const float *dy,
                              float *dx, float *dw, float *dbias) {
+  using dense::gemmInto;
   if (dx && gemmInto(x, gemmDesc(false, true, rows, k, n, 1, dy, w, 0, dx)))
     return x.status();
   if (dw && gemmInto(x, gemmDesc(true, false, k, n, rows, 1, in, dy, 0, dw)))
@@ -409,7 +413,7 @@ template <class X>
 moe_rt_status normForward(X &x, bool rms, int64_t rows, int64_t m,
                           const float *in, const float *scale,
                           const float *bias, double eps, float *y) {
-  double *stats = scratchF64(x, 2 * rows);
+  double *stats = dense::scratchF64(x, 2 * rows);
   if (!stats)
     return x.status();
   if (x.forEach(rows, dense::NormStatsBody{rms, m, in, eps, stats}))
@@ -425,7 +429,7 @@ moe_rt_status normBackward(X &x, bool rms, int64_t rows, int64_t m,
                            const float *in, const float *scale, double eps,
                            const float *dy, float *dx, float *dscale,
                            float *dbias) {
-  double *stats = scratchF64(x, 4 * rows);
+  double *stats = dense::scratchF64(x, 4 * rows);
   if (!stats)
     return x.status();
   if (x.forEach(rows,
@@ -447,7 +451,7 @@ moe_rt_status embeddingForward(X &x, int64_t tokens, int64_t vocab, int64_t m,
                                const int64_t *ids, const float *table,
                                float *y) {
   int32_t code = 0;
-  int32_t *word = errorWordFor(
+  int32_t *word = dense::errorWordFor(
       x,
       "moe_rt_embedding: a token id is outside [0, " + std::to_string(vocab) +
           ")",
@@ -464,7 +468,7 @@ moe_rt_status embeddingBackward(X &x, int64_t tokens, int64_t vocab,
                                 int64_t m, const int64_t *ids, const float *dy,
                                 float *dtable) {
   int32_t code = 0;
-  int32_t *word = errorWordFor(
+  int32_t *word = dense::errorWordFor(
       x, "moe_rt_embedding_grad: a token id is outside the table", code);
   if (!word)
     return MOE_RT_BACKEND_ERROR;
@@ -481,11 +485,11 @@ moe_rt_status crossEntropyForward(X &x, int64_t tokens, int64_t vocab,
                                   const float *logits, const int64_t *labels,
                                   float *loss) {
   int32_t code = 0;
-  int32_t *word = errorWordFor(
+  int32_t *word = dense::errorWordFor(
       x, "moe_rt_cross_entropy: a label is outside the vocabulary", code);
   if (!word)
     return MOE_RT_BACKEND_ERROR;
-  double *terms = scratchF64(x, tokens);
+  double *terms = dense::scratchF64(x, tokens);
   if (!terms)
     return x.status();
   if (x.forEach(tokens, dense::TokenLseBody{vocab, logits, labels, true, terms,
@@ -501,11 +505,11 @@ moe_rt_status crossEntropyBackward(X &x, int64_t tokens, int64_t vocab,
                                    const float *logits, const int64_t *labels,
                                    const float *dloss, float *dlogits) {
   int32_t code = 0;
-  int32_t *word = errorWordFor(
+  int32_t *word = dense::errorWordFor(
       x, "moe_rt_cross_entropy_grad: a label is outside the vocabulary", code);
   if (!word)
     return MOE_RT_BACKEND_ERROR;
-  double *lse = scratchF64(x, tokens);
+  double *lse = dense::scratchF64(x, tokens);
   if (!lse)
     return x.status();
   if (x.forEach(tokens, dense::TokenLseBody{vocab, logits, labels, false, lse,
