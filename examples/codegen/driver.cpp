@@ -7,7 +7,11 @@
 // which python/compare_dumps.py compares.
 //
 //   mpirun -np P codegen-driver --inputs PREFIX [--dump PREFIX] [--steps N]
-//                               [--timeout SECONDS]
+//                               [--timeout SECONDS] [--backend cpu|cuda]
+//
+// --backend cuda (default cpu) runs the step on one GPU per rank (buffers on
+// the device, CUDA streams, NCCL collectives: moe_step_create_on); without a
+// CUDA device it stops with "no CUDA device" and exit status 1.
 //
 // PREFIX.rank<r> is each rank's file. The model's functions are
 // <MOE_MODEL>_declare and <MOE_MODEL>_step (moe_compile_model's PREFIX,
@@ -33,7 +37,8 @@ void MOE_CAT(MOE_MODEL, _step)(moe_step *s);
 static int usage(const char *message) {
   std::fprintf(stderr,
                "codegen-driver: error: %s\nusage: mpirun -np P codegen-driver "
-               "--inputs PREFIX [--dump PREFIX] [--steps N] [--timeout S]\n",
+               "--inputs PREFIX [--dump PREFIX] [--steps N] [--timeout S] "
+               "[--backend cpu|cuda]\n",
                message);
   moe_rt_mpi_finalize();
   return 2;
@@ -47,6 +52,7 @@ int main(int argc, char **argv) {
   std::string inputs, dump;
   int steps = 1;
   double timeout = 60;
+  moe_rt_backend backend = MOE_RT_CPU;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc)
@@ -60,6 +66,14 @@ int main(int argc, char **argv) {
       steps = std::atoi(v.c_str());
     else if (a == "--timeout")
       timeout = std::atof(v.c_str());
+    else if (a == "--backend") {
+      if (v == "cpu")
+        backend = MOE_RT_CPU;
+      else if (v == "cuda")
+        backend = MOE_RT_CUDA;
+      else
+        return usage(("--backend must be cpu or cuda, not '" + v + "'").c_str());
+    }
     else
       return usage(("unknown argument '" + a + "'").c_str());
   }
@@ -69,7 +83,19 @@ int main(int argc, char **argv) {
   if (steps < 1)
     return usage("--steps must be positive");
 
-  moe_step *s = moe_step_create(timeout);
+  // Every rank sees the same answer here (the build, the node's devices),
+  // so all stop together with status 1 instead of an MPI abort.
+  if (backend == MOE_RT_CUDA &&
+      (!moe_rt_cuda_compiled() || moe_rt_cuda_device_count() == 0)) {
+    std::fprintf(stderr, "codegen-driver: error: %s\n",
+                 moe_rt_cuda_compiled()
+                     ? "no CUDA device is available on this machine "
+                       "(--backend cuda needs one GPU per rank)"
+                     : "no CUDA backend: the runtime was built without CUDA");
+    moe_rt_mpi_finalize();
+    return 1;
+  }
+  moe_step *s = moe_step_create_on(timeout, backend);
   std::string rank = ".rank" + std::to_string(moe_step_rank(s));
   MOE_CAT(MOE_MODEL, _declare)(s);
   moe_step_load_inputs(s, (inputs + rank).c_str());

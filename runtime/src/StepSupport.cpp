@@ -5,9 +5,16 @@
 // coordinates, dump formats), so that a generated step and moe-run compute
 // the same thing from the same inputs.
 //
+// On the CUDA backend (moe_step_create_on) buffers live on the rank's GPU,
+// compute streams are CUDA streams and comm streams the CUDA pool; what the
+// trainer and the host-side splats touch is staged through host copies
+// (moe_rt_tensor_copy), each after the step's streams were synchronised.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/step_support.h"
+
+#include "Backend.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -33,12 +40,26 @@ struct Buffer {
   size_t bytes() const { return numel() * moe_rt_dtype_size(t.dtype); }
 };
 
+/// A host tensor shaped like `like`, for staging a device buffer.
+struct HostCopy {
+  std::vector<int64_t> storage; // 8-byte aligned for I64 and F32 alike
+  moe_rt_tensor t{};
+  explicit HostCopy(const moe_rt_tensor &like) : t(like) {
+    size_t bytes = size_t(std::max<int64_t>(0, moe_rt_tensor_numel(&like))) *
+                   moe_rt_dtype_size(like.dtype);
+    storage.resize((bytes + 7) / 8 + 1);
+    t.data = storage.data();
+    t.backend = MOE_RT_CPU;
+  }
+};
+
 [[noreturn]] void fail(const moe_step *s, const std::string &message);
 
 } // namespace
 
 struct moe_step {
   double timeout = 60;
+  moe_rt_backend backend = MOE_RT_CPU;
   int rank = 0, world = 1;
   moe_rt_comm worldComm = nullptr;
   std::vector<Buffer> buffers;
@@ -76,14 +97,33 @@ void check(const moe_step *s, moe_rt_status st, const std::string &what) {
 } // namespace
 
 moe_step *moe_step_create(double timeout_s) {
+  return moe_step_create_on(timeout_s, MOE_RT_CPU);
+}
+
+moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend) {
   auto s = std::make_unique<moe_step>();
   s->timeout = timeout_s;
+  if (backend != MOE_RT_CPU && backend != MOE_RT_CUDA)
+    fail(s.get(), "unknown backend " + std::to_string(int(backend)));
+  s->backend = backend;
   // Shape checks on, as moe-run: a mismatched collective is reported, not a
   // hang or corrupted memory.
   check(s.get(), moe_rt_comm_create_world(timeout_s, 1, &s->worldComm),
         "creating the world communicator");
   s->rank = moe_rt_comm_rank(s->worldComm);
   s->world = moe_rt_comm_size(s->worldComm);
+  if (backend == MOE_RT_CUDA) {
+    if (!moe_rt_cuda_compiled())
+      fail(s.get(), "no CUDA backend: the runtime was built without CUDA");
+    if (moe_rt_cuda_device_count() == 0)
+      fail(s.get(), "no CUDA device is available on this machine (the "
+                    "step's CUDA backend needs one GPU per rank)");
+    // One GPU per rank of a node, by node-local rank.
+    int local = 0, localSize = 1;
+    check(s.get(), moe_rt_comm_node_rank(s->worldComm, &local, &localSize),
+          "finding the node-local rank");
+    check(s.get(), moe_rt_cuda_select_device(local), "selecting a GPU");
+  }
   return s.release();
 }
 
@@ -147,7 +187,7 @@ void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
   Buffer &b = s->buffers[id];
   if (b.declared)
     fail(s, "buffer " + std::to_string(id) + " declared twice");
-  check(s, moe_rt_tensor_create(MOE_RT_CPU, dtype, rank, shape, &b.t),
+  check(s, moe_rt_tensor_create(s->backend, dtype, rank, shape, &b.t),
         "allocating buffer " + std::to_string(id));
   b.declared = true;
 }
@@ -170,10 +210,16 @@ void moe_step_begin(moe_step *s) {
   std::vector<bool> isArgument(s->buffers.size());
   for (int64_t id : s->arguments)
     isArgument[id] = true;
-  for (size_t id = 0; id < s->buffers.size(); ++id)
-    if (s->buffers[id].declared && !isArgument[id])
-      std::fill_n(static_cast<char *>(s->buffers[id].t.data),
-                  s->buffers[id].bytes(), 0);
+  for (size_t id = 0; id < s->buffers.size(); ++id) {
+    Buffer &b = s->buffers[id];
+    if (!b.declared || isArgument[id])
+      continue;
+    if (b.t.backend == MOE_RT_CUDA)
+      check(s, moe_rt::cudaZeroBytes(b.t.data, b.bytes()),
+            "zeroing buffer " + std::to_string(id));
+    else
+      std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
+  }
 }
 
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id) {
@@ -188,8 +234,8 @@ moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
     return it->second;
   moe_rt_stream stream;
   check(s,
-        kind == MOE_STEP_COMM ? moe_rt_stream_create_pool(&stream)
-                              : moe_rt_stream_create(MOE_RT_CPU, &stream),
+        kind == MOE_STEP_COMM ? moe_rt_stream_create_pool_on(s->backend, &stream)
+                              : moe_rt_stream_create(s->backend, &stream),
         "creating a stream");
   return s->streams[key] = stream;
 }
@@ -227,7 +273,7 @@ moe_rt_event moe_step_record(moe_step *s, int64_t id, moe_rt_stream stream) {
   if (id >= int64_t(s->events.size()))
     s->events.resize(id + 1, nullptr);
   if (!s->events[id])
-    check(s, moe_rt_event_create(MOE_RT_CPU, &s->events[id]),
+    check(s, moe_rt_event_create(s->backend, &s->events[id]),
           "creating an event");
   check(s, moe_rt_event_record(s->events[id], stream), "recording an event");
   return s->events[id];
@@ -238,17 +284,30 @@ void moe_step_wait(moe_step *s, moe_rt_stream stream, moe_rt_event event) {
         "waiting on an event");
 }
 
+/// Fills `t` with `value` on the host, or through a host copy on a device.
+/// The buffer is not in use by queued work: the generated step fills a
+/// splat when it reaches it, before queueing its users.
+template <class T>
+static void fillHost(moe_step *s, moe_rt_tensor *t, T value) {
+  if (t->backend == MOE_RT_CPU) {
+    std::fill_n(static_cast<T *>(t->data), moe_rt_tensor_numel(t), value);
+    return;
+  }
+  HostCopy host(*t);
+  std::fill_n(static_cast<T *>(host.t.data), moe_rt_tensor_numel(t), value);
+  check(s, moe_rt_tensor_copy(t, &host.t), "filling a constant");
+}
+
 void moe_step_fill_f32(moe_step *s, moe_rt_tensor *t, double value) {
   if (t->dtype != MOE_RT_F32)
     fail(s, "moe_step_fill_f32 on a non-F32 tensor");
-  std::fill_n(static_cast<float *>(t->data), moe_rt_tensor_numel(t),
-              static_cast<float>(value));
+  fillHost(s, t, static_cast<float>(value));
 }
 
 void moe_step_fill_i64(moe_step *s, moe_rt_tensor *t, int64_t value) {
   if (t->dtype != MOE_RT_I64)
     fail(s, "moe_step_fill_i64 on a non-I64 tensor");
-  std::fill_n(static_cast<int64_t *>(t->data), moe_rt_tensor_numel(t), value);
+  fillHost(s, t, value);
 }
 
 void moe_step_check(moe_step *s, moe_rt_status status, const char *what) {
@@ -291,21 +350,24 @@ void moe_step_load_inputs(moe_step *s, const char *path) {
       fail(s, "argument '" + name + "' has shape " + dims + " in '" + path +
                   "', " + shape + " in the step");
     int64_t n = b.numel();
+    HostCopy host(b.t);
     for (int64_t k = 0; k < n; ++k) {
       bool ok;
       if (b.t.dtype == MOE_RT_I64) {
         long long v;
         ok = static_cast<bool>(ls >> v);
-        static_cast<int64_t *>(b.t.data)[k] = v;
+        static_cast<int64_t *>(host.t.data)[k] = v;
       } else {
         float v;
         ok = static_cast<bool>(ls >> v);
-        static_cast<float *>(b.t.data)[k] = v;
+        static_cast<float *>(host.t.data)[k] = v;
       }
       if (!ok)
         fail(s, "argument '" + name + "': fewer than " + std::to_string(n) +
                     " values in '" + path + "'");
     }
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "loading argument '" + name + "'");
   }
 }
 
@@ -318,7 +380,10 @@ void moe_step_dump_results(moe_step *s, const char *path) {
     if (b.t.dtype != MOE_RT_F32)
       fail(s, "result '" + name + "' is not F32");
     std::fprintf(f, "%s %lld", name.c_str(), (long long)b.numel());
-    const float *v = static_cast<const float *>(b.t.data);
+    HostCopy host(b.t);
+    check(s, moe_rt_tensor_copy(&host.t, &b.t),
+          "reading result '" + name + "'");
+    const float *v = static_cast<const float *>(host.t.data);
     for (int64_t k = 0; k < b.numel(); ++k)
       std::fprintf(f, " %.9g", v[k]);
     std::fprintf(f, "\n");
@@ -333,7 +398,11 @@ double moe_step_global_loss(moe_step *s) {
   moe_rt_tensor total;
   check(s, moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, 0, nullptr, &total),
         "allocating the loss");
-  *static_cast<float *>(total.data) = *static_cast<const float *>(loss.t.data);
+  // The sum runs on the host (a CPU pool over MPI) whatever the backend:
+  // one float per step.
+  HostCopy host(loss.t);
+  check(s, moe_rt_tensor_copy(&host.t, &loss.t), "reading the loss");
+  *static_cast<float *>(total.data) = *static_cast<const float *>(host.t.data);
   moe_rt_stream sync;
   moe_rt_comm all;
   check(s, moe_rt_stream_create_pool(&sync), "creating a stream");
@@ -361,7 +430,10 @@ void moe_step_advance(moe_step *s) {
     if (updated.bytes() != param.bytes())
       fail(s, "result '" + s->results[next - 1].first +
                   "' does not match its parameter's size");
-    std::copy_n(static_cast<const char *>(updated.t.data), param.bytes(),
-                static_cast<char *>(param.t.data));
+    if (updated.t.dtype != param.t.dtype)
+      fail(s, "result '" + s->results[next - 1].first +
+                  "' does not match its parameter's dtype");
+    check(s, moe_rt_tensor_copy(&param.t, &updated.t),
+          "advancing parameter '" + s->argumentNames[i] + "'");
   }
 }

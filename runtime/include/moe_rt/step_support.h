@@ -39,6 +39,13 @@ typedef struct moe_step moe_step;
  * event waits and (4x) the end-of-step synchronisation, as moe-run's
  * --timeout does. */
 moe_step *moe_step_create(double timeout_s);
+/* The same on a backend. MOE_RT_CUDA: each rank takes the GPU of its
+ * node-local rank (moe_rt_cuda_select_device), buffers live there, compute
+ * streams are CUDA streams, comm streams the CUDA pool with NCCL
+ * collectives; load_inputs / dump_results / global_loss / advance and the
+ * fills stage through host copies. Without a CUDA device (or a runtime
+ * built without CUDA) it reports "no CUDA ..." and ends the job. */
+moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend);
 /* Synchronises and frees streams, events, communicators and buffers. */
 void moe_step_destroy(moe_step *s);
 int moe_step_rank(const moe_step *s);
