@@ -15,6 +15,10 @@
 #include "moe_rt/kernels/ExpertChoice.h"
 #include "moe_rt/kernels/Gates.h"
 
+#if MOE_RT_HAVE_CUDA
+#include "../cuda/CudaRoutingOps.h"
+#endif
+
 #include <string>
 #include <vector>
 
@@ -40,7 +44,7 @@ Check gateKindChecks(const char *call, moe_rt_stream s, moe_rt_gate_kind kind,
                      int64_t kk, double tau, const moe_rt_tensor *x,
                      const moe_rt_tensor *w, const moe_rt_tensor *aux,
                      Sizes &z) {
-  Check c{call};
+  Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .that(kind >= MOE_RT_GATE_SOFTMAX_TOPK &&
                 kind <= MOE_RT_GATE_EXPERT_CHOICE,
@@ -142,6 +146,27 @@ void topK(moe_rt_gate_kind kind, const Sizes &z, int64_t kk, bool normalize,
     k::softmaxTopK(z.t, z.e, kk, normalize, scores, indices, weights, counts);
 }
 
+#if MOE_RT_HAVE_CUDA
+/// The CUDA gate's description of a checked call; `k` is the capacity C
+/// for expert_choice.
+device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z,
+                             int64_t k, int normalize, uint64_t seed,
+                             double tau) {
+  device::GateShape g;
+  g.kind = kind;
+  g.tokens = z.t;
+  g.m = z.m;
+  g.experts = z.e;
+  g.d = z.d;
+  g.seq = z.seq;
+  g.k = k;
+  g.normalize = normalize != 0;
+  g.seed = seed;
+  g.tau = tau;
+  return g;
+}
+#endif
+
 } // namespace
 
 moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
@@ -163,6 +188,10 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
         .size(counts, "counts", z.e);
     if (c.status)
       return c.status;
+    MOE_RT_ON_CUDA(s, cuda::gate(s, deviceGate(kind, z, cap, normalize, seed,
+                                               tau),
+                                 f32(x), f32(w), f32(aux), i64(indices),
+                                 f32(weights), i64(counts)));
     return enqueue(s, [=](std::string &) {
       Scores r;
       computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
@@ -176,6 +205,9 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
       .size(counts, "counts", z.e);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::gate(s, deviceGate(kind, z, kk, normalize, seed, tau),
+                               f32(x), f32(w), f32(aux), i64(indices),
+                               f32(weights), i64(counts)));
   bool norm = normalize != 0;
   return enqueue(s, [=](std::string &) {
     Scores r;
@@ -208,6 +240,10 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
         .sizeOf(dw, "dw", w);
     if (c.status)
       return c.status;
+    MOE_RT_ON_CUDA(s, cuda::gateGrad(s, deviceGate(kind, z, cap, normalize,
+                                                   seed, tau),
+                                     f32(x), f32(w), nullptr, f32(dweights),
+                                     f32(dx), f32(dw), nullptr));
     return enqueue(s, [=](std::string &) {
       Scores r;
       computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
@@ -232,6 +268,10 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
       .sizeOf(daux, "daux", aux);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::gateGrad(s, deviceGate(kind, z, kk, normalize, seed,
+                                                 tau),
+                                   f32(x), f32(w), f32(aux), f32(dweights),
+                                   f32(dx), f32(dw), f32(daux)));
   bool norm = normalize != 0;
   return enqueue(s, [=](std::string &) {
     Scores r;

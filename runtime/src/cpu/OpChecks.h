@@ -12,6 +12,7 @@
 
 #include "../Backend.h"
 #include "../Error.h"
+#include "../OnCuda.h"
 
 #include <cstring>
 #include <functional>
@@ -28,25 +29,6 @@ int64_t *i64(const moe_rt_tensor *t) { return static_cast<int64_t *>(t->data); }
 int64_t dim(const moe_rt_tensor *t, int i) {
   return t->shape[i < 0 ? t->rank + i : i];
 }
-
-/// The backend a stream runs on; tensors given to an op on it must live
-/// there (CPU for a NULL stream, which the checks then refuse).
-moe_rt_backend backendOf(moe_rt_stream s) {
-  return s && s->impl ? s->impl->backend() : MOE_RT_CPU;
-}
-
-/// `return call` when the op's stream is a CUDA stream (the call is one of
-/// src/cuda's entry points, made after the op's checks passed). Without the
-/// CUDA backend no CUDA stream can exist; the branch then only guards.
-#if MOE_RT_HAVE_CUDA
-#define MOE_RT_ON_CUDA(s, call)                                                \
-  if (backendOf(s) == MOE_RT_CUDA)                                             \
-  return call
-#else
-#define MOE_RT_ON_CUDA(s, call)                                                \
-  if (backendOf(s) == MOE_RT_CUDA)                                             \
-  return fail(MOE_RT_UNAVAILABLE, "the runtime was built without CUDA")
-#endif
 
 /// A failed check: the status and a message naming the call and operand.
 struct Check {

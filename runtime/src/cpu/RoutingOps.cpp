@@ -15,9 +15,15 @@
 
 #include "../Backend.h"
 #include "../Error.h"
+#include "../OnCuda.h"
 
 #include "moe_rt/kernels/ExpertChoice.h"
 #include "moe_rt/kernels/Routing.h"
+
+#if MOE_RT_HAVE_CUDA
+#include "../cuda/CudaDenseOps.h"
+#include "../cuda/CudaRoutingOps.h"
+#endif
 
 #include <cstring>
 #include <memory>
@@ -34,8 +40,9 @@ const int64_t *i64(const moe_rt_tensor *t) {
   return static_cast<const int64_t *>(t->data);
 }
 
-bool isCpu(const moe_rt_tensor *t, moe_rt_dtype dtype) {
-  return t && t->data && t->backend == MOE_RT_CPU && t->dtype == dtype &&
+/// A tensor of `dtype` on `backend` (the stream's: CPU or CUDA).
+bool isOn(const moe_rt_tensor *t, moe_rt_dtype dtype, moe_rt_backend backend) {
+  return t && t->data && t->backend == backend && t->dtype == dtype &&
          moe_rt_tensor_numel(t) >= 0;
 }
 
@@ -82,12 +89,15 @@ moe_rt_status routeChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
   };
   if (!s || !comm)
     return bad("NULL stream or group");
-  if (!isCpu(indices, MOE_RT_I64) || indices->rank < 1)
-    return bad("indices must be a CPU I64 tensor (B x N x k, or E x C for "
-               "expert choice)");
-  if (!isCpu(expertSide, MOE_RT_F32) || expertSide->rank != 3 ||
-      !isCpu(tokenSide, MOE_RT_F32) || tokenSide->rank < 1)
-    return bad("needs F32 CPU tensors: E_l x (G C) x M and tokens x M");
+  moe_rt_backend on = backendOf(s);
+  std::string where = on == MOE_RT_CUDA ? "CUDA" : "CPU";
+  if (!isOn(indices, MOE_RT_I64, on) || indices->rank < 1)
+    return bad("indices must be a " + where +
+               " I64 tensor (B x N x k, or E x C for expert choice)");
+  if (!isOn(expertSide, MOE_RT_F32, on) || expertSide->rank != 3 ||
+      !isOn(tokenSide, MOE_RT_F32, on) || tokenSide->rank < 1)
+    return bad("needs F32 " + where +
+               " tensors: E_l x (G C) x M and tokens x M");
   r.G = moe_rt_comm_size(comm);
   r.E = experts;
   r.C = capacity;
@@ -240,6 +250,26 @@ moe_rt_status ecCombineGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
   });
 }
 
+#if MOE_RT_HAVE_CUDA
+device::RouteShape deviceRoute(const Route &r) {
+  device::RouteShape d;
+  d.T = r.T;
+  d.k = r.k;
+  d.E = r.E;
+  d.G = r.G;
+  d.El = r.El;
+  d.C = r.C;
+  d.M = r.M;
+  return d;
+}
+
+moe_rt_status cudaExpertChoiceRefused(const char *call) {
+  return fail(MOE_RT_UNAVAILABLE,
+              std::string(call) + ": expert-choice (E x C) routing has no "
+                                  "CUDA implementation yet");
+}
+#endif
+
 } // namespace
 
 extern "C" {
@@ -253,6 +283,9 @@ moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch", s, comm, experts,
                                      capacity, indices, out, x, r))
     return st;
+  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_dispatch")
+                         : cuda::dispatch(s, comm, deviceRoute(r), f32(x),
+                                          i64(indices), f32(out)));
   if (r.ec)
     return ecDispatch(s, comm, r, i64(indices), f32(x), f32(out));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
@@ -283,6 +316,10 @@ moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch_grad", s, comm, experts,
                                      capacity, indices, dout, dx, r))
     return st;
+  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_dispatch_grad")
+                         : cuda::dispatchGrad(s, comm, deviceRoute(r),
+                                              i64(indices), f32(dout),
+                                              f32(dx)));
   if (r.ec)
     return ecDispatchGrad(s, comm, r, i64(indices), f32(dout), f32(dx));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
@@ -313,10 +350,14 @@ moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
   if (moe_rt_status st = routeChecks("moe_rt_combine", s, comm, experts,
                                      capacity, indices, expert_out, out, r))
     return st;
-  if (!isCpu(weights, MOE_RT_F32) ||
+  if (!isOn(weights, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine: weights must match indices");
+  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_combine")
+                         : cuda::combine(s, comm, deviceRoute(r),
+                                         f32(expert_out), i64(indices),
+                                         f32(weights), f32(out)));
   if (r.ec)
     return ecCombine(s, comm, r, i64(indices), f32(expert_out), f32(weights),
                      f32(out));
@@ -349,13 +390,19 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
   if (moe_rt_status st = routeChecks("moe_rt_combine_grad", s, comm, experts,
                                      capacity, indices, expert_out, dout, r))
     return st;
-  if (!isCpu(weights, MOE_RT_F32) || !isCpu(dweights, MOE_RT_F32) ||
-      !isCpu(dexpert_out, MOE_RT_F32) ||
+  if (!isOn(weights, MOE_RT_F32, backendOf(s)) || !isOn(dweights, MOE_RT_F32, backendOf(s)) ||
+      !isOn(dexpert_out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(dexpert_out) != moe_rt_tensor_numel(expert_out) ||
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices) ||
       moe_rt_tensor_numel(dweights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine_grad: bad weights or gradient tensors");
+  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_combine_grad")
+                         : cuda::combineGrad(s, comm, deviceRoute(r),
+                                             f32(expert_out), i64(indices),
+                                             f32(weights), f32(dout),
+                                             f32(dexpert_out),
+                                             f32(dweights)));
   if (r.ec)
     return ecCombineGrad(s, comm, r, i64(indices), f32(expert_out),
                          f32(weights), f32(dout), f32(dexpert_out),
@@ -393,14 +440,15 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
 
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
                          const moe_rt_tensor *b, moe_rt_tensor *out) {
-  if (!s || !isCpu(a, MOE_RT_F32) || !isCpu(b, MOE_RT_F32) ||
-      !isCpu(out, MOE_RT_F32) ||
+  if (!s || !isOn(a, MOE_RT_F32, backendOf(s)) || !isOn(b, MOE_RT_F32, backendOf(s)) ||
+      !isOn(out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(a) != moe_rt_tensor_numel(b) ||
       moe_rt_tensor_numel(a) != moe_rt_tensor_numel(out))
     return fail(MOE_RT_INVALID_ARGUMENT,
-                "moe_rt_add: needs three F32 CPU tensors of one size");
+                "moe_rt_add: needs three F32 tensors of one size on the stream's backend");
   int64_t n = moe_rt_tensor_numel(a);
   float *pa = f32(a), *pb = f32(b), *po = f32(out);
+  MOE_RT_ON_CUDA(s, cuda::add(s, n, pa, pb, po));
   return task(s, [=] {
     for (int64_t i = 0; i < n; ++i)
       po[i] = pa[i] + pb[i];
@@ -416,7 +464,12 @@ moe_rt_status moe_rt_copy(moe_rt_stream s, const moe_rt_tensor *src,
       dst_offset + count > moe_rt_tensor_numel(dst))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_copy: tensors of one dtype and a range inside both");
+  if (src->backend != backendOf(s) || dst->backend != backendOf(s))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_copy: both tensors must be on the stream's backend");
   size_t size = moe_rt_dtype_size(src->dtype);
+  MOE_RT_ON_CUDA(s, cuda::copy(s, src->data, src_offset, dst->data, dst_offset,
+                               count, size));
   const char *from = static_cast<const char *>(src->data) + src_offset * size;
   char *to = static_cast<char *>(dst->data) + dst_offset * size;
   return task(s, [=] { std::memcpy(to, from, count * size); });
@@ -425,15 +478,16 @@ moe_rt_status moe_rt_copy(moe_rt_stream s, const moe_rt_tensor *src,
 moe_rt_status moe_rt_sgd(moe_rt_stream s, const moe_rt_tensor *param,
                          const moe_rt_tensor *grad, double lr,
                          moe_rt_tensor *out) {
-  if (!s || !isCpu(param, MOE_RT_F32) || !isCpu(grad, MOE_RT_F32) ||
-      !isCpu(out, MOE_RT_F32) ||
+  if (!s || !isOn(param, MOE_RT_F32, backendOf(s)) || !isOn(grad, MOE_RT_F32, backendOf(s)) ||
+      !isOn(out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(param) != moe_rt_tensor_numel(grad) ||
       moe_rt_tensor_numel(param) != moe_rt_tensor_numel(out))
     return fail(MOE_RT_INVALID_ARGUMENT,
-                "moe_rt_sgd: needs three F32 CPU tensors of one size");
+                "moe_rt_sgd: needs three F32 tensors of one size on the stream's backend");
   int64_t n = moe_rt_tensor_numel(param);
   float *pp = f32(param), *pg = f32(grad), *po = f32(out);
   float step = float(lr);
+  MOE_RT_ON_CUDA(s, cuda::sgd(s, n, pp, pg, lr, po));
   return task(s, [=] {
     for (int64_t i = 0; i < n; ++i)
       po[i] = pp[i] - step * pg[i];
@@ -444,10 +498,11 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *src,
                                      moe_rt_tensor *out, int64_t offset_bytes,
                                      int64_t size_bytes) {
-  if (!s || !comm || !isCpu(src, MOE_RT_F32) || !isCpu(out, MOE_RT_F32) ||
+  if (!s || !comm || !isOn(src, MOE_RT_F32, backendOf(s)) || !isOn(out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(src) != moe_rt_tensor_numel(out))
     return fail(MOE_RT_INVALID_ARGUMENT,
-                "moe_rt_all_reduce_into: needs F32 CPU tensors of one size");
+                "moe_rt_all_reduce_into: needs F32 tensors of one size on the stream's "
+                "backend");
   int64_t n = moe_rt_tensor_numel(src);
   float *ps = f32(src), *po = f32(out);
   // The copy joins the all-reduce in the pool's low-priority queue, so that
