@@ -187,7 +187,11 @@ def write(cfg):
         w.emit(f"{n} = moe.norm {c.norm} {r1}, {', '.join(ln2)} : "
                f"({', '.join([act] + [tensor([M])] * len(ln2))}) -> {act}", 4)
         t = l
-        route = tensor([B, N, k], "i32")
+        # Token choice routes B x N x k; expert choice E x C (each expert's
+        # C picks, token ids flattened over B x N).
+        ec = c.gate == "expert_choice"
+        route_shape = [E, c.capacity] if ec else [B, N, k]
+        route = tensor(route_shape, "i32")
         aux_txt = f" aux({aux})" if aux else ""
         gate_types = ", ".join([act, tensor(wg_shape)] +
                                ([tensor(aux_shape)] if aux else []))
@@ -195,7 +199,7 @@ def write(cfg):
                f"{aux_txt} experts = {E} top_k = {k}{cap_gate}"
                f"{' normalize' if c.normalize else ''} : "
                f"({gate_types}) -> ({route}, "
-               f"{tensor([B, N, k])}, {tensor([E], 'i32')})", 4)
+               f"{tensor(route_shape)}, {tensor([E], 'i32')})", 4)
         exp_in = tensor([El, slots, M])
         d = w.fresh("disp")
         w.emit(f"{d} = moe.dispatch {n}, %idx{t}, %cnt{t} on @cluster axes = "
@@ -211,7 +215,7 @@ def write(cfg):
         cmb = w.fresh("comb")
         w.emit(f"{cmb} = moe.combine {e}, %idx{t}, %wts{t}, %cnt{t} on @cluster "
                f"axes = {axes} experts = {E}{cap} : ({exp_in}, {route}, "
-               f"{tensor([B, N, k])}, {tensor([E], 'i32')}) -> {act}", 4)
+               f"{tensor(route_shape)}, {tensor([E], 'i32')}) -> {act}", 4)
         r2 = w.fresh("res")
         w.emit(f"{r2} = arith.addf {r1}, {cmb} : {act}", 4)
         w.emit(f"moe.yield {r2} : {act}", 4)
@@ -325,8 +329,14 @@ def main(argv=None):
         ap.error(f"--normalize applies to softmax_topk and noisy_topk gates "
                  f"only (the dialect's rule), not {cfg.gate}")
     if cfg.gate == "expert_choice":
-        ap.error("--gate expert_choice: its E x C routing is not generated "
-                 "(the runtime's dispatch/combine do not support it)")
+        # Each expert picks C = ceil(f*k*B*N/E) of the B*N tokens.
+        if cfg.capacity_factor is None:
+            ap.error("--gate expert_choice needs a capacity factor (each "
+                     "expert picks C tokens; it is never dropless)")
+        if cfg.capacity > cfg.batch * cfg.seq:
+            ap.error(f"--gate expert_choice: capacity C = {cfg.capacity} "
+                     f"exceeds the {cfg.batch * cfg.seq} tokens an expert "
+                     f"can pick (lower --capacity-factor)")
     if cfg.embed % cfg.head_dim:
         ap.error(f"embed {cfg.embed} is not a multiple of head_dim "
                  f"{cfg.head_dim}")

@@ -14,11 +14,22 @@ reference does not read the compiler's IR: attention (MHA/GQA, causal,
 rotary in the rotate-half convention, layer/RMS pre-norm), residuals,
 the gate of every token-choice kind (softmax_topk, noisy_topk with the
 runtime's seeded noise, sigmoid, cosine; optionally renormalised), experts, final norm, LM head,
-mean token cross-entropy. Routing must drop no token (capacity factor of
-at least E/k), which keeps the reference free of capacity logic.
+mean token cross-entropy. Token-choice routing must drop no token
+(capacity factor of at least E/k), which keeps the reference free of
+capacity logic.
+
+expert_choice (Zhou et al. 2022): S = softmax(x·W) over the experts of
+each token; every expert takes the C tokens of the rank's B x N with the
+largest S[:, e] (ties: the lower token id) and weights its output by
+that S; a token gets the sum over the experts that picked it (0 if none
+did). The selection runs over the tokens of one gate call, so with
+moe-microbatch's R micro-batches it runs per micro-batch (B/R samples,
+capacity ceil(f*k*(B/R)*N/E)): pass the step's R as --micro-batches to
+reproduce it (R = 2 is not the same model as R = 1 for expert choice).
 
   torch_reference.py --inputs PREFIX --results PREFIX --ranks 4 --lr 1.0 \
-      gpt-moe-2block [--capacity-factor 4.0] [--set seq=16] ...
+      gpt-moe-2block [--capacity-factor 4.0] [--set seq=16] \
+      [--micro-batches R] ...
 """
 import argparse
 import math
@@ -121,7 +132,39 @@ def route(c, p, pre, x):
     return w, idx
 
 
-def step_loss(c, p, tokens, labels):
+def expert_ffn(c, p, pre, e, x):
+    """Expert e's FFN on x (... x M)."""
+    up, down = p[f"{pre}.experts.up"][e], p[f"{pre}.experts.down"][e]
+    gate = p.get(f"{pre}.experts.gate")
+    if gate is not None:
+        hid = act(c, x @ gate[e]) * (x @ up)
+    else:
+        hid = act(c, x @ up)
+    return hid @ down
+
+
+def expert_choice(c, p, pre, x, micro):
+    """The expert-choice MoE sublayer on x (B x N x M), its selection made
+    per micro-batch of B / micro samples (the runtime's gate calls)."""
+    b, n, m = x.shape
+    cap = gen.replace(c, batch=b // micro).capacity
+    wg = p[f"{pre}.gate.weight"]
+    outs = []
+    for xm in x.chunk(micro, 0):
+        xf = xm.reshape(-1, m)
+        scores = (xf @ wg).softmax(-1)  # T x E
+        out = torch.zeros_like(xf)
+        for e in range(scores.shape[1]):
+            # Stable descending sort: equal scores keep the lower token id.
+            pick = torch.sort(scores[:, e].detach(), descending=True,
+                              stable=True).indices[:cap]
+            y = expert_ffn(c, p, pre, e, xf[pick])
+            out = out.index_add(0, pick, scores[pick, e][:, None] * y)
+        outs.append(out.reshape(xm.shape))
+    return torch.cat(outs, 0)
+
+
+def step_loss(c, p, tokens, labels, micro=1):
     kv = c.kv_heads or c.heads
     b, n = tokens.shape
     h = p["embed.table"][tokens]
@@ -144,6 +187,9 @@ def step_loss(c, p, tokens, labels):
         att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
         h1 = h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
         x = norm(c, h1, p[f"{pre}.moe_norm.scale"], p.get(f"{pre}.moe_norm.bias"))
+        if c.gate == "expert_choice":
+            h = h1 + expert_choice(c, p, pre, x, micro)
+            continue
         w, idx = route(c, p, pre, x)
         up, down = p[f"{pre}.experts.up"], p[f"{pre}.experts.down"]
         gate = p.get(f"{pre}.experts.gate")
@@ -184,6 +230,11 @@ def main():
     ap.add_argument("--normalize", action="store_true")
     ap.add_argument("--noise-seed", type=int, default=NOISE_SEED,
                     help="noisy_topk's seed (the runtime's is %(default)s)")
+    ap.add_argument("--micro-batches", type=int, default=1, metavar="R",
+                    help="the step's micro-batch count (moe-microbatch's "
+                         "degree): expert_choice then picks its top-C tokens "
+                         "within each micro-batch (token choice without "
+                         "drops does not depend on it)")
     args = ap.parse_args()
     c = gen.PRESETS[args.preset]
     overrides = {k: int(v) for k, v in (s.split("=") for s in args.set)}
@@ -195,8 +246,20 @@ def main():
         overrides["gate"] = args.gate
     if args.normalize:
         overrides["normalize"] = True
+    if args.grid:
+        # expert_choice's capacity counts the experts of the whole grid.
+        overrides["grid"] = tuple(int(v) for v in args.grid.lower().split("x"))
+    if args.capacity_factor is not None:
+        overrides["capacity_factor"] = (
+            None if args.capacity_factor == "dropless"
+            else float(args.capacity_factor))
     c = gen.replace(c, **overrides)
     NOISE_SEED = args.noise_seed
+    if args.micro_batches < 1 or c.batch % args.micro_batches:
+        ap.error(f"--micro-batches {args.micro_batches} must divide the "
+                 f"batch {c.batch}")
+    if c.gate == "expert_choice" and c.capacity_factor is None:
+        ap.error("expert_choice needs --capacity-factor (its capacity C)")
 
     inputs = [load_inputs(f"{args.inputs}.rank{r}") for r in range(args.ranks)]
     results = [load_results(f"{args.results}.rank{r}") for r in range(args.ranks)]
@@ -208,7 +271,14 @@ def main():
         params[k] = (torch.cat([inp[k] for inp in inputs], 0)
                      if k in expert_keys else v.clone())
         params[k].requires_grad_(True)
-    losses = [step_loss(c, params, inp["arg0"].long(), inp["arg1"].long())
+    ups = [k for k in params if k.endswith(".experts.up")]
+    if c.gate == "expert_choice" and ups and \
+            params[ups[0]].shape[0] != c.experts:
+        sys.exit(f"error: the dumps hold {params[ups[0]].shape[0]} experts, "
+                 f"the configuration {c.experts} (--grid, "
+                 f"--experts-per-rank): expert_choice's capacity needs E")
+    losses = [step_loss(c, params, inp["arg0"].long(), inp["arg1"].long(),
+                        args.micro_batches)
               for inp in inputs]
     loss = torch.stack(losses).mean()
     loss.backward()

@@ -17,14 +17,6 @@ func.func @no_stream(%x: tensor<2x4x8xf32>, %w: tensor<8x8xf32>) -> tensor<2x4x8
 
 // -----
 
-func.func @gate_kind(%x: tensor<2x4x8xf32>, %w: tensor<8x4xf32>) -> tensor<4x8xf32> attributes {moe.schedule = "flowmoe"} {
-  // expected-error @+1 {{'moe.gate' op cannot be converted: the runtime has no expert_choice gate (its E x C routing has no dispatch/combine kernels)}}
-  %i, %g, %c = moe.gate expert_choice %x, %w experts = 4 top_k = 2 capacity_factor = 2.0 capacity = 8 {moe.stream = #moe.stream<compute>} : (tensor<2x4x8xf32>, tensor<8x4xf32>) -> (tensor<4x8xi32>, tensor<4x8xf32>, tensor<4xi32>)
-  return %g : tensor<4x8xf32>
-}
-
-// -----
-
 func.func @constant(%x: tensor<2xf32>) -> tensor<2xf32> attributes {moe.schedule = "flowmoe"} {
   // expected-error @+1 {{'arith.constant' op cannot be converted: only splat tensor constants are supported}}
   %c = arith.constant dense<[1.0, 2.0]> : tensor<2xf32>

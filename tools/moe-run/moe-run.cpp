@@ -353,13 +353,11 @@ moe_rt_norm_kind normKind(NormOp n) {
   return n.getKind() == NormKind::rms ? MOE_RT_NORM_RMS : MOE_RT_NORM_LAYER;
 }
 
-/// The runtime's gate kind (the same numbering as GateKind). Expert choice
-/// is refused here, before any buffer is touched: its E x C routing has no
-/// dispatch/combine kernels in the runtime.
+/// The runtime's gate kind (the same numbering as GateKind). expert_choice
+/// needs nothing more: its capacity is the E x C indices' second dimension
+/// (the result buffers' shapes), and dispatch/combine tell its routing from
+/// those E x C indices.
 moe_rt_gate_kind gateKind(GateOp g) {
-  if (g.isExpertChoice())
-    die("moe-run cannot run the expert_choice gate: the runtime's "
-        "dispatch/combine have no E x C (expert-choice) layout");
   return moe_rt_gate_kind(int(g.getKind()));
 }
 

@@ -196,12 +196,6 @@ static const char *gateKindName(GateKind k) {
   return "MOE_RT_GATE_SOFTMAX_TOPK";
 }
 
-/// Why expert choice is refused: the runtime's dispatch/combine lay tokens
-/// out by token-choice (B x N x k) indices only.
-static const char *const expertChoiceRefusal =
-    "cannot be converted: the runtime has no expert_choice gate (its E x C "
-    "routing has no dispatch/combine kernels)";
-
 static const char *normName(NormKind k) {
   return k == NormKind::rms ? "MOE_RT_NORM_RMS" : "MOE_RT_NORM_LAYER";
 }
@@ -264,8 +258,6 @@ LogicalResult StepEmitter::forward(Operation *op, Value s, ArrayRef<Value> in,
   } else if (isa<CrossEntropyOp>(op)) {
     runtime("moe_rt_cross_entropy", {s, t(in[0]), t(in[1]), t(out[0])});
   } else if (auto g = dyn_cast<GateOp>(op)) {
-    if (g.isExpertChoice())
-      return op->emitOpError() << expertChoiceRefusal;
     if (g.getKind() == GateKind::softmax_topk)
       runtime("moe_rt_gate_topk",
               {s, i64(g.getTopK()), i64(g.getNormalize() ? 1 : 0), t(in[0]),
@@ -346,8 +338,6 @@ LogicalResult StepEmitter::backward(Operation *fwd, Value s,
     runtime("moe_rt_cross_entropy_grad",
             {s, t(in[0]), t(in[1]), t(ct[0]), t(g[0])});
   } else if (auto gate = dyn_cast<GateOp>(fwd)) {
-    if (gate.isExpertChoice())
-      return fwd->emitOpError() << expertChoiceRefusal;
     if (gate.getKind() == GateKind::softmax_topk)
       runtime("moe_rt_gate_topk_grad",
               {s, i64(gate.getTopK()), i64(gate.getNormalize() ? 1 : 0),
