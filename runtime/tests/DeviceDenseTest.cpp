@@ -19,6 +19,10 @@
 #include "moe_rt/kernels/Attention.h"
 #include "moe_rt/kernels/Dense.h"
 
+#ifdef MOE_RT_HAVE_CUDA
+#include "../src/cuda/CudaDenseOps.h"
+#endif
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -473,5 +477,48 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool(), ::testing::Bool(),
                        ::testing::Values(0, 1, 2), ::testing::Bool()),
     attnName);
+
+//===--- the CUDA entry points --------------------------------------------===//
+
+#ifdef MOE_RT_HAVE_CUDA
+// Without a GPU the entry points still link and, handed a CPU stream,
+// refuse it before touching a pointer (the pointers here are null).
+TEST(DeviceDenseCuda, EntryPointsRefuseACpuStream) {
+  moe_rt_stream s = nullptr;
+  ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
+  namespace cu = moe_rt::cuda;
+  k::AttentionShape shape{2, 3, 4, 2, 1, 2};
+  float *f = nullptr;
+  const int64_t *ids = nullptr;
+  std::vector<std::pair<const char *, moe_rt_status>> calls = {
+      {"attention",
+       cu::attention(s, shape, f, f, f, f, f, nullptr, nullptr, f)},
+      {"attentionGrad", cu::attentionGrad(s, shape, f, f, f, f, f, nullptr,
+                                          nullptr, f, f, f, f, f, f, nullptr,
+                                          nullptr)},
+      {"norm", cu::norm(s, false, 2, 3, 1e-5, f, f, nullptr, f)},
+      {"normGrad", cu::normGrad(s, true, 2, 3, 1e-5, f, f, f, f, f, nullptr)},
+      {"linear", cu::linear(s, 2, 3, 4, f, f, nullptr, f)},
+      {"linearGrad", cu::linearGrad(s, 2, 3, 4, f, f, f, f, f, nullptr)},
+      {"embedding", cu::embedding(s, 2, 5, 3, ids, f, f)},
+      {"embeddingGrad", cu::embeddingGrad(s, 2, 5, 3, ids, f, f)},
+      {"crossEntropy", cu::crossEntropy(s, 2, 5, f, ids, f)},
+      {"crossEntropyGrad", cu::crossEntropyGrad(s, 2, 5, f, ids, f, f)},
+      {"add", cu::add(s, 4, f, f, f)},
+      {"copy", cu::copy(s, f, 0, f, 0, 4, sizeof(float))},
+      {"sgd", cu::sgd(s, 4, f, f, 0.1, f)}};
+  for (auto &[name, st] : calls)
+    EXPECT_EQ(st, MOE_RT_INVALID_ARGUMENT) << name;
+  // The last call's message: the executor's, not a later one's.
+  EXPECT_NE(std::string(moe_rt_last_error()).find("not a CUDA stream"),
+            std::string::npos)
+      << moe_rt_last_error();
+  EXPECT_EQ(cu::embedding(s, 2, 5, 3, ids, f, f), MOE_RT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(moe_rt_last_error()).find("not a CUDA stream"),
+            std::string::npos)
+      << moe_rt_last_error();
+  moe_rt_stream_destroy(s);
+}
+#endif
 
 } // namespace

@@ -337,10 +337,13 @@ struct CrossEntropyGradBody {
   }
 };
 
-/// The error word and the code a body raises for `message`; fails the
-/// executor's caller (returns nullptr) when the stream has no error word.
+/// The error word and the code a body raises for `message`; nullptr when
+/// the executor has already failed (its message stands) or the stream has
+/// no error word (then a message is set): see noErrorWord.
 template <class X>
 int32_t *errorWordFor(X &x, const std::string &message, int32_t &code) {
+  if (x.status())
+    return nullptr;
   int32_t *word = x.errorWord();
   if (!word) {
     fail(MOE_RT_BACKEND_ERROR, "no device error word for: " + message);
@@ -348,6 +351,11 @@ int32_t *errorWordFor(X &x, const std::string &message, int32_t &code) {
   }
   code = x.errorCode(message.c_str());
   return word;
+}
+
+/// The status of an op that got no error word from errorWordFor.
+template <class X> moe_rt_status noErrorWord(const X &x) {
+  return x.status() ? x.status() : MOE_RT_BACKEND_ERROR;
 }
 
 } // namespace dense
@@ -457,7 +465,7 @@ moe_rt_status embeddingForward(X &x, int64_t tokens, int64_t vocab, int64_t m,
           ")",
       code);
   if (!word)
-    return MOE_RT_BACKEND_ERROR;
+    return dense::noErrorWord(x);
   return x.forEach(tokens * m,
                    dense::EmbeddingBody{vocab, m, ids, table, y, word, code});
 }
@@ -471,7 +479,7 @@ moe_rt_status embeddingBackward(X &x, int64_t tokens, int64_t vocab,
   int32_t *word = dense::errorWordFor(
       x, "moe_rt_embedding_grad: a token id is outside the table", code);
   if (!word)
-    return MOE_RT_BACKEND_ERROR;
+    return dense::noErrorWord(x);
   if (x.zero(dtable, sizeof(float) * size_t(vocab * m)))
     return x.status();
   return x.forEach(tokens * m, dense::EmbeddingGradBody{vocab, m, ids, dy,
@@ -488,7 +496,7 @@ moe_rt_status crossEntropyForward(X &x, int64_t tokens, int64_t vocab,
   int32_t *word = dense::errorWordFor(
       x, "moe_rt_cross_entropy: a label is outside the vocabulary", code);
   if (!word)
-    return MOE_RT_BACKEND_ERROR;
+    return dense::noErrorWord(x);
   double *terms = dense::scratchF64(x, tokens);
   if (!terms)
     return x.status();
@@ -508,7 +516,7 @@ moe_rt_status crossEntropyBackward(X &x, int64_t tokens, int64_t vocab,
   int32_t *word = dense::errorWordFor(
       x, "moe_rt_cross_entropy_grad: a label is outside the vocabulary", code);
   if (!word)
-    return MOE_RT_BACKEND_ERROR;
+    return dense::noErrorWord(x);
   double *lse = dense::scratchF64(x, tokens);
   if (!lse)
     return x.status();
