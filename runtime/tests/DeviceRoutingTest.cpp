@@ -571,6 +571,103 @@ TEST(DeviceRouting, CombineAndItsGradMatchCpuKernels) {
   }
 }
 
+/// Expert-choice indices (E x C): each expert's C distinct tokens, about
+/// a quarter of the slots left empty (-1).
+std::vector<int64_t> ecIndices(int64_t E, int64_t C, int64_t T,
+                               unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> idx(E * C), perm(T);
+  for (int64_t e = 0; e < E; ++e) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t c = 0; c < C; ++c)
+      idx[e * C + c] = rng() % 4 == 0 ? -1 : perm[c];
+  }
+  return idx;
+}
+
+// Expert choice's token-side phases; the transposes and exchanges around
+// them are token choice's, checked above.
+TEST(DeviceRouting, ExpertChoiceLayoutsMatchCpuKernels) {
+  const int64_t T = 6, M = 3;
+  for (int64_t E : {1, 2, 4, 6})
+    for (int64_t C : {1, 3, 6}) {
+      SCOPED_TRACE("E=" + std::to_string(E) + " C=" + std::to_string(C));
+      dev::RouteShape r;
+      r.T = T;
+      r.E = r.El = E;
+      r.C = C;
+      r.M = M;
+      r.ec = true;
+      unsigned seed = unsigned(E * 31 + C);
+      std::vector<int64_t> idx = ecIndices(E, C, T, seed);
+      std::vector<float> x = randomVec(T * M, seed + 1),
+                         buf = randomVec(E * C * M, seed + 2),
+                         w = randomVec(E * C, seed + 3),
+                         dy = randomVec(T * M, seed + 4);
+      std::vector<int64_t> table(T * E, 99);
+      {
+        std::vector<float> want(E * C * M), got(E * C * M, 5.0f);
+        k::ecDispatchLayout(E, C, M, idx.data(), x.data(), want.data());
+        HostExecutor ex;
+        ASSERT_EQ(dev::ecDispatchSend(ex, r, x.data(), idx.data(), got.data()),
+                  MOE_RT_OK);
+        expectClose(got.data(), want.data(), E * C * M, "ec send", 0);
+      }
+      {
+        std::vector<float> want(T * M, 0.0f), got(T * M, 5.0f);
+        k::ecDispatchLayoutBackward(E, C, M, idx.data(), buf.data(),
+                                    want.data());
+        HostExecutor ex;
+        ASSERT_EQ(dev::ecDispatchGradRecv(ex, r, idx.data(), table.data(),
+                                          buf.data(), got.data()),
+                  MOE_RT_OK);
+        expectClose(got.data(), want.data(), T * M, "ec dx", 1e-6);
+      }
+      {
+        std::vector<float> want(T * M), got(T * M, 5.0f);
+        k::ecCombineGather(T, E, C, M, idx.data(), w.data(), buf.data(),
+                           want.data());
+        HostExecutor ex;
+        ASSERT_EQ(dev::ecCombineRecv(ex, r, idx.data(), table.data(),
+                                     w.data(), buf.data(), got.data()),
+                  MOE_RT_OK);
+        EXPECT_GT(maxAbs(want.data(), T * M), 0);
+        expectClose(got.data(), want.data(), T * M, "ec combine", 1e-6);
+      }
+      {
+        std::vector<float> wantR(E * C * M, 0.0f), gotR(E * C * M, 5.0f),
+            wantW(E * C, 0.0f), gotW(E * C, 5.0f);
+        k::ecCombineGatherBackward(E, C, M, idx.data(), w.data(), buf.data(),
+                                   dy.data(), wantR.data(), wantW.data());
+        HostExecutor ex;
+        ASSERT_EQ(dev::ecCombineGradMid(ex, r, idx.data(), w.data(),
+                                        buf.data(), dy.data(), gotR.data(),
+                                        gotW.data()),
+                  MOE_RT_OK);
+        EXPECT_GT(maxAbs(wantW.data(), E * C), 0);
+        expectClose(gotR.data(), wantR.data(), E * C * M, "ec drecv", 1e-6);
+        expectClose(gotW.data(), wantW.data(), E * C, "ec dweights", 1e-6);
+      }
+    }
+}
+
+TEST(DeviceRouting, AnExpertChoiceIndexThatIsNoTokenFailsTheStream) {
+  dev::RouteShape r;
+  r.T = 3;
+  r.E = r.El = 2;
+  r.C = 2;
+  r.M = 1;
+  r.ec = true;
+  std::vector<int64_t> idx = {0, -1, 3, 1}, table(6);
+  std::vector<float> x(3, 1.0f), send(4);
+  HostExecutor ex;
+  EXPECT_EQ(dev::ecDispatchSend(ex, r, x.data(), idx.data(), send.data()),
+            MOE_RT_BACKEND_ERROR);
+  EXPECT_NE(ex.message().find("neither -1 nor a token id"), std::string::npos)
+      << ex.message();
+}
+
 //===--- experts ------------------------------------------------------------===//
 
 TEST(DeviceExpert, ForwardAndGradsMatchCpuOps) {

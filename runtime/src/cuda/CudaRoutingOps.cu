@@ -31,6 +31,10 @@ moe_rt_tensor bufferView(float *data, const RouteShape &r) {
   return t;
 }
 
+/// Token choice's slots (T x k), or expert choice's token -> slot table
+/// (T x E).
+int64_t slotsSize(const RouteShape &r) { return r.ec ? r.T * r.E : r.T * r.k; }
+
 /// recv = the group's all-to-all of send (both E x C x M), on s.
 moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
                        float *send, float *recv) {
@@ -83,12 +87,13 @@ moe_rt_status expertGrad(moe_rt_stream s, moe_rt_activation act,
 moe_rt_status dispatch(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
                        const float *x, const int64_t *indices, float *out) {
   CudaExecutor ex(s);
-  int64_t *slots = ex.scratchI64(r.T * r.k);
+  int64_t *slots = ex.scratchI64(slotsSize(r));
   float *send = ex.scratchF32(r.E * r.C * r.M),
         *recv = ex.scratchF32(r.E * r.C * r.M);
   if (ex.status())
     return ex.status();
-  if (device::dispatchSend(ex, r, x, indices, slots, send))
+  if (r.ec ? device::ecDispatchSend(ex, r, x, indices, send)
+           : device::dispatchSend(ex, r, x, indices, slots, send))
     return ex.status();
   if (moe_rt_status st = exchange(s, comm, r, send, recv))
     return st;
@@ -99,7 +104,7 @@ moe_rt_status dispatchGrad(moe_rt_stream s, moe_rt_comm comm,
                            const RouteShape &r, const int64_t *indices,
                            const float *dout, float *dx) {
   CudaExecutor ex(s);
-  int64_t *slots = ex.scratchI64(r.T * r.k);
+  int64_t *slots = ex.scratchI64(slotsSize(r));
   float *send = ex.scratchF32(r.E * r.C * r.M),
         *recv = ex.scratchF32(r.E * r.C * r.M);
   if (ex.status())
@@ -108,14 +113,15 @@ moe_rt_status dispatchGrad(moe_rt_stream s, moe_rt_comm comm,
     return ex.status();
   if (moe_rt_status st = exchange(s, comm, r, send, recv))
     return st;
-  return device::dispatchGradRecv(ex, r, indices, slots, recv, dx);
+  return r.ec ? device::ecDispatchGradRecv(ex, r, indices, slots, recv, dx)
+              : device::dispatchGradRecv(ex, r, indices, slots, recv, dx);
 }
 
 moe_rt_status combine(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
                       const float *expertOut, const int64_t *indices,
                       const float *weights, float *out) {
   CudaExecutor ex(s);
-  int64_t *slots = ex.scratchI64(r.T * r.k);
+  int64_t *slots = ex.scratchI64(slotsSize(r));
   float *send = ex.scratchF32(r.E * r.C * r.M),
         *recv = ex.scratchF32(r.E * r.C * r.M);
   if (ex.status())
@@ -124,7 +130,9 @@ moe_rt_status combine(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
     return ex.status();
   if (moe_rt_status st = exchange(s, comm, r, send, recv))
     return st;
-  return device::combineRecv(ex, r, indices, slots, weights, recv, out);
+  return r.ec ? device::ecCombineRecv(ex, r, indices, slots, weights, recv,
+                                      out)
+              : device::combineRecv(ex, r, indices, slots, weights, recv, out);
 }
 
 moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm,
@@ -134,7 +142,7 @@ moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm,
                           float *dweights) {
   CudaExecutor ex(s);
   int64_t n = r.E * r.C * r.M;
-  int64_t *slots = ex.scratchI64(r.T * r.k);
+  int64_t *slots = ex.scratchI64(slotsSize(r));
   float *send = ex.scratchF32(n), *recv = ex.scratchF32(n),
         *drecv = ex.scratchF32(n), *dsend = ex.scratchF32(n);
   if (ex.status())
@@ -145,8 +153,10 @@ moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm,
     return ex.status();
   if (moe_rt_status st = exchange(s, comm, r, send, recv))
     return st;
-  if (device::combineGradMid(ex, r, indices, slots, weights, recv, dout, drecv,
-                             dweights))
+  if (r.ec ? device::ecCombineGradMid(ex, r, indices, weights, recv, dout,
+                                      drecv, dweights)
+           : device::combineGradMid(ex, r, indices, slots, weights, recv, dout,
+                                    drecv, dweights))
     return ex.status();
   if (moe_rt_status st = exchange(s, comm, r, drecv, dsend))
     return st;

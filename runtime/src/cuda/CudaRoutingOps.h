@@ -52,6 +52,11 @@ moe_rt_status expertGrad(moe_rt_stream s, moe_rt_activation act,
                          const float *dout, float *dx, float *dup, float *dgate,
                          float *ddown);
 
+/// Dispatch and combine: token choice (indices T x k, r.k = k) or, with
+/// r.ec, expert choice (indices E x C token ids, -1 empty; dweights E x C).
+/// The all-to-all(s) run whatever the data: a bad index fails the stream
+/// but never leaves the group's other ranks waiting.
+
 /// moe_rt_dispatch: x T x M -> out El x (G C) x M.
 moe_rt_status dispatch(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
                        const float *x, const int64_t *indices, float *out);
@@ -63,8 +68,8 @@ moe_rt_status dispatchGrad(moe_rt_stream s, moe_rt_comm comm,
 moe_rt_status combine(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
                       const float *expertOut, const int64_t *indices,
                       const float *weights, float *out);
-/// moe_rt_combine_grad: dexpert_out (El x (G C) x M) and dweights (T x k)
-/// overwritten.
+/// moe_rt_combine_grad: dexpert_out (El x (G C) x M) and dweights (T x k,
+/// or E x C) overwritten.
 moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm,
                           const RouteShape &r, const float *expertOut,
                           const int64_t *indices, const float *weights,

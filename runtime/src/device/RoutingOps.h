@@ -10,6 +10,9 @@
 //  - dispatchLayout / combineGather and their adjoints; every (expert, slot)
 //    holds at most one (token, choice), so no body races another.
 //  - toExpertMajor / toRankMajor.
+//  - expert choice (kernels/ExpertChoice.h): slot (e, c) holds token
+//    indices[e, c]; the same send layout, so the transposes and the
+//    exchanges are shared, and the phases below have ec* variants.
 // Each op is then split into its phases around the all-to-all(s), in the
 // order src/cpu/RoutingOps.cpp queues them: `...Send` before the exchange,
 // `...Recv` after it (combineGradMid between combine_grad's two). The CUDA
@@ -31,8 +34,10 @@ namespace moe_rt::device {
 
 /// Shapes of a routed op (src/cpu/RoutingOps.cpp's Route): T tokens with k
 /// choices, E experts over G ranks (El local), capacity C, embedding M.
+/// `ec`: expert-choice routing, indices E x C token ids (k unused).
 struct RouteShape {
   int64_t T = 0, k = 1, E = 0, G = 1, El = 0, C = 0, M = 0;
+  bool ec = false;
 };
 
 namespace routing {
@@ -154,6 +159,12 @@ struct CombineRowsBackWeights {
   }
 };
 
+struct FillI64 {
+  int64_t *p;
+  int64_t v;
+  MOE_HD void operator()(int64_t i) const { p[i] = v; }
+};
+
 /// Block (a, b) of an A x B grid of blocks of `block` floats goes to block
 /// (b, a) of the B x A grid: toExpertMajor is (G, El) -> (El, G),
 /// toRankMajor (El, G) -> (G, El).
@@ -165,6 +176,105 @@ struct SwapBlocks {
     int64_t q = i / block, r = i % block;
     int64_t a = q / B, b = q % B;
     out[(b * A + a) * block + r] = in[i];
+  }
+};
+
+//===--- expert choice (kernels/ExpertChoice.h) ---===//
+// Slot s = (e, c) holds token indices[s] (-1: empty). A token sits in at
+// most one slot of each expert (the gate picks distinct tokens), so the
+// token side reads a T x E table of each token's slot per expert (-1:
+// none) and sums over experts in order, as the CPU's loop over slots does,
+// without atomics.
+
+/// Fails the stream for an index that is neither -1 nor a token id.
+struct EcCheck {
+  int64_t T;
+  const int64_t *indices;
+  int32_t *word;
+  int32_t code;
+  MOE_HD void operator()(int64_t s) const {
+    if (indices[s] < -1 || indices[s] >= T)
+      raiseError(word, code);
+  }
+};
+
+/// table[t E + e] = c for slot (e, c) holding token t (table preset -1).
+struct EcSlotTable {
+  int64_t T, E, C;
+  const int64_t *indices;
+  int64_t *table;
+  MOE_HD void operator()(int64_t s) const {
+    int64_t t = indices[s];
+    if (t >= 0 && t < T)
+      table[t * E + s / C] = s % C;
+  }
+};
+
+/// send[s] = x[indices[s]] (empty slots stay zero).
+struct EcDispatchRows {
+  int64_t T, M;
+  const int64_t *indices;
+  const float *x;
+  float *send;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t t = indices[i / M];
+    if (t >= 0 && t < T)
+      send[i] = x[t * M + i % M];
+  }
+};
+
+/// out[t, col] (+)= sum over the slots s holding t of (w[s]) src[s, col],
+/// experts in order; w null for a plain sum (dispatch's adjoint).
+struct EcGatherRows {
+  int64_t E, C, M;
+  const int64_t *table;
+  const float *w, *src;
+  bool accumulate;
+  float *out;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t t = i / M, col = i % M;
+    float acc = accumulate ? out[i] : 0.0f;
+    for (int64_t e = 0; e < E; ++e) {
+      int64_t c = table[t * E + e];
+      if (c < 0)
+        continue;
+      int64_t s = e * C + c;
+      if (w)
+        acc += w[s] * src[s * M + col];
+      else
+        acc += src[s * M + col];
+    }
+    out[i] = acc;
+  }
+};
+
+/// drecv[s] += w[s] dy[indices[s]].
+struct EcCombineBackRecv {
+  int64_t T, M;
+  const int64_t *indices;
+  const float *weights, *dy;
+  float *drecv;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t s = i / M, t = indices[s];
+    if (t >= 0 && t < T)
+      drecv[i] += weights[s] * dy[t * M + i % M];
+  }
+};
+
+/// dweights[s] += <dy[indices[s]], recv[s]> (double products and sum).
+struct EcCombineBackWeights {
+  int64_t T, M;
+  const int64_t *indices;
+  const float *recv, *dy;
+  float *dweights;
+  MOE_HD void operator()(int64_t s) const {
+    int64_t t = indices[s];
+    if (t < 0 || t >= T)
+      return;
+    double d = 0;
+    for (int64_t col = 0; col < M; ++col)
+      d += double(dy[t * M + col]) * recv[s * M + col];
+    dweights[s] += float(d);
   }
 };
 
@@ -324,6 +434,81 @@ template <class X>
 moe_rt_status combineGradRecv(X &ex, const RouteShape &r, const float *dsend,
                               float *dexpertOut) {
   return toExpertMajor(ex, r, dsend, dexpertOut);
+}
+
+//===--- expert choice: the phases of the same ops ----------------------===//
+// indices E x C; `table` a T x E scratch. A bad index fails the stream
+// (the CPU fails it with INVALID_ARGUMENT in the op's last task); the
+// exchanges still run, so the other ranks are not left waiting.
+
+/// Fails the stream (through its error word) for a bad index.
+template <class X>
+moe_rt_status ecCheck(X &ex, const RouteShape &r, const int64_t *indices) {
+  int32_t code = ex.errorCode("expert-choice routing: an index is neither -1 "
+                              "nor a token id of this rank");
+  return ex.forEach(r.E * r.C,
+                    routing::EcCheck{r.T, indices, ex.errorWord(), code});
+}
+
+/// Checks the indices and builds the token -> slot table.
+template <class X>
+moe_rt_status ecSlots(X &ex, const RouteShape &r, const int64_t *indices,
+                      int64_t *table) {
+  ecCheck(ex, r, indices);
+  ex.forEach(r.T * r.E, routing::FillI64{table, -1});
+  return ex.forEach(r.E * r.C,
+                    routing::EcSlotTable{r.T, r.E, r.C, indices, table});
+}
+
+/// moe_rt_dispatch, before: send[s] = x[indices[s]].
+template <class X>
+moe_rt_status ecDispatchSend(X &ex, const RouteShape &r, const float *x,
+                             const int64_t *indices, float *send) {
+  ecCheck(ex, r, indices);
+  ex.zero(send, sizeof(float) * r.E * r.C * r.M);
+  return ex.forEach(r.E * r.C * r.M,
+                    routing::EcDispatchRows{r.T, r.M, indices, x, send});
+}
+
+/// moe_rt_dispatch_grad, after: dx (overwritten) = the sum of each token's
+/// returned rows.
+template <class X>
+moe_rt_status ecDispatchGradRecv(X &ex, const RouteShape &r,
+                                 const int64_t *indices, int64_t *table,
+                                 const float *recv, float *dx) {
+  if (ecSlots(ex, r, indices, table))
+    return ex.status();
+  return ex.forEach(r.T * r.M, routing::EcGatherRows{r.E, r.C, r.M, table,
+                                                     nullptr, recv, false,
+                                                     dx});
+}
+
+/// moe_rt_combine, after: out (overwritten; 0 for tokens no expert took).
+template <class X>
+moe_rt_status ecCombineRecv(X &ex, const RouteShape &r, const int64_t *indices,
+                            int64_t *table, const float *weights,
+                            const float *recv, float *out) {
+  if (ecSlots(ex, r, indices, table))
+    return ex.status();
+  return ex.forEach(r.T * r.M, routing::EcGatherRows{r.E, r.C, r.M, table,
+                                                     weights, recv, false,
+                                                     out});
+}
+
+/// moe_rt_combine_grad, between its exchanges: dweights (E x C,
+/// overwritten) and drecv.
+template <class X>
+moe_rt_status ecCombineGradMid(X &ex, const RouteShape &r,
+                               const int64_t *indices, const float *weights,
+                               const float *recv, const float *dout,
+                               float *drecv, float *dweights) {
+  ecCheck(ex, r, indices);
+  ex.zero(dweights, sizeof(float) * r.E * r.C);
+  ex.zero(drecv, sizeof(float) * r.E * r.C * r.M);
+  ex.forEach(r.E * r.C * r.M, routing::EcCombineBackRecv{
+                                  r.T, r.M, indices, weights, dout, drecv});
+  return ex.forEach(r.E * r.C, routing::EcCombineBackWeights{
+                                   r.T, r.M, indices, recv, dout, dweights});
 }
 
 } // namespace moe_rt::device
