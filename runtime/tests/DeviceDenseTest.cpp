@@ -72,6 +72,32 @@ void expectClose(const Vec &got, const Vec &want, const std::string &what,
       << want[at] << " (scale " << scale << ")";
 }
 
+/// HostExecutor whose GEMM also checks what cublasGemmStridedBatchedEx
+/// checks of the column-major arguments CudaExecutor hands it (the host
+/// GEMM would run descriptors cuBLAS rejects with INVALID_VALUE), plus that
+/// the batch members of C do not overlap.
+class CheckedExecutor : public HostExecutor {
+public:
+  moe_rt_status gemm(const dev::GemmDesc &g) {
+    dev::ColumnMajorGemm c = dev::toColumnMajor(g);
+    const int64_t intMax = std::numeric_limits<int>::max();
+    bool ok = c.m >= 0 && c.n >= 0 && c.k >= 0 && c.batch >= 0 &&
+              c.m <= intMax && c.n <= intMax && c.k <= intMax &&
+              c.ldFirst >= std::max<int64_t>(1, c.transFirst ? c.k : c.m) &&
+              c.ldSecond >= std::max<int64_t>(1, c.transSecond ? c.n : c.k) &&
+              c.ldc >= std::max<int64_t>(1, c.m) &&
+              (c.batch <= 1 || c.n == 0 ||
+               c.strideC >= c.ldc * (c.n - 1) + c.m);
+    if (!ok)
+      ADD_FAILURE() << "cuBLAS would refuse: m " << c.m << " n " << c.n
+                    << " k " << c.k << " ld " << c.ldFirst << "/"
+                    << c.ldSecond << "/" << c.ldc << " trans "
+                    << c.transFirst << c.transSecond << " strideC "
+                    << c.strideC << " batch " << c.batch;
+    return HostExecutor::gemm(g);
+  }
+};
+
 //===--- GEMM through the column-major mapping ----------------------------===//
 
 /// C_b = alpha op(A_b) op(B_b) + beta C_b, row-major, the obvious way.
@@ -128,7 +154,7 @@ void runGemmCase(const GemmCase &gc) {
   g.a = a.data();
   g.b = b.data();
   g.c = got.data();
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(ex.gemm(g), MOE_RT_OK);
   std::string what = std::string("gemm transA=") + (gc.transA ? "1" : "0") +
                      " transB=" + (gc.transB ? "1" : "0") +
@@ -165,7 +191,7 @@ TEST(DeviceDenseGemm, PlainDescMatchesCpuGemm) {
       Vec a = randomVec(m * kk, rng), b = randomVec(kk * n, rng);
       Vec want(m * n, 0.0f), got = garbage(m * n);
       k::gemm(ta, tb, m, n, kk, 1.0f, a.data(), b.data(), 0.0f, want.data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(ex.gemm(dev::gemmDesc(ta, tb, m, n, kk, 1, a.data(), b.data(),
                                       0, got.data())),
                 MOE_RT_OK);
@@ -184,7 +210,7 @@ TEST(DeviceDense, LinearForwardAndBackward) {
     const float *pb = withBias ? bias.data() : nullptr;
     Vec want(rows * n), got = garbage(rows * n);
     k::linearForward(rows, kk, n, x.data(), w.data(), pb, want.data());
-    HostExecutor ex;
+    CheckedExecutor ex;
     ASSERT_EQ(dev::linearForward(ex, rows, kk, n, x.data(), w.data(), pb,
                                  got.data()),
               MOE_RT_OK);
@@ -226,7 +252,7 @@ TEST_P(DeviceDenseNorm, ForwardAndBackward) {
   Vec want(rows * m), got = garbage(rows * m);
   k::normForward(nc.rms, rows, m, x.data(), scale.data(), pb, eps,
                  want.data());
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(dev::normForward(ex, nc.rms, rows, m, x.data(), scale.data(), pb,
                              eps, got.data()),
             MOE_RT_OK);
@@ -269,7 +295,7 @@ TEST(DeviceDense, EmbeddingForwardAndBackward) {
   Vec want(tokens * m), got = garbage(tokens * m);
   ASSERT_TRUE(k::embeddingForward(tokens, vocab, m, ids.data(), table.data(),
                                   want.data()));
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(dev::embeddingForward(ex, tokens, vocab, m, ids.data(),
                                   table.data(), got.data()),
             MOE_RT_OK);
@@ -289,14 +315,14 @@ TEST(DeviceDense, EmbeddingBadIdFailsWithMessage) {
   Vec table(vocab * m, 1.0f), out(2 * m), dy(2 * m, 1.0f), dtable(vocab * m);
   for (int64_t bad : {int64_t(7), int64_t(-1)}) {
     std::vector<int64_t> ids = {2, bad};
-    HostExecutor ex;
+    CheckedExecutor ex;
     EXPECT_EQ(dev::embeddingForward(ex, 2, vocab, m, ids.data(), table.data(),
                                     out.data()),
               MOE_RT_BACKEND_ERROR);
     EXPECT_EQ(ex.status(), MOE_RT_BACKEND_ERROR);
     EXPECT_EQ(ex.message(), "moe_rt_embedding: a token id is outside [0, 7)");
 
-    HostExecutor exGrad;
+    CheckedExecutor exGrad;
     EXPECT_EQ(dev::embeddingBackward(exGrad, 2, vocab, m, ids.data(),
                                      dy.data(), dtable.data()),
               MOE_RT_BACKEND_ERROR);
@@ -315,7 +341,7 @@ TEST(DeviceDense, CrossEntropyForwardAndBackward) {
   float want = 0, got = 123.25f;
   ASSERT_TRUE(k::crossEntropyForward(tokens, vocab, logits.data(),
                                      labels.data(), &want));
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(dev::crossEntropyForward(ex, tokens, vocab, logits.data(),
                                      labels.data(), &got),
             MOE_RT_OK);
@@ -336,13 +362,13 @@ TEST(DeviceDense, CrossEntropyBadLabelFailsWithMessage) {
   Vec logits(tokens * vocab, 0.5f), dlogits(tokens * vocab);
   std::vector<int64_t> labels = {1, 4};
   float loss = 0, dloss = 1;
-  HostExecutor ex;
+  CheckedExecutor ex;
   EXPECT_EQ(dev::crossEntropyForward(ex, tokens, vocab, logits.data(),
                                      labels.data(), &loss),
             MOE_RT_BACKEND_ERROR);
   EXPECT_EQ(ex.message(),
             "moe_rt_cross_entropy: a label is outside the vocabulary");
-  HostExecutor exGrad;
+  CheckedExecutor exGrad;
   EXPECT_EQ(dev::crossEntropyBackward(exGrad, tokens, vocab, logits.data(),
                                       labels.data(), &dloss, dlogits.data()),
             MOE_RT_BACKEND_ERROR);
@@ -356,7 +382,7 @@ TEST(DeviceDense, AddSgdCopy) {
   std::mt19937 rng(51);
   const int64_t n = 10;
   Vec a = randomVec(n, rng), b = randomVec(n, rng), out = garbage(n);
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(dev::add(ex, n, a.data(), b.data(), out.data()), MOE_RT_OK);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] + b[i]) << i;
@@ -420,7 +446,7 @@ TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
   Vec want(bnm), got = garbage(bnm);
   k::attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
                       ps, pb, want.data());
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(dev::attentionForward(ex, s, x.data(), wq.data(), wk.data(),
                                   wv.data(), wo.data(), ps, pb, got.data()),
             MOE_RT_OK);
@@ -440,7 +466,7 @@ TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
   // Pass the norm gradients whenever the CPU op would take them; with no
   // pre-norm pass them anyway, to check that they come back zero.
   bool passScale = true, passBias = withBias || !norm;
-  HostExecutor exGrad;
+  CheckedExecutor exGrad;
   ASSERT_EQ(dev::attentionBackward(
                 exGrad, s, x.data(), wq.data(), wk.data(), wv.data(),
                 wo.data(), ps, pb, dout.data(), dx.data(), dq.data(),
