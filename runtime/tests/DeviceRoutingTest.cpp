@@ -359,12 +359,19 @@ TEST(DeviceRouting, SlotsInGShardOrderWithAndWithoutDrops) {
     for (int64_t C : {2, 5, 26}) { // 2 and 5 drop, 26 = T k never does
       SCOPED_TRACE("k=" + std::to_string(kk) + " C=" + std::to_string(C));
       std::vector<int64_t> idx = randomChoices(T, kk, E, unsigned(C * 7 + kk));
-      std::vector<int64_t> want(T * kk), got(T * kk, -5);
+      std::vector<int64_t> want(T * kk);
       k::routeTokens(T, E, kk, C, idx.data(), want.data());
-      HostExecutor ex;
-      ASSERT_EQ(dev::routeTokens(ex, T, E, kk, C, idx.data(), got.data()),
-                MOE_RT_OK);
-      expectEqual(got.data(), want.data(), T * kk, "slots");
+      // One chunk, and chunks that split the choices and the tokens.
+      for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(7),
+                            dev::kRouteChunk}) {
+        std::vector<int64_t> got(T * kk, -5);
+        HostExecutor ex;
+        ASSERT_EQ(dev::routeTokens(ex, T, E, kk, C, idx.data(), got.data(),
+                                   chunk),
+                  MOE_RT_OK);
+        expectEqual(got.data(), want.data(), T * kk,
+                    "slots (chunk " + std::to_string(chunk) + ")");
+      }
       int64_t dropped = std::count(want.begin(), want.end(), -1);
       if (C == 2)
         EXPECT_GT(dropped, 0);

@@ -4,9 +4,9 @@
 // CUDA backend, as kernels/Routing.h does it on the CPU, written over an
 // executor (Device.h) so that CI checks it on the host:
 //  - routeTokens: capacity slots in GShard order (every token's first choice
-//    before any second choice, tokens in order). One body per expert scans
-//    the (choice, token) order, so the slots are deterministic without a
-//    sort or atomics; fine for the small E of a gate.
+//    before any second choice, tokens in order): per-chunk counts, their
+//    prefix per expert, a scan inside the chunk; deterministic, without a
+//    sort or atomics.
 //  - dispatchLayout / combineGather and their adjoints; every (expert, slot)
 //    holds at most one (token, choice), so no body races another.
 //  - toExpertMajor / toRankMajor.
@@ -42,36 +42,62 @@ struct RouteShape {
 
 namespace routing {
 
-/// Slots of expert e's (token, choice) pairs in GShard order; -1 when over
-/// capacity.
-struct SlotsOfExpert {
-  int64_t tokens, k, C;
+// routeTokens in parallel, deterministically: the GShard order is the
+// sequence of positions p = j T + t (choice-major). A pair's slot is the
+// number of earlier positions with the same expert, counted in three
+// launches: per (chunk of positions, expert) counts, their exclusive
+// prefix over chunks per expert, then each position adds the matches
+// before it inside its own chunk.
+
+/// counts[b E + e] = how many positions of chunk b pick expert e.
+struct ChunkCounts {
+  int64_t tokens, k, E, chunk;
   const int64_t *indices;
-  int64_t *slots;
-  MOE_HD void operator()(int64_t e) const {
-    int64_t used = 0;
-    for (int64_t j = 0; j < k; ++j)
-      for (int64_t t = 0; t < tokens; ++t)
-        if (indices[t * k + j] == e) {
-          int64_t s = used++;
-          slots[t * k + j] = s < C ? s : -1;
-        }
+  int64_t *counts;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t b = i / E, e = i % E, n = tokens * k, found = 0;
+    int64_t end = (b + 1) * chunk < n ? (b + 1) * chunk : n;
+    for (int64_t p = b * chunk; p < end; ++p)
+      found += indices[(p % tokens) * k + p / tokens] == e;
+    counts[i] = found;
   }
 };
 
-/// An index outside [0, E) gets no slot and fails the stream (the CPU
-/// kernels trust their indices; a GPU must not write out of bounds).
-struct CheckIndices {
-  int64_t E;
-  const int64_t *indices;
+/// counts[b E + e] becomes the number of positions of chunks < b that pick
+/// e (one body per expert, serial over the chunks).
+struct ChunkOffsets {
+  int64_t E, chunks;
+  int64_t *counts;
+  MOE_HD void operator()(int64_t e) const {
+    int64_t running = 0;
+    for (int64_t b = 0; b < chunks; ++b) {
+      int64_t v = counts[b * E + e];
+      counts[b * E + e] = running;
+      running += v;
+    }
+  }
+};
+
+/// The slot of position p (-1 over capacity). An index outside [0, E)
+/// gets no slot and fails the stream (the CPU kernels trust their
+/// indices; a GPU must not write out of bounds).
+struct PlaceInChunk {
+  int64_t tokens, k, E, C, chunk;
+  const int64_t *indices, *offsets;
   int64_t *slots;
   int32_t *word;
   int32_t code;
-  MOE_HD void operator()(int64_t i) const {
-    if (indices[i] < 0 || indices[i] >= E) {
-      slots[i] = -1;
+  MOE_HD void operator()(int64_t p) const {
+    int64_t tj = (p % tokens) * k + p / tokens, e = indices[tj];
+    if (e < 0 || e >= E) {
+      slots[tj] = -1;
       raiseError(word, code);
+      return;
     }
+    int64_t b = p / chunk, s = offsets[b * E + e];
+    for (int64_t q = b * chunk; q < p; ++q)
+      s += indices[(q % tokens) * k + q / tokens] == e;
+    slots[tj] = s < C ? s : -1;
   }
 };
 
@@ -282,16 +308,29 @@ struct EcCombineBackWeights {
 
 //===--- the kernels of Routing.h --------------------------------------===//
 
+/// Positions per chunk of routeTokens: small enough that a position's scan
+/// of its chunk is short, large enough that the per-expert prefix over
+/// chunks is too.
+constexpr int64_t kRouteChunk = 256;
+
 /// slots (tokens x k) of kernels::routeTokens; an index outside [0, E)
-/// fails the executor's stream.
+/// fails the executor's stream. `chunk` only changes the work split (the
+/// tests vary it).
 template <class X>
 moe_rt_status routeTokens(X &ex, int64_t tokens, int64_t E, int64_t k,
-                          int64_t C, const int64_t *indices, int64_t *slots) {
+                          int64_t C, const int64_t *indices, int64_t *slots,
+                          int64_t chunk = kRouteChunk) {
+  int64_t n = tokens * k, chunks = (n + chunk - 1) / chunk;
   int32_t code = ex.errorCode("routing: an expert index is outside [0, E)");
-  ex.forEach(E, routing::SlotsOfExpert{tokens, k, C, indices, slots});
-  ex.forEach(tokens * k, routing::CheckIndices{E, indices, slots,
-                                               ex.errorWord(), code});
-  return ex.status();
+  int64_t *counts = ex.scratchI64(chunks * E);
+  if (ex.status())
+    return ex.status();
+  ex.forEach(chunks * E,
+             routing::ChunkCounts{tokens, k, E, chunk, indices, counts});
+  ex.forEach(E, routing::ChunkOffsets{E, chunks, counts});
+  return ex.forEach(n, routing::PlaceInChunk{tokens, k, E, C, chunk, indices,
+                                             counts, slots, ex.errorWord(),
+                                             code});
 }
 
 /// send (E x C x M) overwritten; empty slots zero.
