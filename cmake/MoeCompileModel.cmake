@@ -5,19 +5,30 @@
 #   moe_compile_model(<target> MODEL <file.mlir|file.onnx>
 #                     [GRID NxG]             # ONNX: the device grid (--onnx-grid)
 #                     [PIPELINE "<options>"] # moe-flowmoe-pipeline options
-#                     [PREFIX <name>])       # <name>_declare / <name>_step
+#                     [PREFIX <name>]        # <name>_declare / <name>_step
+#                     [NO_PARAMS])           # no initial-parameter file
 #
 # runs
 #   moe-opt MODEL [--onnx-grid=GRID] --moe-flowmoe-pipeline="PIPELINE"
-#           --moe-convert-to-emitc="prefix=PREFIX"
-#   mlir-translate --mlir-to-cpp
+#     -> <target>.step.mlir (the scheduled step, what moe-run runs)
+#   moe-opt --moe-convert-to-emitc="prefix=PREFIX"; mlir-translate --mlir-to-cpp
+#   moe-export-params <target>.step.mlir -o <target>.params
 # and compiles the C++ into <target>, linked against the runtime target
 # `moe_runtime` (build it in the same project, or import it). PREFIX
 # defaults to <target> with non-identifier characters replaced by '_'.
 #
+# Initial parameters: <target>.params holds every rank's initial parameters
+# (the ONNX file's weights as moe-run loads them, each rank its experts);
+# a trainer passes it to moe_step_load_params. Its path is the target
+# property MOE_PARAMS_FILE and the macro <PREFIX>_PARAMS_FILE (upper case)
+# of the generated header <prefix>_params.h on the target's include path.
+#
 # Tools: MOE_OPT_EXECUTABLE (default: the moe-opt target of this build, else
-# moe-opt on PATH) and MOE_MLIR_TRANSLATE_EXECUTABLE (default:
-# mlir-translate-22 / mlir-translate, also in /usr/lib/llvm-22/bin).
+# moe-opt on PATH), MOE_EXPORT_PARAMS_EXECUTABLE (default: the
+# moe-export-params target, else the one beside MOE_OPT_EXECUTABLE if that
+# is set, else moe-export-params on PATH)
+# and MOE_MLIR_TRANSLATE_EXECUTABLE (default: mlir-translate-22 /
+# mlir-translate, also in /usr/lib/llvm-22/bin).
 include_guard(GLOBAL)
 
 set(MOE_COMPILE_MODEL_RUNTIME_INCLUDE
@@ -25,7 +36,8 @@ set(MOE_COMPILE_MODEL_RUNTIME_INCLUDE
     CACHE INTERNAL "moe_rt headers for generated steps")
 
 function(moe_compile_model target)
-  cmake_parse_arguments(ARG "" "MODEL;GRID;PIPELINE;PREFIX" "" ${ARGN})
+  cmake_parse_arguments(ARG "NO_PARAMS" "MODEL;GRID;PIPELINE;PREFIX" ""
+                        ${ARGN})
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "moe_compile_model(${target}): unknown arguments "
                         "${ARG_UNPARSED_ARGUMENTS}")
@@ -67,6 +79,33 @@ function(moe_compile_model target)
       set(opt "${MOE_OPT_FOUND}")
     endif()
   endif()
+  # moe-export-params comes with moe-opt (tools/moe-run): the build's
+  # target, else the one beside the moe-opt in use.
+  set(export "${MOE_EXPORT_PARAMS_EXECUTABLE}")
+  set(export_dep)
+  if(NOT ARG_NO_PARAMS AND NOT export)
+    if(TARGET moe-export-params)
+      set(export "$<TARGET_FILE:moe-export-params>")
+      set(export_dep moe-export-params)
+    else()
+      # With a given moe-opt, only the moe-export-params of the same build
+      # (beside it): one from PATH could read another IR version.
+      if(MOE_OPT_EXECUTABLE)
+        get_filename_component(opt_dir "${MOE_OPT_EXECUTABLE}" DIRECTORY)
+        find_program(MOE_EXPORT_PARAMS_FOUND moe-export-params
+          PATHS "${opt_dir}" NO_DEFAULT_PATH)
+      else()
+        find_program(MOE_EXPORT_PARAMS_FOUND moe-export-params)
+      endif()
+      if(NOT MOE_EXPORT_PARAMS_FOUND)
+        message(FATAL_ERROR "moe_compile_model(${target}): moe-export-params "
+                "not found (build it with moe-opt, set "
+                "MOE_EXPORT_PARAMS_EXECUTABLE, or pass NO_PARAMS)")
+      endif()
+      set(export "${MOE_EXPORT_PARAMS_FOUND}")
+    endif()
+  endif()
+
   set(translate "${MOE_MLIR_TRANSLATE_EXECUTABLE}")
   if(NOT translate)
     find_program(MOE_MLIR_TRANSLATE_FOUND
@@ -76,17 +115,27 @@ function(moe_compile_model target)
   endif()
 
   set(dir "${CMAKE_CURRENT_BINARY_DIR}/${target}.moe")
+  set(step "${dir}/${target}.step.mlir")
   set(emitc "${dir}/${target}.emitc.mlir")
   set(cpp "${dir}/${target}.cpp")
+  set(params "${dir}/${target}.params")
+  # The scheduled step is kept as a file: the C++ and the parameter file
+  # both come from it (and moe-run can run it).
   add_custom_command(
-    OUTPUT "${emitc}"
+    OUTPUT "${step}"
     COMMAND "${CMAKE_COMMAND}" -E make_directory "${dir}"
     COMMAND "${opt}" "${model}" ${import_args}
             "--moe-flowmoe-pipeline=${ARG_PIPELINE}"
-            "--moe-convert-to-emitc=prefix=${ARG_PREFIX}"
-            -o "${emitc}"
+            -o "${step}"
     DEPENDS "${model}" ${opt_dep}
     COMMENT "moe-opt: scheduling ${ARG_MODEL} (${ARG_PIPELINE})"
+    VERBATIM)
+  add_custom_command(
+    OUTPUT "${emitc}"
+    COMMAND "${opt}" "${step}" "--moe-convert-to-emitc=prefix=${ARG_PREFIX}"
+            -o "${emitc}"
+    DEPENDS "${step}" ${opt_dep}
+    COMMENT "moe-opt: ${target}.emitc.mlir"
     VERBATIM)
   add_custom_command(
     OUTPUT "${cpp}"
@@ -95,12 +144,41 @@ function(moe_compile_model target)
     COMMENT "mlir-translate: ${target}.cpp"
     VERBATIM)
 
-  add_library(${target} STATIC "${cpp}")
+  set(sources "${cpp}")
+  if(NOT ARG_NO_PARAMS)
+    # Every rank's initial parameters, built with the library (a source
+    # that is not compiled), so the trainer's build always has them.
+    add_custom_command(
+      OUTPUT "${params}"
+      COMMAND "${export}" "${step}" -o "${params}"
+      DEPENDS "${step}" ${export_dep}
+      COMMENT "moe-export-params: ${target}.params"
+      VERBATIM)
+    list(APPEND sources "${params}")
+    # <prefix>_params.h: the file's path for the trainer's code. Written
+    # only when it changes, so a reconfigure recompiles nothing.
+    string(TOUPPER "${ARG_PREFIX}" macro)
+    string(REPLACE "\\" "\\\\" quoted "${params}")
+    string(REPLACE "\"" "\\\"" quoted "${quoted}")
+    file(CONFIGURE OUTPUT "${dir}/include/${ARG_PREFIX}_params.h" CONTENT
+"/* Generated by moe_compile_model(${target}): the path of its initial
+ * parameters for every rank (moe_step_load_params, docs/codegen.md). */
+#ifndef ${macro}_PARAMS_FILE
+#define ${macro}_PARAMS_FILE \"${quoted}\"
+#endif
+" @ONLY)
+  endif()
+
+  add_library(${target} STATIC ${sources})
   target_include_directories(${target} PUBLIC
     "${MOE_COMPILE_MODEL_RUNTIME_INCLUDE}")
   set_target_properties(${target} PROPERTIES
     CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
     MOE_MODEL_PREFIX "${ARG_PREFIX}")
+  if(NOT ARG_NO_PARAMS)
+    target_include_directories(${target} PUBLIC "${dir}/include")
+    set_target_properties(${target} PROPERTIES MOE_PARAMS_FILE "${params}")
+  endif()
   if(TARGET moe_runtime)
     target_link_libraries(${target} PUBLIC moe_runtime)
   else()

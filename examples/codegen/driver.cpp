@@ -7,7 +7,13 @@
 // which python/compare_dumps.py compares.
 //
 //   mpirun -np P codegen-driver --inputs PREFIX [--dump PREFIX] [--steps N]
-//                               [--timeout SECONDS] [--backend cpu|cuda]
+//                               [--timeout SECONDS] [--params FILE]
+//                               [--backend cpu|cuda]
+//                               [--backend cpu|cuda]
+//
+// --params FILE (the parameter file moe_compile_model writes) replaces the
+// parameters of --inputs with the model's initial weights; token ids and
+// labels still come from --inputs.
 //
 // --backend cuda (default cpu) runs the step on one GPU per rank (buffers on
 // the device, CUDA streams, NCCL collectives: moe_step_create_on); without a
@@ -38,7 +44,7 @@ static int usage(const char *message) {
   std::fprintf(stderr,
                "codegen-driver: error: %s\nusage: mpirun -np P codegen-driver "
                "--inputs PREFIX [--dump PREFIX] [--steps N] [--timeout S] "
-               "[--backend cpu|cuda]\n",
+               "[--params FILE] [--backend cpu|cuda]\n",
                message);
   moe_rt_mpi_finalize();
   return 2;
@@ -49,7 +55,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump;
+  std::string inputs, dump, params;
   int steps = 1;
   double timeout = 60;
   moe_rt_backend backend = MOE_RT_CPU;
@@ -62,6 +68,8 @@ int main(int argc, char **argv) {
       inputs = v;
     else if (a == "--dump")
       dump = v;
+    else if (a == "--params") // moe_compile_model's parameter file
+      params = v;
     else if (a == "--steps")
       steps = std::atoi(v.c_str());
     else if (a == "--timeout")
@@ -99,6 +107,9 @@ int main(int argc, char **argv) {
   std::string rank = ".rank" + std::to_string(moe_step_rank(s));
   MOE_CAT(MOE_MODEL, _declare)(s);
   moe_step_load_inputs(s, (inputs + rank).c_str());
+  // Parameters from the build-time file; token ids / labels stay --inputs'.
+  if (!params.empty())
+    moe_step_load_params(s, params.c_str());
   for (int step = 1; step <= steps; ++step) {
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);

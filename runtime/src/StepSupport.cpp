@@ -371,6 +371,52 @@ void moe_step_load_inputs(moe_step *s, const char *path) {
   }
 }
 
+// The parameter file's reader (header-only, shared with moe-export-params).
+#include "moe_rt/params_file.h"
+
+void moe_step_load_params(moe_step *s, const char *path) {
+  std::ifstream in(path);
+  if (!in)
+    fail(s, std::string("cannot read the parameter file '") + path + "'");
+  std::vector<moe_rt::params_file::Tensor> params;
+  std::string error;
+  if (!moe_rt::params_file::readRank(in, s->rank, s->world, params, error))
+    fail(s, std::string("parameter file '") + path + "': " + error);
+  std::map<std::string, const moe_rt::params_file::Tensor *> byName;
+  for (const auto &t : params)
+    byName[t.name] = &t;
+  for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+    if (!s->argumentNamed[i])
+      continue; // token ids / labels: the trainer's data
+    const std::string &name = s->argumentNames[i];
+    auto it = byName.find(name);
+    if (it == byName.end())
+      fail(s, std::string("parameter file '") + path +
+                  "' has no parameter '" + name +
+                  "' (written for another model?)");
+    Buffer &b = s->buffer(s->arguments[i]);
+    std::vector<int64_t> shape(b.t.shape, b.t.shape + b.t.rank);
+    if (b.t.dtype != MOE_RT_F32)
+      fail(s, "parameter '" + name + "' is not F32");
+    if (it->second->shape != shape)
+      fail(s, "parameter '" + name + "' has shape " +
+                  moe_rt::params_file::formatShape(it->second->shape) +
+                  " in '" + path + "', " +
+                  moe_rt::params_file::formatShape(shape) + " in the step");
+    HostCopy host(b.t);
+    std::copy(it->second->values.begin(), it->second->values.end(),
+              static_cast<float *>(host.t.data));
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "loading parameter '" + name + "'");
+    byName.erase(it);
+  }
+  if (!byName.empty())
+    fail(s, std::string("parameter file '") + path + "' has parameter '" +
+                byName.begin()->first +
+                "', which the step does not take (written for another "
+                "model?)");
+}
+
 void moe_step_dump_results(moe_step *s, const char *path) {
   FILE *f = std::fopen(path, "w");
   if (!f)

@@ -19,6 +19,8 @@
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "moe/Frontend/WeightLoader.h"
 
+#include "ParamLoading.h"
+
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
@@ -100,7 +102,6 @@ private:
   Buffer &buf(Value v);
   void allocate(Value v);
   void initArguments();
-  int64_t expertGroupIndex();
   moe_rt_stream streamFor(StreamAttr s);
   moe_rt_comm commFor(Operation *op, FlatSymbolRefAttr grid,
                       ArrayRef<int16_t> axes);
@@ -161,61 +162,21 @@ void Runner::allocate(Value v) {
   buffers[v] = std::move(b);
 }
 
-/// Parameters: deterministic from their name (replicated weights equal on
-/// every rank; expert weights differ per rank, as each holds other experts).
-/// Token ids and labels: per rank.
+/// Every argument from ParamLoading (shared with moe-export-params, which
+/// writes the same values for every rank at build time).
 void Runner::initArguments() {
-  Block &entry = func.getFunctionBody().front();
-  for (BlockArgument arg : entry.getArguments()) {
+  for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
     allocate(arg);
     Buffer &b = buf(arg);
-    auto name = func.getArgAttrOfType<StringAttr>(
-        arg.getArgNumber(), MoeDialect::getParamAttrName());
-    bool expert = llvm::any_of(arg.getUsers(), [](Operation *u) {
-      return isa<ExpertOp>(u) ||
-             (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
-    });
-    uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
-    std::mt19937_64 rng(seed ^ h ^ (expert || !name ? (rank + 1) * 7919 : 0) ^
-                        arg.getArgNumber());
-    if (b.isInt) {
-      // Token ids / labels: in range of the embedding table or the logits.
-      int64_t vocab = 2;
-      for (BlockArgument other : entry.getArguments())
-        if (auto t = dyn_cast<RankedTensorType>(other.getType()))
-          if (func.getArgAttr(other.getArgNumber(),
-                              MoeDialect::getParamAttrName()) &&
-              t.getRank() == 2)
-            for (Operation *u : other.getUsers())
-              if (isa<EmbeddingOp>(u))
-                vocab = t.getDimSize(0);
-      std::uniform_int_distribution<int64_t> d(0, vocab - 1);
-      for (int64_t &v : b.i)
-        v = d(rng);
-      continue;
-    }
-    bool isNormScale = name && name.getValue().ends_with(".scale");
-    bool isNormBias = name && name.getValue().ends_with(".bias");
-    int64_t fanIn = b.shape.size() >= 2 ? b.shape[b.shape.size() - 2] : 1;
-    std::uniform_real_distribution<float> d(-1.0f / std::sqrt(float(fanIn)),
-                                            1.0f / std::sqrt(float(fanIn)));
-    for (float &v : b.f)
-      v = isNormScale  ? 1.0f + 0.1f * d(rng)
-          : isNormBias ? 0.1f * d(rng)
-                       : d(rng);
-    // Imported parameters start from the model's own weights.
-    auto source = func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
-                                                        "moe.source");
-    if (source && useSources) {
-      int64_t first = expert && !b.shape.empty() ? expertGroupIndex() * b.shape[0]
-                                                 : 0;
-      auto values = weights.load(source, b.shape, first);
-      if (!values)
-        die("parameter '" + (name ? name.getValue().str() : "?") +
-            "': " + llvm::toString(values.takeError()));
-      b.f = std::move(*values);
-      ++loadedFromSource;
-    }
+    auto values = run::initialValues(func, arg, rank, seed,
+                                     useSources ? &weights : nullptr);
+    if (!values)
+      die(llvm::toString(values.takeError()));
+    if (b.isInt)
+      b.i = std::move(values->i);
+    else
+      b.f = std::move(values->f);
+    loadedFromSource += values->fromSource;
   }
 }
 
@@ -259,29 +220,6 @@ void Runner::loadText(const std::string &text, int step) {
             static_cast<unsigned char>(text[w * len + t + (labels ? 1 : 0)]);
     }
   }
-}
-
-/// This rank's index in its expert-parallel group (the model's ep_axes of
-/// its grid, row-major), which decides the experts it holds.
-int64_t Runner::expertGroupIndex() {
-  auto model = func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
-  if (!model)
-    return 0;
-  SymbolTableCollection table;
-  auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(func.getOperation(),
-                                                           model.getGrid());
-  if (!grid)
-    return 0;
-  ArrayRef<int64_t> shape = grid.getShape();
-  std::vector<int64_t> coord(shape.size());
-  for (int64_t r = rank, d = shape.size() - 1; d >= 0; --d) {
-    coord[d] = r % shape[d];
-    r /= shape[d];
-  }
-  int64_t index = 0;
-  for (int16_t a : model.getEpAxes())
-    index = index * shape[a] + coord[a];
-  return index;
 }
 
 moe_rt_stream Runner::streamFor(StreamAttr s) {

@@ -60,6 +60,11 @@ const char *moe_step_argument_name(const moe_step *s, int i);
 /* Reads every argument from moe-run --dump-inputs output (one line per
  * argument: "name DIMS values..."), checking names and shapes. */
 void moe_step_load_inputs(moe_step *s, const char *path);
+/* Fills this rank's parameter arguments (not token ids / labels) from a
+ * parameter file for the job's number of ranks (moe_rt/params_file.h; the
+ * one moe_compile_model writes, <PREFIX>_PARAMS_FILE), checking that it
+ * holds exactly the step's parameters with the step's shapes. */
+void moe_step_load_params(moe_step *s, const char *path);
 /* Writes the results as moe-run --dump does: "name NUMEL values..." per
  * result (the loss, then every updated parameter). */
 void moe_step_dump_results(moe_step *s, const char *path);
