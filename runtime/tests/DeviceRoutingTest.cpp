@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -35,10 +36,33 @@
 
 namespace {
 
-using moe_rt::device::HostExecutor;
 using moe_rt_test::Tensor;
 namespace dev = moe_rt::device;
 namespace k = moe_rt::kernels;
+
+/// The host executor, plus what cublasGemmStridedBatchedEx checks of the
+/// column-major arguments CudaExecutor would hand it (the host GEMM runs
+/// descriptors cuBLAS refuses), and that batch members of C do not
+/// overlap. (DeviceDenseTest has the same check for the dense ops.)
+class CheckedExecutor : public moe_rt::device::HostExecutor {
+public:
+  moe_rt_status gemm(const moe_rt::device::GemmDesc &g) {
+    moe_rt::device::ColumnMajorGemm c = moe_rt::device::toColumnMajor(g);
+    const int64_t intMax = std::numeric_limits<int>::max();
+    bool ok = c.m >= 0 && c.n >= 0 && c.k >= 0 && c.batch >= 0 &&
+              c.m <= intMax && c.n <= intMax && c.k <= intMax &&
+              c.ldFirst >= std::max<int64_t>(1, c.transFirst ? c.k : c.m) &&
+              c.ldSecond >= std::max<int64_t>(1, c.transSecond ? c.n : c.k) &&
+              c.ldc >= std::max<int64_t>(1, c.m) &&
+              (c.batch <= 1 || c.n == 0 ||
+               c.strideC >= c.ldc * (c.n - 1) + c.m);
+    if (!ok)
+      ADD_FAILURE() << "cuBLAS would refuse: m " << c.m << " n " << c.n
+                    << " k " << c.k << " ld " << c.ldFirst << "/"
+                    << c.ldSecond << "/" << c.ldc << " batch " << c.batch;
+    return moe_rt::device::HostExecutor::gemm(g);
+  }
+};
 
 std::vector<float> randomVec(int64_t n, unsigned seed, float scale = 1) {
   std::mt19937 rng(seed);
@@ -198,7 +222,7 @@ TEST(DeviceGate, ForwardMatchesCpuOpForEveryKind) {
 
     std::vector<int64_t> dIdx(T * c.k, -7), dCounts(E, -7);
     std::vector<float> dWts(T * c.k, -7);
-    HostExecutor ex;
+    CheckedExecutor ex;
     ASSERT_EQ(dev::gateForward(ex, g.shape(tau, seed), g.x.f(), g.w.f(),
                                g.aux ? g.auxT.f() : nullptr, dIdx.data(),
                                dWts.data(), dCounts.data()),
@@ -231,7 +255,7 @@ TEST(DeviceGate, BackwardMatchesCpuOpForEveryKind) {
 
     // Garbage in the outputs: the op must overwrite them.
     std::vector<float> ddx(dx.n(), 9), ddw(dw.n(), 9), ddaux(daux.n(), 9);
-    HostExecutor ex;
+    CheckedExecutor ex;
     ASSERT_EQ(dev::gateBackward(ex, g.shape(tau, seed), g.x.f(), g.w.f(),
                                 g.aux ? g.auxT.f() : nullptr, dweights.f(),
                                 ddx.data(), ddw.data(),
@@ -266,7 +290,7 @@ TEST(DeviceGate, TiesGoToTheLowerExpert) {
     z.kind = kind;
     std::vector<int64_t> idx(T * K), counts(E);
     std::vector<float> wts(T * K);
-    HostExecutor ex;
+    CheckedExecutor ex;
     ASSERT_EQ(dev::gateForward(ex, z, x.data(), w.data(), nullptr, idx.data(),
                                wts.data(), counts.data()),
               MOE_RT_OK);
@@ -293,7 +317,7 @@ TEST(DeviceGate, ExpertChoiceMatchesCpuKernels) {
     std::vector<float> wts(E * C), rWts(E * C);
     k::expertChoiceTopC(T, E, C, logits.data(), rIdx.data(), rWts.data(),
                         rCounts.data());
-    HostExecutor ex;
+    CheckedExecutor ex;
     ASSERT_EQ(dev::gateForward(ex, z, x.data(), w.data(), nullptr, idx.data(),
                                wts.data(), counts.data()),
               MOE_RT_OK);
@@ -308,7 +332,7 @@ TEST(DeviceGate, ExpertChoiceMatchesCpuKernels) {
     k::linearBackward(T, M, E, x.data(), w.data(), dlogits.data(), rdx.data(),
                       rdw.data(), (float *)nullptr);
     std::vector<float> ddx(T * M, 9), ddw(M * E, 9);
-    HostExecutor bx;
+    CheckedExecutor bx;
     ASSERT_EQ(dev::gateBackward(bx, z, x.data(), w.data(), nullptr,
                                 dwts.data(), ddx.data(), ddw.data(), nullptr),
               MOE_RT_OK);
@@ -330,7 +354,7 @@ TEST(DeviceGate, ExpertChoiceTiesGoToTheLowerToken) {
   z.k = C;
   std::vector<int64_t> idx(E * C), counts(E);
   std::vector<float> wts(E * C);
-  HostExecutor ex;
+  CheckedExecutor ex;
   ASSERT_EQ(dev::gateForward(ex, z, x.data(), w.data(), nullptr, idx.data(),
                              wts.data(), counts.data()),
             MOE_RT_OK);
@@ -365,7 +389,7 @@ TEST(DeviceRouting, SlotsInGShardOrderWithAndWithoutDrops) {
       for (int64_t chunk : {int64_t(1), int64_t(3), int64_t(7),
                             dev::kRouteChunk}) {
         std::vector<int64_t> got(T * kk, -5);
-        HostExecutor ex;
+        CheckedExecutor ex;
         ASSERT_EQ(dev::routeTokens(ex, T, E, kk, C, idx.data(), got.data(),
                                    chunk),
                   MOE_RT_OK);
@@ -382,7 +406,7 @@ TEST(DeviceRouting, SlotsInGShardOrderWithAndWithoutDrops) {
 
 TEST(DeviceRouting, AnExpertIndexOutOfRangeFailsTheStream) {
   std::vector<int64_t> idx = {0, 1, 4, 2}, slots(4);
-  HostExecutor ex;
+  CheckedExecutor ex;
   EXPECT_EQ(dev::routeTokens(ex, 2, 4, 2, 3, idx.data(), slots.data()),
             MOE_RT_BACKEND_ERROR);
   EXPECT_NE(ex.message().find("outside [0, E)"), std::string::npos)
@@ -463,7 +487,7 @@ TEST(DeviceRouting, DispatchAndItsGradMatchCpuKernels) {
                         rk.x[g].data(), send[g].data());
       std::vector<int64_t> dslots(T * c.k);
       dsend[g].assign(rk.buffer(), -3);
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::dispatchSend(ex, r, rk.x[g].data(), rk.idx[g].data(),
                                   dslots.data(), dsend[g].data()),
                 MOE_RT_OK);
@@ -472,7 +496,7 @@ TEST(DeviceRouting, DispatchAndItsGradMatchCpuKernels) {
     for (int64_t g = 0; g < c.G; ++g) {
       std::vector<float> want(rk.buffer()), got(rk.buffer(), -3);
       k::toExpertMajor(c.G, c.El, c.C, M, recv[g].data(), want.data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::dispatchRecv(ex, r, drecv[g].data(), got.data()),
                 MOE_RT_OK);
       EXPECT_GT(maxAbs(want.data(), rk.buffer()), 0);
@@ -487,7 +511,7 @@ TEST(DeviceRouting, DispatchAndItsGradMatchCpuKernels) {
       gdsend[g].assign(rk.buffer(), -3);
       k::toRankMajor(c.G, c.El, c.C, M, rk.expertSide[g].data(),
                      gsend[g].data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::dispatchGradSend(ex, r, rk.expertSide[g].data(),
                                       gdsend[g].data()),
                 MOE_RT_OK);
@@ -499,7 +523,7 @@ TEST(DeviceRouting, DispatchAndItsGradMatchCpuKernels) {
       k::routeTokens(T, r.E, c.k, c.C, rk.idx[g].data(), slots.data());
       k::dispatchLayoutBackward(T, c.k, c.C, M, rk.idx[g].data(),
                                 slots.data(), grecv[g].data(), want.data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::dispatchGradRecv(ex, r, rk.idx[g].data(), dslots.data(),
                                       gdrecv[g].data(), got.data()),
                 MOE_RT_OK);
@@ -522,7 +546,7 @@ TEST(DeviceRouting, CombineAndItsGradMatchCpuKernels) {
       dsend[g].assign(rk.buffer(), -3);
       k::toRankMajor(c.G, c.El, c.C, M, rk.expertSide[g].data(),
                      send[g].data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::combineSend(ex, r, rk.expertSide[g].data(),
                                  dsend[g].data()),
                 MOE_RT_OK);
@@ -535,7 +559,7 @@ TEST(DeviceRouting, CombineAndItsGradMatchCpuKernels) {
       k::routeTokens(T, r.E, c.k, c.C, rk.idx[g].data(), slots.data());
       k::combineGather(T, c.k, c.C, M, rk.idx[g].data(), slots.data(),
                        rk.weights[g].data(), recv[g].data(), want.data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::combineRecv(ex, r, rk.idx[g].data(), dslots.data(),
                                  rk.weights[g].data(), drecv[g].data(),
                                  got.data()),
@@ -555,7 +579,7 @@ TEST(DeviceRouting, CombineAndItsGradMatchCpuKernels) {
       k::combineGatherBackward(T, c.k, c.C, M, rk.idx[g].data(), slots.data(),
                                rk.weights[g].data(), recv[g].data(),
                                rk.dy[g].data(), back[g].data(), wantDw.data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::combineGradMid(ex, r, rk.idx[g].data(), dslots.data(),
                                     rk.weights[g].data(), drecv[g].data(),
                                     rk.dy[g].data(), dback[g].data(),
@@ -569,7 +593,7 @@ TEST(DeviceRouting, CombineAndItsGradMatchCpuKernels) {
     for (int64_t g = 0; g < c.G; ++g) {
       std::vector<float> want(rk.buffer()), got(rk.buffer(), 5.0f);
       k::toExpertMajor(c.G, c.El, c.C, M, ret[g].data(), want.data());
-      HostExecutor ex;
+      CheckedExecutor ex;
       ASSERT_EQ(dev::combineGradRecv(ex, r, dret[g].data(), got.data()),
                 MOE_RT_OK);
       expectClose(got.data(), want.data(), rk.buffer(),
@@ -616,7 +640,7 @@ TEST(DeviceRouting, ExpertChoiceLayoutsMatchCpuKernels) {
       {
         std::vector<float> want(E * C * M), got(E * C * M, 5.0f);
         k::ecDispatchLayout(E, C, M, idx.data(), x.data(), want.data());
-        HostExecutor ex;
+        CheckedExecutor ex;
         ASSERT_EQ(dev::ecDispatchSend(ex, r, x.data(), idx.data(), got.data()),
                   MOE_RT_OK);
         expectClose(got.data(), want.data(), E * C * M, "ec send", 0);
@@ -625,7 +649,7 @@ TEST(DeviceRouting, ExpertChoiceLayoutsMatchCpuKernels) {
         std::vector<float> want(T * M, 0.0f), got(T * M, 5.0f);
         k::ecDispatchLayoutBackward(E, C, M, idx.data(), buf.data(),
                                     want.data());
-        HostExecutor ex;
+        CheckedExecutor ex;
         ASSERT_EQ(dev::ecDispatchGradRecv(ex, r, idx.data(), table.data(),
                                           buf.data(), got.data()),
                   MOE_RT_OK);
@@ -635,7 +659,7 @@ TEST(DeviceRouting, ExpertChoiceLayoutsMatchCpuKernels) {
         std::vector<float> want(T * M), got(T * M, 5.0f);
         k::ecCombineGather(T, E, C, M, idx.data(), w.data(), buf.data(),
                            want.data());
-        HostExecutor ex;
+        CheckedExecutor ex;
         ASSERT_EQ(dev::ecCombineRecv(ex, r, idx.data(), table.data(),
                                      w.data(), buf.data(), got.data()),
                   MOE_RT_OK);
@@ -647,7 +671,7 @@ TEST(DeviceRouting, ExpertChoiceLayoutsMatchCpuKernels) {
             wantW(E * C, 0.0f), gotW(E * C, 5.0f);
         k::ecCombineGatherBackward(E, C, M, idx.data(), w.data(), buf.data(),
                                    dy.data(), wantR.data(), wantW.data());
-        HostExecutor ex;
+        CheckedExecutor ex;
         ASSERT_EQ(dev::ecCombineGradMid(ex, r, idx.data(), w.data(),
                                         buf.data(), dy.data(), gotR.data(),
                                         gotW.data()),
@@ -668,7 +692,7 @@ TEST(DeviceRouting, AnExpertChoiceIndexThatIsNoTokenFailsTheStream) {
   r.ec = true;
   std::vector<int64_t> idx = {0, -1, 3, 1}, table(6);
   std::vector<float> x(3, 1.0f), send(4);
-  HostExecutor ex;
+  CheckedExecutor ex;
   EXPECT_EQ(dev::ecDispatchSend(ex, r, x.data(), idx.data(), send.data()),
             MOE_RT_BACKEND_ERROR);
   EXPECT_NE(ex.message().find("neither -1 nor a token id"), std::string::npos)
@@ -716,12 +740,12 @@ TEST(DeviceExpert, ForwardAndGradsMatchCpuOps) {
         f.h = H;
         std::vector<float> y(out.n(), 9), gx(dx.n(), 9), gup(dup.n(), 9),
             ggate(dgate.n(), 9), gdown(ddown.n(), 9);
-        HostExecutor ex;
+        CheckedExecutor ex;
         ASSERT_EQ(dev::expertForward(ex, act, f, x.f(), up.f(),
                                      gated ? gate.f() : nullptr, down.f(),
                                      y.data()),
                   MOE_RT_OK);
-        HostExecutor bx;
+        CheckedExecutor bx;
         ASSERT_EQ(dev::expertBackward(bx, act, f, x.f(), up.f(),
                                       gated ? gate.f() : nullptr, down.f(),
                                       dout.f(), gx.data(), gup.data(),
