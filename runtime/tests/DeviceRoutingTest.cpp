@@ -16,6 +16,9 @@
 #include "../src/device/ExpertOps.h"
 #include "../src/device/GateOps.h"
 #include "../src/device/RoutingOps.h"
+#ifdef MOE_RT_HAVE_CUDA
+#include "../src/cuda/CudaRoutingOps.h"
+#endif
 
 #include "moe_rt/kernels/Expert.h"
 #include "moe_rt/kernels/ExpertChoice.h"
@@ -32,6 +35,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -764,5 +768,49 @@ TEST(DeviceExpert, ForwardAndGradsMatchCpuOps) {
         }
       }
 }
+
+//===--- the CUDA entry points --------------------------------------------===//
+
+#ifdef MOE_RT_HAVE_CUDA
+// Without a GPU the entry points still link and, handed a CPU stream,
+// refuse it before touching a pointer or the group (both null here).
+TEST(DeviceRoutingCuda, EntryPointsRefuseACpuStream) {
+  CpuStream cpu;
+  namespace cu = moe_rt::cuda;
+  float *f = nullptr;
+  int64_t *ids = nullptr;
+  dev::GateShape z;
+  z.tokens = 4;
+  z.m = z.d = 3;
+  z.experts = 2;
+  dev::ExpertShape e;
+  e.slots = 4;
+  e.m = 3;
+  e.h = 5;
+  dev::RouteShape r;
+  r.T = 4;
+  r.E = r.El = 2;
+  r.C = 2;
+  r.M = 3;
+  std::vector<std::pair<const char *, moe_rt_status>> calls = {
+      {"gate", cu::gate(cpu.s, z, f, f, nullptr, ids, f, ids)},
+      {"gateGrad", cu::gateGrad(cpu.s, z, f, f, nullptr, f, f, f, nullptr)},
+      {"expert", cu::expert(cpu.s, MOE_RT_SILU, e, f, f, f, f, f)},
+      {"expertGrad",
+       cu::expertGrad(cpu.s, MOE_RT_GELU, e, f, f, nullptr, f, f, f, f,
+                      nullptr, f)},
+      {"dispatch", cu::dispatch(cpu.s, nullptr, r, f, ids, f)},
+      {"dispatchGrad", cu::dispatchGrad(cpu.s, nullptr, r, ids, f, f)},
+      {"combine", cu::combine(cpu.s, nullptr, r, f, ids, f, f)},
+      {"combineGrad",
+       cu::combineGrad(cpu.s, nullptr, r, f, ids, f, f, f, f)}};
+  for (auto &[what, st] : calls) {
+    EXPECT_EQ(st, MOE_RT_INVALID_ARGUMENT) << what;
+  }
+  EXPECT_NE(std::string(moe_rt_last_error()).find("not a CUDA stream"),
+            std::string::npos)
+      << moe_rt_last_error();
+}
+#endif
 
 } // namespace
