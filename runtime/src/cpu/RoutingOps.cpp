@@ -260,14 +260,10 @@ device::RouteShape deviceRoute(const Route &r) {
   d.El = r.El;
   d.C = r.C;
   d.M = r.M;
+  d.ec = r.ec;
   return d;
 }
 
-moe_rt_status cudaExpertChoiceRefused(const char *call) {
-  return fail(MOE_RT_UNAVAILABLE,
-              std::string(call) + ": expert-choice (E x C) routing has no "
-                                  "CUDA implementation yet");
-}
 #endif
 
 } // namespace
@@ -283,8 +279,7 @@ moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch", s, comm, experts,
                                      capacity, indices, out, x, r))
     return st;
-  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_dispatch")
-                         : cuda::dispatch(s, comm, deviceRoute(r), f32(x),
+  MOE_RT_ON_CUDA(s, cuda::dispatch(s, comm, deviceRoute(r), f32(x),
                                           i64(indices), f32(out)));
   if (r.ec)
     return ecDispatch(s, comm, r, i64(indices), f32(x), f32(out));
@@ -316,8 +311,7 @@ moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch_grad", s, comm, experts,
                                      capacity, indices, dout, dx, r))
     return st;
-  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_dispatch_grad")
-                         : cuda::dispatchGrad(s, comm, deviceRoute(r),
+  MOE_RT_ON_CUDA(s, cuda::dispatchGrad(s, comm, deviceRoute(r),
                                               i64(indices), f32(dout),
                                               f32(dx)));
   if (r.ec)
@@ -354,8 +348,7 @@ moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine: weights must match indices");
-  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_combine")
-                         : cuda::combine(s, comm, deviceRoute(r),
+  MOE_RT_ON_CUDA(s, cuda::combine(s, comm, deviceRoute(r),
                                          f32(expert_out), i64(indices),
                                          f32(weights), f32(out)));
   if (r.ec)
@@ -397,8 +390,7 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
       moe_rt_tensor_numel(dweights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine_grad: bad weights or gradient tensors");
-  MOE_RT_ON_CUDA(s, r.ec ? cudaExpertChoiceRefused("moe_rt_combine_grad")
-                         : cuda::combineGrad(s, comm, deviceRoute(r),
+  MOE_RT_ON_CUDA(s, cuda::combineGrad(s, comm, deviceRoute(r),
                                              f32(expert_out), i64(indices),
                                              f32(weights), f32(dout),
                                              f32(dexpert_out),
