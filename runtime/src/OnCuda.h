@@ -1,4 +1,5 @@
-//===- OnCuda.h - sending an op to the CUDA backend ---------------*- C++ -*-===//
+//===- OnCuda.h - sending an op to the CUDA backend ---------------*- C++
+//-*-===//
 //
 // Every op of moe_rt/ops.h checks its operands, then runs on its stream's
 // backend: the CPU kernels as stream tasks, or the CUDA entry points of

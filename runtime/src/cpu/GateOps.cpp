@@ -1,4 +1,5 @@
-//===- GateOps.cpp - moe_rt_gate and its vjp: every gate kind --------------===//
+//===- GateOps.cpp - moe_rt_gate and its vjp: every gate kind
+//--------------===//
 //
 // Argument checks, then scores -> top-k (kernels/Gates.h, Routing.h) as a
 // stream task; expert_choice selects top-C tokens per expert instead
@@ -110,8 +111,8 @@ struct Scores {
 };
 
 void computeScores(moe_rt_gate_kind kind, const Sizes &z, uint64_t seed,
-                   double tau, const float *x, const float *w,
-                   const float *aux, Scores &r) {
+                   double tau, const float *x, const float *w, const float *aux,
+                   Scores &r) {
   r.scores.assign(z.t * z.e, 0.0f);
   switch (kind) {
   case MOE_RT_GATE_NOISY_TOPK:
@@ -149,9 +150,8 @@ void topK(moe_rt_gate_kind kind, const Sizes &z, int64_t kk, bool normalize,
 #if MOE_RT_HAVE_CUDA
 /// The CUDA gate's description of a checked call; `k` is the capacity C
 /// for expert_choice.
-device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z,
-                             int64_t k, int normalize, uint64_t seed,
-                             double tau) {
+device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
+                             int normalize, uint64_t seed, double tau) {
   device::GateShape g;
   g.kind = kind;
   g.tokens = z.t;
@@ -188,10 +188,10 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
         .size(counts, "counts", z.e);
     if (c.status)
       return c.status;
-    MOE_RT_ON_CUDA(s, cuda::gate(s, deviceGate(kind, z, cap, normalize, seed,
-                                               tau),
-                                 f32(x), f32(w), f32(aux), i64(indices),
-                                 f32(weights), i64(counts)));
+    MOE_RT_ON_CUDA(s,
+                   cuda::gate(s, deviceGate(kind, z, cap, normalize, seed, tau),
+                              f32(x), f32(w), f32(aux), i64(indices),
+                              f32(weights), i64(counts)));
     return enqueue(s, [=](std::string &) {
       Scores r;
       computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
@@ -240,10 +240,10 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
         .sizeOf(dw, "dw", w);
     if (c.status)
       return c.status;
-    MOE_RT_ON_CUDA(s, cuda::gateGrad(s, deviceGate(kind, z, cap, normalize,
-                                                   seed, tau),
-                                     f32(x), f32(w), nullptr, f32(dweights),
-                                     f32(dx), f32(dw), nullptr));
+    MOE_RT_ON_CUDA(
+        s, cuda::gateGrad(s, deviceGate(kind, z, cap, normalize, seed, tau),
+                          f32(x), f32(w), nullptr, f32(dweights), f32(dx),
+                          f32(dw), nullptr));
     return enqueue(s, [=](std::string &) {
       Scores r;
       computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
@@ -268,10 +268,10 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
       .sizeOf(daux, "daux", aux);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(s, cuda::gateGrad(s, deviceGate(kind, z, kk, normalize, seed,
-                                                 tau),
-                                   f32(x), f32(w), f32(aux), f32(dweights),
-                                   f32(dx), f32(dw), f32(daux)));
+  MOE_RT_ON_CUDA(
+      s, cuda::gateGrad(s, deviceGate(kind, z, kk, normalize, seed, tau),
+                        f32(x), f32(w), f32(aux), f32(dweights), f32(dx),
+                        f32(dw), f32(daux)));
   bool norm = normalize != 0;
   return enqueue(s, [=](std::string &) {
     Scores r;
@@ -292,12 +292,12 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
     switch (kind) {
     case MOE_RT_GATE_NOISY_TOPK: {
       std::vector<float> dclean(z.t * z.e), dnoisy(z.t * z.e);
-      k::noisyScoresBackward(z.t * z.e, r.noisy.data(), r.noise,
-                             dscores.data(), dclean.data(), dnoisy.data());
+      k::noisyScoresBackward(z.t * z.e, r.noisy.data(), r.noise, dscores.data(),
+                             dclean.data(), dnoisy.data());
       k::linearBackward(z.t, z.m, z.e, f32(x), f32(w), dclean.data(), f32(dx),
                         f32(dw), (float *)nullptr);
-      k::linearBackward(z.t, z.m, z.e, f32(x), f32(aux), dnoisy.data(),
-                        f32(dx), f32(daux), (float *)nullptr);
+      k::linearBackward(z.t, z.m, z.e, f32(x), f32(aux), dnoisy.data(), f32(dx),
+                        f32(daux), (float *)nullptr);
       break;
     }
     case MOE_RT_GATE_COSINE: {

@@ -280,7 +280,7 @@ moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
                                      capacity, indices, out, x, r))
     return st;
   MOE_RT_ON_CUDA(s, cuda::dispatch(s, comm, deviceRoute(r), f32(x),
-                                          i64(indices), f32(out)));
+                                   i64(indices), f32(out)));
   if (r.ec)
     return ecDispatch(s, comm, r, i64(indices), f32(x), f32(out));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
@@ -311,9 +311,8 @@ moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = routeChecks("moe_rt_dispatch_grad", s, comm, experts,
                                      capacity, indices, dout, dx, r))
     return st;
-  MOE_RT_ON_CUDA(s, cuda::dispatchGrad(s, comm, deviceRoute(r),
-                                              i64(indices), f32(dout),
-                                              f32(dx)));
+  MOE_RT_ON_CUDA(s, cuda::dispatchGrad(s, comm, deviceRoute(r), i64(indices),
+                                       f32(dout), f32(dx)));
   if (r.ec)
     return ecDispatchGrad(s, comm, r, i64(indices), f32(dout), f32(dx));
   auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
@@ -348,9 +347,8 @@ moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine: weights must match indices");
-  MOE_RT_ON_CUDA(s, cuda::combine(s, comm, deviceRoute(r),
-                                         f32(expert_out), i64(indices),
-                                         f32(weights), f32(out)));
+  MOE_RT_ON_CUDA(s, cuda::combine(s, comm, deviceRoute(r), f32(expert_out),
+                                  i64(indices), f32(weights), f32(out)));
   if (r.ec)
     return ecCombine(s, comm, r, i64(indices), f32(expert_out), f32(weights),
                      f32(out));
@@ -383,18 +381,17 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
   if (moe_rt_status st = routeChecks("moe_rt_combine_grad", s, comm, experts,
                                      capacity, indices, expert_out, dout, r))
     return st;
-  if (!isOn(weights, MOE_RT_F32, backendOf(s)) || !isOn(dweights, MOE_RT_F32, backendOf(s)) ||
+  if (!isOn(weights, MOE_RT_F32, backendOf(s)) ||
+      !isOn(dweights, MOE_RT_F32, backendOf(s)) ||
       !isOn(dexpert_out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(dexpert_out) != moe_rt_tensor_numel(expert_out) ||
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices) ||
       moe_rt_tensor_numel(dweights) != moe_rt_tensor_numel(indices))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_combine_grad: bad weights or gradient tensors");
-  MOE_RT_ON_CUDA(s, cuda::combineGrad(s, comm, deviceRoute(r),
-                                             f32(expert_out), i64(indices),
-                                             f32(weights), f32(dout),
-                                             f32(dexpert_out),
-                                             f32(dweights)));
+  MOE_RT_ON_CUDA(s, cuda::combineGrad(s, comm, deviceRoute(r), f32(expert_out),
+                                      i64(indices), f32(weights), f32(dout),
+                                      f32(dexpert_out), f32(dweights)));
   if (r.ec)
     return ecCombineGrad(s, comm, r, i64(indices), f32(expert_out),
                          f32(weights), f32(dout), f32(dexpert_out),
@@ -432,12 +429,13 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
 
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
                          const moe_rt_tensor *b, moe_rt_tensor *out) {
-  if (!s || !isOn(a, MOE_RT_F32, backendOf(s)) || !isOn(b, MOE_RT_F32, backendOf(s)) ||
+  if (!s || !isOn(a, MOE_RT_F32, backendOf(s)) ||
+      !isOn(b, MOE_RT_F32, backendOf(s)) ||
       !isOn(out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(a) != moe_rt_tensor_numel(b) ||
       moe_rt_tensor_numel(a) != moe_rt_tensor_numel(out))
-    return fail(MOE_RT_INVALID_ARGUMENT,
-                "moe_rt_add: needs three F32 tensors of one size on the stream's backend");
+    return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_add: needs three F32 tensors "
+                                         "of one size on the stream's backend");
   int64_t n = moe_rt_tensor_numel(a);
   float *pa = f32(a), *pb = f32(b), *po = f32(out);
   MOE_RT_ON_CUDA(s, cuda::add(s, n, pa, pb, po));
@@ -470,12 +468,13 @@ moe_rt_status moe_rt_copy(moe_rt_stream s, const moe_rt_tensor *src,
 moe_rt_status moe_rt_sgd(moe_rt_stream s, const moe_rt_tensor *param,
                          const moe_rt_tensor *grad, double lr,
                          moe_rt_tensor *out) {
-  if (!s || !isOn(param, MOE_RT_F32, backendOf(s)) || !isOn(grad, MOE_RT_F32, backendOf(s)) ||
+  if (!s || !isOn(param, MOE_RT_F32, backendOf(s)) ||
+      !isOn(grad, MOE_RT_F32, backendOf(s)) ||
       !isOn(out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(param) != moe_rt_tensor_numel(grad) ||
       moe_rt_tensor_numel(param) != moe_rt_tensor_numel(out))
-    return fail(MOE_RT_INVALID_ARGUMENT,
-                "moe_rt_sgd: needs three F32 tensors of one size on the stream's backend");
+    return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_sgd: needs three F32 tensors "
+                                         "of one size on the stream's backend");
   int64_t n = moe_rt_tensor_numel(param);
   float *pp = f32(param), *pg = f32(grad), *po = f32(out);
   float step = float(lr);
@@ -490,11 +489,13 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *src,
                                      moe_rt_tensor *out, int64_t offset_bytes,
                                      int64_t size_bytes) {
-  if (!s || !comm || !isOn(src, MOE_RT_F32, backendOf(s)) || !isOn(out, MOE_RT_F32, backendOf(s)) ||
+  if (!s || !comm || !isOn(src, MOE_RT_F32, backendOf(s)) ||
+      !isOn(out, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(src) != moe_rt_tensor_numel(out))
-    return fail(MOE_RT_INVALID_ARGUMENT,
-                "moe_rt_all_reduce_into: needs F32 tensors of one size on the stream's "
-                "backend");
+    return fail(
+        MOE_RT_INVALID_ARGUMENT,
+        "moe_rt_all_reduce_into: needs F32 tensors of one size on the stream's "
+        "backend");
   int64_t n = moe_rt_tensor_numel(src);
   float *ps = f32(src), *po = f32(out);
   // The copy joins the all-reduce in the pool's low-priority queue, so that

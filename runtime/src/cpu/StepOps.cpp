@@ -241,7 +241,8 @@ moe_rt_status moe_rt_attention(moe_rt_stream s, const moe_rt_attention_attrs *a,
   k::AttentionShape shape = attentionShape(a, x);
   float *px = f32(x), *pq = f32(wq), *pk = f32(wk), *pv = f32(wv),
         *po = f32(wo), *ps = f32(scale), *pb = f32(bias), *pout = f32(out);
-  MOE_RT_ON_CUDA(s, cuda::attention(s, shape, px, pq, pk, pv, po, ps, pb, pout));
+  MOE_RT_ON_CUDA(s,
+                 cuda::attention(s, shape, px, pq, pk, pv, po, ps, pb, pout));
   return enqueue(s, [=](std::string &) {
     k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout);
     return MOE_RT_OK;
@@ -278,11 +279,10 @@ moe_rt_status moe_rt_attention_grad(
   if (c.status)
     return c.status;
   k::AttentionShape shape = attentionShape(a, x);
-  MOE_RT_ON_CUDA(s, cuda::attentionGrad(s, shape, f32(x), f32(wq), f32(wk),
-                                        f32(wv), f32(wo), f32(scale),
-                                        f32(bias), f32(dout), f32(dx),
-                                        f32(dwq), f32(dwk), f32(dwv), f32(dwo),
-                                        f32(dscale), f32(dbias)));
+  MOE_RT_ON_CUDA(s, cuda::attentionGrad(
+                        s, shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
+                        f32(scale), f32(bias), f32(dout), f32(dx), f32(dwq),
+                        f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias)));
   return enqueue(s, [=](std::string &) {
     for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias})
       zero(g);
@@ -301,8 +301,8 @@ moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
   if (c.status)
     return c.status;
   int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
-  MOE_RT_ON_CUDA(s, cuda::norm(s, kind == MOE_RT_NORM_RMS, rows, m, eps,
-                               f32(x), f32(scale), f32(bias), f32(out)));
+  MOE_RT_ON_CUDA(s, cuda::norm(s, kind == MOE_RT_NORM_RMS, rows, m, eps, f32(x),
+                               f32(scale), f32(bias), f32(out)));
   return enqueue(s, [=](std::string &) {
     k::normForward(kind == MOE_RT_NORM_RMS, rows, m, f32(x), f32(scale),
                    f32(bias), eps, f32(out));
@@ -354,8 +354,8 @@ moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
   if (c.status)
     return c.status;
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
-  MOE_RT_ON_CUDA(s, cuda::linear(s, rows, kk, n, f32(x), f32(w), f32(bias),
-                                 f32(out)));
+  MOE_RT_ON_CUDA(
+      s, cuda::linear(s, rows, kk, n, f32(x), f32(w), f32(bias), f32(out)));
   return enqueue(s, [=](std::string &) {
     k::linearForward(rows, kk, n, f32(x), f32(w), f32(bias), f32(out));
     return MOE_RT_OK;
@@ -380,8 +380,8 @@ moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
   if (c.status)
     return c.status;
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
-  MOE_RT_ON_CUDA(s, cuda::linearGrad(s, rows, kk, n, f32(x), f32(w),
-                                     f32(dout), f32(dx), f32(dw), f32(dbias)));
+  MOE_RT_ON_CUDA(s, cuda::linearGrad(s, rows, kk, n, f32(x), f32(w), f32(dout),
+                                     f32(dx), f32(dw), f32(dbias)));
   return enqueue(s, [=](std::string &) {
     for (moe_rt_tensor *g : {dx, dw, dbias})
       zero(g);
@@ -399,8 +399,8 @@ moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
     return c.status;
   int64_t tokens = moe_rt_tensor_numel(ids), vocab = dim(table, 0),
           m = dim(table, 1);
-  MOE_RT_ON_CUDA(s, cuda::embedding(s, tokens, vocab, m, i64(ids),
-                                    f32(table), f32(out)));
+  MOE_RT_ON_CUDA(
+      s, cuda::embedding(s, tokens, vocab, m, i64(ids), f32(table), f32(out)));
   return enqueue(s, [=](std::string &message) {
     if (k::embeddingForward(tokens, vocab, m, i64(ids), f32(table), f32(out)))
       return MOE_RT_OK;
@@ -439,8 +439,8 @@ moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
   if (c.status)
     return c.status;
   int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
-  MOE_RT_ON_CUDA(s, cuda::crossEntropy(s, tokens, v, f32(logits), i64(labels),
-                                       f32(loss)));
+  MOE_RT_ON_CUDA(
+      s, cuda::crossEntropy(s, tokens, v, f32(logits), i64(labels), f32(loss)));
   return enqueue(s, [=](std::string &message) {
     if (k::crossEntropyForward(tokens, v, f32(logits), i64(labels), f32(loss)))
       return MOE_RT_OK;
@@ -462,9 +462,9 @@ moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
   if (c.status)
     return c.status;
   int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
-  MOE_RT_ON_CUDA(s, cuda::crossEntropyGrad(s, tokens, v, f32(logits),
-                                           i64(labels), f32(dloss),
-                                           f32(dlogits)));
+  MOE_RT_ON_CUDA(s,
+                 cuda::crossEntropyGrad(s, tokens, v, f32(logits), i64(labels),
+                                        f32(dloss), f32(dlogits)));
   return enqueue(s, [=](std::string &message) {
     zero(dlogits);
     if (k::crossEntropyBackward(tokens, v, f32(logits), i64(labels),
