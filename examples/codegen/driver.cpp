@@ -9,7 +9,6 @@
 //   mpirun -np P codegen-driver --inputs PREFIX [--dump PREFIX] [--steps N]
 //                               [--timeout SECONDS] [--params FILE]
 //                               [--backend cpu|cuda]
-//                               [--backend cpu|cuda]
 //
 // --params FILE (the parameter file moe_compile_model writes) replaces the
 // parameters of --inputs with the model's initial weights; token ids and
