@@ -416,7 +416,7 @@ class DeviceDenseAttention : public ::testing::TestWithParam<AttnParam> {};
 TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
   auto [hk, causal, rotary, norm, withBias] = GetParam();
   k::AttentionShape s;
-  s.batch = 2;
+  s.batch = 3;
   s.seq = 5;
   s.embed = 12;
   s.heads = hk.first;
@@ -427,7 +427,8 @@ TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
   s.norm = norm;
   s.eps = 1e-5;
   const int64_t bnm = s.batch * s.seq * s.embed, hd = s.heads * s.headDim,
-                kvd = s.kvHeads * s.headDim, m = s.embed;
+                kvd = s.kvHeads * s.headDim, m = s.embed,
+                perSample = s.heads * s.seq * s.seq;
   std::mt19937 rng(61 + s.heads * 7 + s.kvHeads + causal * 3 + rotary * 5 +
                    norm * 11);
   float ws = 1.0f / std::sqrt(float(m));
@@ -443,45 +444,58 @@ TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
   const float *ps = norm ? scale.data() : nullptr;
   const float *pb = norm && withBias ? bias.data() : nullptr;
 
-  Vec want(bnm), got = garbage(bnm);
+  Vec want(bnm);
   k::attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
                       ps, pb, want.data());
-  CheckedExecutor ex;
-  ASSERT_EQ(dev::attentionForward(ex, s, x.data(), wq.data(), wk.data(),
-                                  wv.data(), wo.data(), ps, pb, got.data()),
-            MOE_RT_OK);
-  expectClose(got, want, "attention out");
-  // One launch per phase: the count does not grow with batch or sequence.
-  EXPECT_EQ(ex.gemms(), 3 + 2 * s.heads + 1);
-
   Vec wdx(bnm, 0), wdq(m * hd, 0), wdk(m * kvd, 0), wdv(m * kvd, 0),
       wdo(hd * m, 0), wds(m, 0), wdb(m, 0);
   k::attentionBackward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
                        ps, pb, dout.data(), wdx.data(), wdq.data(), wdk.data(),
                        wdv.data(), wdo.data(), ps ? wds.data() : nullptr,
                        pb ? wdb.data() : nullptr);
-  Vec dx = garbage(bnm), dq = garbage(m * hd), dk = garbage(m * kvd),
-      dv = garbage(m * kvd), dO = garbage(hd * m), ds = garbage(m),
-      db = garbage(m);
-  // Pass the norm gradients whenever the CPU op would take them; with no
-  // pre-norm pass them anyway, to check that they come back zero.
-  bool passScale = true, passBias = withBias || !norm;
-  CheckedExecutor exGrad;
-  ASSERT_EQ(dev::attentionBackward(
-                exGrad, s, x.data(), wq.data(), wk.data(), wv.data(),
-                wo.data(), ps, pb, dout.data(), dx.data(), dq.data(),
-                dk.data(), dv.data(), dO.data(),
-                passScale ? ds.data() : nullptr,
-                passBias ? db.data() : nullptr),
-            MOE_RT_OK);
-  expectClose(dx, wdx, "attention dx");
-  expectClose(dq, wdq, "attention dwq");
-  expectClose(dk, wdk, "attention dwk");
-  expectClose(dv, wdv, "attention dwv");
-  expectClose(dO, wdo, "attention dwo");
-  expectClose(ds, wds, "attention dnorm_scale");
-  if (passBias)
-    expectClose(db, wdb, "attention dnorm_bias");
+
+  // The score workspace bound: the whole batch at once, chunks of 2 and 1
+  // samples (3 = 2 + 1 leaves a short last chunk), and a bound below one
+  // sample (still one sample per chunk).
+  struct Bound {
+    int64_t elements, chunks;
+  };
+  for (Bound bound : {Bound{moe_rt::device::attn::kMaxScoreElements, 1},
+                      Bound{2 * perSample, 2}, Bound{perSample, 3},
+                      Bound{1, 3}}) {
+    std::string at = " (score bound " + std::to_string(bound.elements) + ")";
+    Vec got = garbage(bnm);
+    CheckedExecutor ex;
+    ASSERT_EQ(dev::attentionForward(ex, s, x.data(), wq.data(), wk.data(),
+                                    wv.data(), wo.data(), ps, pb, got.data(),
+                                    bound.elements),
+              MOE_RT_OK);
+    expectClose(got, want, "attention out" + at);
+    // Launches grow with the chunks, never with the sequence.
+    EXPECT_EQ(ex.gemms(), 3 + 2 * s.heads * bound.chunks + 1) << at;
+
+    Vec dx = garbage(bnm), dq = garbage(m * hd), dk = garbage(m * kvd),
+        dv = garbage(m * kvd), dO = garbage(hd * m), ds = garbage(m),
+        db = garbage(m);
+    // Pass the norm gradients whenever the CPU op would take them; with no
+    // pre-norm pass them anyway, to check that they come back zero.
+    bool passBias = withBias || !norm;
+    CheckedExecutor exGrad;
+    ASSERT_EQ(dev::attentionBackward(
+                  exGrad, s, x.data(), wq.data(), wk.data(), wv.data(),
+                  wo.data(), ps, pb, dout.data(), dx.data(), dq.data(),
+                  dk.data(), dv.data(), dO.data(), ds.data(),
+                  passBias ? db.data() : nullptr, bound.elements),
+              MOE_RT_OK);
+    expectClose(dx, wdx, "attention dx" + at);
+    expectClose(dq, wdq, "attention dwq" + at);
+    expectClose(dk, wdk, "attention dwk" + at);
+    expectClose(dv, wdv, "attention dwv" + at);
+    expectClose(dO, wdo, "attention dwo" + at);
+    expectClose(ds, wds, "attention dnorm_scale" + at);
+    if (passBias)
+      expectClose(db, wdb, "attention dnorm_bias" + at);
+  }
 }
 
 /// The test name of one attention case (a function: a structured binding

@@ -94,66 +94,163 @@ struct SoftmaxGradRowsBody {
   }
 };
 
+/// Default bound on the floats of one [samples][H][N][N] score buffer
+/// (1 GiB): the per-head products run over chunks of the batch small
+/// enough to fit it (at least one sample), so memory does not grow with the
+/// batch, and GEMM launches grow only with batch / chunk.
+constexpr int64_t kMaxScoreElements = int64_t(1) << 28;
+
+/// Sizes derived from the shape.
+struct Dims {
+  int64_t rows, n, m, d, hd, kvd, group, nn, pStride;
+  explicit Dims(const kernels::AttentionShape &s)
+      : rows(s.batch * s.seq), n(s.seq), m(s.embed), d(s.headDim),
+        hd(s.heads * s.headDim), kvd(s.kvHeads * s.headDim),
+        group(s.heads / s.kvHeads), nn(s.seq * s.seq),
+        pStride(s.heads * s.seq * s.seq) {}
+};
+
+/// Samples per chunk of the per-head products.
+inline int64_t chunkSamples(const kernels::AttentionShape &s,
+                            int64_t maxScoreElements) {
+  int64_t perSample = s.heads * s.seq * s.seq;
+  int64_t c = perSample > 0 ? maxScoreElements / perSample : s.batch;
+  return c < 1 ? 1 : (c > s.batch ? s.batch : c);
+}
+
 /// The forward's intermediates (device scratch, or x itself for xn when
-/// there is no pre-norm).
+/// there is no pre-norm). p holds the probabilities of `chunk` samples
+/// starting at sample pFirst.
 struct Activations {
   const float *xn = nullptr;
   float *q = nullptr, *k = nullptr, *v = nullptr, *p = nullptr, *o = nullptr;
+  int64_t chunk = 1, pFirst = -1;
 };
+
+/// p = softmax(Q K^T / sqrt(D)) (causal-masked) for samples [b0, b0 + nb):
+/// per head h, one GEMM batched over those samples.
+template <class X>
+moe_rt_status probabilities(X &x, const kernels::AttentionShape &s,
+                            Activations &a, int64_t b0, int64_t nb) {
+  Dims z(s);
+  float inv = float(1.0 / ::sqrt(double(z.d)));
+  const float *q = a.q + b0 * z.n * z.hd, *k = a.k + b0 * z.n * z.kvd;
+  for (int64_t h = 0; h < s.heads; ++h) {
+    int64_t g = h / z.group;
+    // S_bh = Q_bh K_bg^T / sqrt(D).
+    if (dense::gemmInto(
+            x, dense::stridedGemm(false, true, z.n, z.n, z.d, inv, q + h * z.d,
+                                  z.hd, z.n * z.hd, k + g * z.d, z.kvd,
+                                  z.n * z.kvd, 0, a.p + h * z.nn, z.n,
+                                  z.pStride, nb)))
+      return x.status();
+  }
+  if (x.forEach(nb * s.heads * z.n, SoftmaxRowsBody{a.p, z.n, s.causal}))
+    return x.status();
+  a.pFirst = b0;
+  return x.status();
+}
 
 /// Runs the forward up to O (before the output projection).
 template <class X>
 moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
                          const float *in, const float *wq, const float *wk,
                          const float *wv, const float *scale,
-                         const float *bias, Activations &a) {
+                         const float *bias, int64_t maxScoreElements,
+                         Activations &a) {
   using dense::gemmInto;
-  using dense::stridedGemm;
-  int64_t rows = s.batch * s.seq, n = s.seq, m = s.embed, d = s.headDim,
-          hd = s.heads * d, kvd = s.kvHeads * d, group = s.heads / s.kvHeads;
+  Dims z(s);
   if (s.norm) {
-    float *xn = x.scratchF32(rows * m);
-    if (!xn || normForward(x, s.norm == 2, rows, m, in, scale, bias, s.eps, xn))
+    float *xn = x.scratchF32(z.rows * z.m);
+    if (!xn || normForward(x, s.norm == 2, z.rows, z.m, in, scale, bias,
+                           s.eps, xn))
       return x.status();
     a.xn = xn;
   } else {
     a.xn = in;
   }
-  a.q = x.scratchF32(rows * hd);
-  a.k = x.scratchF32(rows * kvd);
-  a.v = x.scratchF32(rows * kvd);
-  a.p = x.scratchF32(s.batch * s.heads * n * n);
-  a.o = x.scratchF32(rows * hd);
+  a.chunk = chunkSamples(s, maxScoreElements);
+  a.q = x.scratchF32(z.rows * z.hd);
+  a.k = x.scratchF32(z.rows * z.kvd);
+  a.v = x.scratchF32(z.rows * z.kvd);
+  a.p = x.scratchF32(a.chunk * z.pStride);
+  a.o = x.scratchF32(z.rows * z.hd);
   if (!a.q || !a.k || !a.v || !a.p || !a.o)
     return x.status();
-  if (gemmInto(x, gemmDesc(false, false, rows, hd, m, 1, a.xn, wq, 0, a.q)) ||
-      gemmInto(x, gemmDesc(false, false, rows, kvd, m, 1, a.xn, wk, 0, a.k)) ||
-      gemmInto(x, gemmDesc(false, false, rows, kvd, m, 1, a.xn, wv, 0, a.v)))
+  if (gemmInto(x, gemmDesc(false, false, z.rows, z.hd, z.m, 1, a.xn, wq, 0,
+                           a.q)) ||
+      gemmInto(x, gemmDesc(false, false, z.rows, z.kvd, z.m, 1, a.xn, wk, 0,
+                           a.k)) ||
+      gemmInto(x, gemmDesc(false, false, z.rows, z.kvd, z.m, 1, a.xn, wv, 0,
+                           a.v)))
     return x.status();
-  if (s.rotary && d / 2 > 0 &&
-      (x.forEach(rows * s.heads * (d / 2),
-                 RotaryBody{a.q, n, s.heads, d, false}) ||
-       x.forEach(rows * s.kvHeads * (d / 2),
-                 RotaryBody{a.k, n, s.kvHeads, d, false})))
+  if (s.rotary && z.d / 2 > 0 &&
+      (x.forEach(z.rows * s.heads * (z.d / 2),
+                 RotaryBody{a.q, z.n, s.heads, z.d, false}) ||
+       x.forEach(z.rows * s.kvHeads * (z.d / 2),
+                 RotaryBody{a.k, z.n, s.kvHeads, z.d, false})))
     return x.status();
-  float inv = float(1.0 / ::sqrt(double(d)));
-  int64_t nn = n * n, pStride = s.heads * nn;
+  for (int64_t b0 = 0; b0 < s.batch; b0 += a.chunk) {
+    int64_t nb = s.batch - b0 < a.chunk ? s.batch - b0 : a.chunk;
+    if (probabilities(x, s, a, b0, nb))
+      return x.status();
+    const float *v = a.v + b0 * z.n * z.kvd;
+    float *o = a.o + b0 * z.n * z.hd;
+    for (int64_t h = 0; h < s.heads; ++h) {
+      int64_t g = h / z.group;
+      // O_bh = P_bh V_bg.
+      if (gemmInto(x, dense::stridedGemm(false, false, z.n, z.d, z.n, 1,
+                                         a.p + h * z.nn, z.n, z.pStride,
+                                         v + g * z.d, z.kvd, z.n * z.kvd, 0,
+                                         o + h * z.d, z.hd, z.n * z.hd, nb)))
+        return x.status();
+    }
+  }
+  return x.status();
+}
+
+/// dQ, dK, dV (before rotary's adjoint) of samples [b0, b0 + nb) from dO;
+/// dK and dV start zeroed: the heads of a group add up in stream order.
+template <class X>
+moe_rt_status backwardChunk(X &x, const kernels::AttentionShape &s,
+                            Activations &a, const float *dOAll, float *dP,
+                            float *dQAll, float *dKAll, float *dVAll,
+                            int64_t b0, int64_t nb) {
+  using dense::gemmInto;
+  using dense::stridedGemm;
+  Dims z(s);
+  if (a.pFirst != b0 && probabilities(x, s, a, b0, nb))
+    return x.status();
+  int64_t tokenQ = b0 * z.n * z.hd, tokenKv = b0 * z.n * z.kvd;
+  const float *q = a.q + tokenQ, *k = a.k + tokenKv, *v = a.v + tokenKv,
+              *dO = dOAll + tokenQ;
+  float *dQ = dQAll + tokenQ, *dK = dKAll + tokenKv, *dV = dVAll + tokenKv;
   for (int64_t h = 0; h < s.heads; ++h) {
-    int64_t g = h / group;
-    // S_bh = Q_bh K_bg^T / sqrt(D), batched over b.
-    if (gemmInto(x, stridedGemm(false, true, n, n, d, inv, a.q + h * d, hd,
-                                n * hd, a.k + g * d, kvd, n * kvd, 0,
-                                a.p + h * nn, n, pStride, s.batch)))
+    int64_t g = h / z.group;
+    // dP_bh = dO_bh V_bg^T;  dV_bg += P_bh^T dO_bh.
+    if (gemmInto(x, stridedGemm(false, true, z.n, z.n, z.d, 1, dO + h * z.d,
+                                z.hd, z.n * z.hd, v + g * z.d, z.kvd,
+                                z.n * z.kvd, 0, dP + h * z.nn, z.n, z.pStride,
+                                nb)) ||
+        gemmInto(x, stridedGemm(true, false, z.n, z.d, z.n, 1, a.p + h * z.nn,
+                                z.n, z.pStride, dO + h * z.d, z.hd,
+                                z.n * z.hd, 1, dV + g * z.d, z.kvd,
+                                z.n * z.kvd, nb)))
       return x.status();
   }
-  if (x.forEach(s.batch * s.heads * n, SoftmaxRowsBody{a.p, n, s.causal}))
+  if (x.forEach(nb * s.heads * z.n,
+                SoftmaxGradRowsBody{a.p, dP, z.n, 1.0 / ::sqrt(double(z.d))}))
     return x.status();
   for (int64_t h = 0; h < s.heads; ++h) {
-    int64_t g = h / group;
-    // O_bh = P_bh V_bg.
-    if (gemmInto(x, stridedGemm(false, false, n, d, n, 1, a.p + h * nn, n,
-                                pStride, a.v + g * d, kvd, n * kvd, 0,
-                                a.o + h * d, hd, n * hd, s.batch)))
+    int64_t g = h / z.group;
+    // dQ_bh = dS_bh K_bg;  dK_bg += dS_bh^T Q_bh.
+    if (gemmInto(x, stridedGemm(false, false, z.n, z.d, z.n, 1, dP + h * z.nn,
+                                z.n, z.pStride, k + g * z.d, z.kvd,
+                                z.n * z.kvd, 0, dQ + h * z.d, z.hd,
+                                z.n * z.hd, nb)) ||
+        gemmInto(x, stridedGemm(true, false, z.n, z.d, z.n, 1, dP + h * z.nn,
+                                z.n, z.pStride, q + h * z.d, z.hd, z.n * z.hd,
+                                1, dK + g * z.d, z.kvd, z.n * z.kvd, nb)))
       return x.status();
   }
   return x.status();
@@ -162,19 +259,21 @@ moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
 } // namespace attn
 
 /// out = attention(x) (moe_rt_attention); x, out: batch x seq x embed;
-/// scale/bias: the pre-norm's (bias may be null).
+/// scale/bias: the pre-norm's (bias may be null). maxScoreElements bounds
+/// the score workspace (tests lower it to exercise the batch chunks).
 template <class X>
-moe_rt_status attentionForward(X &x, const kernels::AttentionShape &s,
-                               const float *in, const float *wq,
-                               const float *wk, const float *wv,
-                               const float *wo, const float *scale,
-                               const float *bias, float *out) {
-  using dense::gemmInto;
+moe_rt_status
+attentionForward(X &x, const kernels::AttentionShape &s, const float *in,
+                 const float *wq, const float *wk, const float *wv,
+                 const float *wo, const float *scale, const float *bias,
+                 float *out,
+                 int64_t maxScoreElements = attn::kMaxScoreElements) {
   attn::Activations a;
-  if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, a))
+  if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, maxScoreElements,
+                       a))
     return x.status();
   int64_t rows = s.batch * s.seq, hd = s.heads * s.headDim;
-  return gemmInto(
+  return dense::gemmInto(
       x, gemmDesc(false, false, rows, s.embed, hd, 1, a.o, wo, 0, out));
 }
 
@@ -186,16 +285,16 @@ attentionBackward(X &x, const kernels::AttentionShape &s, const float *in,
                   const float *wq, const float *wk, const float *wv,
                   const float *wo, const float *scale, const float *bias,
                   const float *dout, float *dx, float *dwq, float *dwk,
-                  float *dwv, float *dwo, float *dscale, float *dbias) {
+                  float *dwv, float *dwo, float *dscale, float *dbias,
+                  int64_t maxScoreElements = attn::kMaxScoreElements) {
   using dense::gemmInto;
-  using dense::stridedGemm;
   attn::Activations a;
-  if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, a))
+  if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, maxScoreElements,
+                       a))
     return x.status();
-  int64_t rows = s.batch * s.seq, n = s.seq, m = s.embed, d = s.headDim,
-          hd = s.heads * d, kvd = s.kvHeads * d, group = s.heads / s.kvHeads;
-  int64_t nn = n * n, pStride = s.heads * nn;
-  float *dO = x.scratchF32(rows * hd), *dP = x.scratchF32(s.batch * pStride),
+  attn::Dims z(s);
+  int64_t rows = z.rows, m = z.m, hd = z.hd, kvd = z.kvd, d = z.d, n = z.n;
+  float *dO = x.scratchF32(rows * hd), *dP = x.scratchF32(a.chunk * z.pStride),
         *dQ = x.scratchF32(rows * hd), *dK = x.scratchF32(rows * kvd),
         *dV = x.scratchF32(rows * kvd);
   // Without a pre-norm the input gradient is dx itself.
@@ -206,30 +305,13 @@ attentionBackward(X &x, const kernels::AttentionShape &s, const float *in,
   if (gemmInto(x, gemmDesc(false, true, rows, hd, m, 1, dout, wo, 0, dO)) ||
       gemmInto(x, gemmDesc(true, false, hd, m, rows, 1, a.o, dout, 0, dwo)))
     return x.status();
-  for (int64_t h = 0; h < s.heads; ++h) {
-    int64_t g = h / group;
-    // dP_bh = dO_bh V_bg^T;  dV_bg += P_bh^T dO_bh (heads of a group add
-    // up: dV starts zeroed, and the GEMMs run in stream order).
-    if (gemmInto(x, stridedGemm(false, true, n, n, d, 1, dO + h * d, hd,
-                                n * hd, a.v + g * d, kvd, n * kvd, 0,
-                                dP + h * nn, n, pStride, s.batch)) ||
-        gemmInto(x, stridedGemm(true, false, n, d, n, 1, a.p + h * nn, n,
-                                pStride, dO + h * d, hd, n * hd, 1, dV + g * d,
-                                kvd, n * kvd, s.batch)))
-      return x.status();
-  }
-  if (x.forEach(s.batch * s.heads * n,
-                attn::SoftmaxGradRowsBody{a.p, dP, n, 1.0 / ::sqrt(double(d))}))
-    return x.status();
-  for (int64_t h = 0; h < s.heads; ++h) {
-    int64_t g = h / group;
-    // dQ_bh = dS_bh K_bg;  dK_bg += dS_bh^T Q_bh.
-    if (gemmInto(x, stridedGemm(false, false, n, d, n, 1, dP + h * nn, n,
-                                pStride, a.k + g * d, kvd, n * kvd, 0,
-                                dQ + h * d, hd, n * hd, s.batch)) ||
-        gemmInto(x, stridedGemm(true, false, n, d, n, 1, dP + h * nn, n,
-                                pStride, a.q + h * d, hd, n * hd, 1,
-                                dK + g * d, kvd, n * kvd, s.batch)))
+  // The chunk the forward left in p (the last) first, so that it is not
+  // recomputed; then chunks 0, 1, ... up to the one before it.
+  const int64_t last = a.pFirst;
+  for (int64_t c = 0; c < s.batch; c += a.chunk) {
+    int64_t b0 = c == 0 ? last : c - a.chunk;
+    int64_t nb = s.batch - b0 < a.chunk ? s.batch - b0 : a.chunk;
+    if (attn::backwardChunk(x, s, a, dO, dP, dQ, dK, dV, b0, nb))
       return x.status();
   }
   if (s.rotary && d / 2 > 0 &&
