@@ -9,12 +9,13 @@
 // kernel does, and OVERWRITES its gradients (as moe_rt_attention_grad).
 //
 // Layout: activations are token-major (B*N rows of H*D or KV*D); scores
-// and probabilities are [B][H][N][N]. Every matmul is one X::gemm: the
-// projections treat B*N as the row count (weights are shared), and the
-// per-head products are one strided-batched GEMM per head over the batch
-// (query head h reads key/value head h / (H/KV), so batching over heads
-// would need two-level strides under GQA). Softmax, its gradient and
-// rotary are one forEach each.
+// and probabilities are [chunk][H][N][N] for a chunk of the batch bounded
+// by kMaxScoreElements. Every matmul is one X::gemm: the projections treat
+// B*N as the row count (weights are shared), and the per-head products are
+// one strided-batched GEMM per head over the chunk's samples (query head h
+// reads key/value head h / (H/KV), so batching over heads would need
+// two-level strides under GQA). Softmax, its gradient and rotary are one
+// forEach each.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_RT_SRC_DEVICE_ATTENTIONOPS_H
