@@ -108,7 +108,12 @@ public:
     return errorDevice;
   }
   int32_t registerError(std::string message) {
+    // An op registers its message on every call: the same message keeps its
+    // code, so a long run does not grow the table step by step.
     std::lock_guard<std::mutex> lock(errorMutex);
+    for (size_t i = 0; i < messages.size(); ++i)
+      if (messages[i] == message)
+        return static_cast<int32_t>(i + 1);
     messages.push_back(std::move(message));
     return static_cast<int32_t>(messages.size());
   }
