@@ -498,6 +498,14 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
         "backend");
   int64_t n = moe_rt_tensor_numel(src);
   float *ps = f32(src), *po = f32(out);
+#if MOE_RT_HAVE_CUDA
+  if (backendOf(s) == MOE_RT_CUDA) {
+    if (moe_rt_status st = cuda::copy(s, ps, 0, po, 0, n, sizeof(float),
+                                      /*lowPriority=*/true))
+      return st;
+    return moe_rt_all_reduce(s, comm, out, offset_bytes, size_bytes);
+  }
+#endif
   // The copy joins the all-reduce in the pool's low-priority queue, so that
   // a wait before this op gates both.
   if (moe_rt_status st = s->impl->enqueueHost(

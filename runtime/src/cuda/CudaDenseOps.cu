@@ -123,8 +123,8 @@ moe_rt_status add(moe_rt_stream s, int64_t n, const float *a, const float *b,
 
 moe_rt_status copy(moe_rt_stream s, const void *src, int64_t srcOffset,
                    void *dst, int64_t dstOffset, int64_t count,
-                   size_t elementSize) {
-  CudaExecutor ex(s);
+                   size_t elementSize, bool lowPriority) {
+  CudaExecutor ex(s, lowPriority);
   device::copyElements(ex, src, srcOffset, dst, dstOffset, count, elementSize);
   return ex.status();
 }

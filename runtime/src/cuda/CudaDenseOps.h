@@ -97,9 +97,11 @@ moe_rt_status add(moe_rt_stream s, int64_t n, const float *a, const float *b,
 
 /// moe_rt_copy: `count` elements of `elementSize` bytes (any dtype) from
 /// src + srcOffset to dst + dstOffset (offsets in elements).
+/// lowPriority queues it on a communication pool's low-priority stream
+/// (moe_rt_all_reduce_into: the copy joins its all-reduce there).
 moe_rt_status copy(moe_rt_stream s, const void *src, int64_t srcOffset,
                    void *dst, int64_t dstOffset, int64_t count,
-                   size_t elementSize);
+                   size_t elementSize, bool lowPriority = false);
 
 /// moe_rt_sgd: out = param - float(lr) * grad over n elements.
 moe_rt_status sgd(moe_rt_stream s, int64_t n, const float *param,
