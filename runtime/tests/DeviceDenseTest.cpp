@@ -14,7 +14,7 @@
 
 #include "../src/device/AttentionOps.h"
 #include "../src/device/DenseOps.h"
-#include "HostExecutor.h"
+#include "CheckedExecutor.h"
 
 #include "moe_rt/kernels/Attention.h"
 #include "moe_rt/kernels/Dense.h"
@@ -72,31 +72,7 @@ void expectClose(const Vec &got, const Vec &want, const std::string &what,
       << want[at] << " (scale " << scale << ")";
 }
 
-/// HostExecutor whose GEMM also checks what cublasGemmStridedBatchedEx
-/// checks of the column-major arguments CudaExecutor hands it (the host
-/// GEMM would run descriptors cuBLAS rejects with INVALID_VALUE), plus that
-/// the batch members of C do not overlap.
-class CheckedExecutor : public HostExecutor {
-public:
-  moe_rt_status gemm(const dev::GemmDesc &g) {
-    dev::ColumnMajorGemm c = dev::toColumnMajor(g);
-    const int64_t intMax = std::numeric_limits<int>::max();
-    bool ok = c.m >= 0 && c.n >= 0 && c.k >= 0 && c.batch >= 0 &&
-              c.m <= intMax && c.n <= intMax && c.k <= intMax &&
-              c.ldFirst >= std::max<int64_t>(1, c.transFirst ? c.k : c.m) &&
-              c.ldSecond >= std::max<int64_t>(1, c.transSecond ? c.n : c.k) &&
-              c.ldc >= std::max<int64_t>(1, c.m) &&
-              (c.batch <= 1 || c.n == 0 ||
-               c.strideC >= c.ldc * (c.n - 1) + c.m);
-    if (!ok)
-      ADD_FAILURE() << "cuBLAS would refuse: m " << c.m << " n " << c.n
-                    << " k " << c.k << " ld " << c.ldFirst << "/"
-                    << c.ldSecond << "/" << c.ldc << " trans "
-                    << c.transFirst << c.transSecond << " strideC "
-                    << c.strideC << " batch " << c.batch;
-    return HostExecutor::gemm(g);
-  }
-};
+using moe_rt_test::CheckedExecutor;
 
 //===--- GEMM through the column-major mapping ----------------------------===//
 

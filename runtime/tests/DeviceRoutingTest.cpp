@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "HostExecutor.h"
+#include "CheckedExecutor.h"
 #include "TestTensor.h"
 
 #include "../src/device/ExpertOps.h"
@@ -44,29 +44,7 @@ using moe_rt_test::Tensor;
 namespace dev = moe_rt::device;
 namespace k = moe_rt::kernels;
 
-/// The host executor, plus what cublasGemmStridedBatchedEx checks of the
-/// column-major arguments CudaExecutor would hand it (the host GEMM runs
-/// descriptors cuBLAS refuses), and that batch members of C do not
-/// overlap. (DeviceDenseTest has the same check for the dense ops.)
-class CheckedExecutor : public moe_rt::device::HostExecutor {
-public:
-  moe_rt_status gemm(const moe_rt::device::GemmDesc &g) {
-    moe_rt::device::ColumnMajorGemm c = moe_rt::device::toColumnMajor(g);
-    const int64_t intMax = std::numeric_limits<int>::max();
-    bool ok = c.m >= 0 && c.n >= 0 && c.k >= 0 && c.batch >= 0 &&
-              c.m <= intMax && c.n <= intMax && c.k <= intMax &&
-              c.ldFirst >= std::max<int64_t>(1, c.transFirst ? c.k : c.m) &&
-              c.ldSecond >= std::max<int64_t>(1, c.transSecond ? c.n : c.k) &&
-              c.ldc >= std::max<int64_t>(1, c.m) &&
-              (c.batch <= 1 || c.n == 0 ||
-               c.strideC >= c.ldc * (c.n - 1) + c.m);
-    if (!ok)
-      ADD_FAILURE() << "cuBLAS would refuse: m " << c.m << " n " << c.n
-                    << " k " << c.k << " ld " << c.ldFirst << "/"
-                    << c.ldSecond << "/" << c.ldc << " batch " << c.batch;
-    return moe_rt::device::HostExecutor::gemm(g);
-  }
-};
+using moe_rt_test::CheckedExecutor;
 
 std::vector<float> randomVec(int64_t n, unsigned seed, float scale = 1) {
   std::mt19937 rng(seed);

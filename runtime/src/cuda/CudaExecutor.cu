@@ -72,6 +72,12 @@ moe_rt_status CudaExecutor::gemm(const GemmDesc &g) {
   if (cublasSetStream(handle, stream_) != CUBLAS_STATUS_SUCCESS)
     return failed_ = fail(MOE_RT_BACKEND_ERROR, "cublasSetStream failed");
   ColumnMajorGemm c = toColumnMajor(g);
+  if (!cublasAccepts(c))
+    return failed_ = fail(MOE_RT_INVALID_ARGUMENT,
+                          "a GEMM descriptor cuBLAS would refuse (m " +
+                              std::to_string(c.m) + ", n " +
+                              std::to_string(c.n) + ", k " +
+                              std::to_string(c.k) + ")");
   // Full fp32 (no TF32): the step must match the CPU backend to fp32
   // tolerance.
   cublasStatus_t st = cublasGemmStridedBatchedEx(

@@ -32,13 +32,6 @@ namespace moe_rt::device {
 
 namespace dense {
 
-/// Zero-filled double workspace: the executors hand out float and int64
-/// scratch; an int64 buffer is 8-byte aligned and its zero bits are 0.0.
-/// (In `dense`, as every helper here: GateOps.h has its own copy in
-/// moe_rt::device, and a TU may include both.)
-template <class X> double *scratchF64(X &x, int64_t n) {
-  return reinterpret_cast<double *>(x.scratchI64(n));
-}
 
 /// A row-major GEMM with explicit leading dimensions and batch strides (the
 /// general form of gemmDesc in Device.h).
@@ -421,7 +414,7 @@ template <class X>
 moe_rt_status normForward(X &x, bool rms, int64_t rows, int64_t m,
                           const float *in, const float *scale,
                           const float *bias, double eps, float *y) {
-  double *stats = dense::scratchF64(x, 2 * rows);
+  double *stats = scratchF64(x, 2 * rows);
   if (!stats)
     return x.status();
   if (x.forEach(rows, dense::NormStatsBody{rms, m, in, eps, stats}))
@@ -437,7 +430,7 @@ moe_rt_status normBackward(X &x, bool rms, int64_t rows, int64_t m,
                            const float *in, const float *scale, double eps,
                            const float *dy, float *dx, float *dscale,
                            float *dbias) {
-  double *stats = dense::scratchF64(x, 4 * rows);
+  double *stats = scratchF64(x, 4 * rows);
   if (!stats)
     return x.status();
   if (x.forEach(rows,
@@ -497,7 +490,7 @@ moe_rt_status crossEntropyForward(X &x, int64_t tokens, int64_t vocab,
       x, "moe_rt_cross_entropy: a label is outside the vocabulary", code);
   if (!word)
     return dense::noErrorWord(x);
-  double *terms = dense::scratchF64(x, tokens);
+  double *terms = scratchF64(x, tokens);
   if (!terms)
     return x.status();
   if (x.forEach(tokens, dense::TokenLseBody{vocab, logits, labels, true, terms,
@@ -517,7 +510,7 @@ moe_rt_status crossEntropyBackward(X &x, int64_t tokens, int64_t vocab,
       x, "moe_rt_cross_entropy_grad: a label is outside the vocabulary", code);
   if (!word)
     return dense::noErrorWord(x);
-  double *lse = dense::scratchF64(x, tokens);
+  double *lse = scratchF64(x, tokens);
   if (!lse)
     return x.status();
   if (x.forEach(tokens, dense::TokenLseBody{vocab, logits, labels, false, lse,

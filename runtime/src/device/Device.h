@@ -139,6 +139,31 @@ inline ColumnMajorGemm toColumnMajor(const GemmDesc &g) {
           g.alpha,  g.beta};
 }
 
+/// What cublasGemmStridedBatchedEx requires of its (column-major)
+/// arguments, so that a descriptor it would refuse with INVALID_VALUE is
+/// caught where it is made: the CUDA executor refuses it with a message, and
+/// the host tests (tests/CheckedExecutor.h) fail on it although the host
+/// GEMM could run it. Also requires the batch members of C not to overlap.
+inline bool cublasAccepts(const ColumnMajorGemm &c) {
+  const int64_t intMax = 2147483647;
+  auto atLeast = [](int64_t ld, int64_t rows) {
+    return ld >= (rows > 1 ? rows : 1);
+  };
+  return c.m >= 0 && c.n >= 0 && c.k >= 0 && c.batch >= 0 && c.m <= intMax &&
+         c.n <= intMax && c.k <= intMax && c.batch <= intMax &&
+         atLeast(c.ldFirst, c.transFirst ? c.k : c.m) &&
+         atLeast(c.ldSecond, c.transSecond ? c.n : c.k) &&
+         atLeast(c.ldc, c.m) &&
+         (c.batch <= 1 || c.n == 0 || c.strideC >= c.ldc * (c.n - 1) + c.m);
+}
+
+/// A zero-filled double workspace from an executor, which hands out F32
+/// and I64 scratch: an I64 buffer has a double one's size and alignment,
+/// and all-zero bits are 0.0.
+template <class X> double *scratchF64(X &x, int64_t n) {
+  return reinterpret_cast<double *>(x.scratchI64(n));
+}
+
 } // namespace moe_rt::device
 
 #endif // MOE_RT_SRC_DEVICE_DEVICE_H

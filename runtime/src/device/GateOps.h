@@ -40,15 +40,10 @@ struct GateShape {
   int64_t tokens = 0, m = 0, experts = 0, d = 0, seq = 1, k = 1;
   bool normalize = false;
   uint64_t seed = 0;
+  int64_t firstSample = 0; // noisy_topk: the batch index of x's sample 0
   double tau = 1;
 };
 
-/// A zero-filled double workspace: the executor hands out F32 and I64
-/// scratch; an I64 buffer has the size and alignment of a double one and
-/// all-zero bits are 0.0.
-template <class X> double *scratchF64(X &ex, int64_t n) {
-  return reinterpret_cast<double *>(ex.scratchI64(n));
-}
 
 namespace gates {
 
@@ -67,6 +62,16 @@ MOE_HD inline uint64_t mix64(uint64_t z) {
 
 MOE_HD inline uint64_t positionHash(uint64_t seed, int64_t position) {
   return mix64(mix64(seed) ^ uint64_t(position));
+}
+
+MOE_HD inline uint64_t sampleSeed(uint64_t seed, int64_t sample) {
+  return seed + uint64_t(sample) * 0x9E3779B97F4A7C15ull;
+}
+
+/// Token t's row hash: position t % seq of sample firstSample + t / seq.
+MOE_HD inline uint64_t tokenHash(uint64_t seed, int64_t firstSample,
+                                 int64_t seq, int64_t t) {
+  return positionHash(sampleSeed(seed, firstSample + t / seq), t % seq);
 }
 
 MOE_HD inline double gateNoise(uint64_t rowH, int64_t expert) {
@@ -118,11 +123,12 @@ struct SigmoidScores {
 struct NoisyScores {
   int64_t E, seq;
   uint64_t seed;
+  int64_t firstSample;
   const float *clean, *noisy;
   float *h;
   MOE_HD void operator()(int64_t i) const {
     int64_t t = i / E, e = i % E;
-    double n = gateNoise(positionHash(seed, t % seq), e);
+    double n = gateNoise(tokenHash(seed, firstSample, seq, t), e);
     h[i] = float(clean[i] + n * softplus(noisy[i]));
   }
 };
@@ -131,11 +137,12 @@ struct NoisyScores {
 struct NoisyScoresBack {
   int64_t E, seq;
   uint64_t seed;
+  int64_t firstSample;
   const float *noisy, *dh;
   float *dnoisy;
   MOE_HD void operator()(int64_t i) const {
     int64_t t = i / E, e = i % E;
-    double n = gateNoise(positionHash(seed, t % seq), e);
+    double n = gateNoise(tokenHash(seed, firstSample, seq, t), e);
     dnoisy[i] = float(dh[i] * n * sigmoid(noisy[i]));
   }
 };
@@ -441,8 +448,8 @@ moe_rt_status gateScores(X &ex, const GateShape &z, const float *x,
       return ex.status();
     ex.gemm(gemmDesc(false, false, T, E, M, 1, x, w, 0, r.clean));
     ex.gemm(gemmDesc(false, false, T, E, M, 1, x, aux, 0, r.noisy));
-    ex.forEach(T * E, gates::NoisyScores{E, z.seq, z.seed, r.clean, r.noisy,
-                                         r.scores});
+    ex.forEach(T * E, gates::NoisyScores{E, z.seq, z.seed, z.firstSample,
+                                         r.clean, r.noisy, r.scores});
     break;
   case MOE_RT_GATE_COSINE:
     r.proj = ex.scratchF32(T * D);
@@ -540,8 +547,8 @@ moe_rt_status gateBackward(X &ex, const GateShape &z, const float *x,
     float *dnoisy = ex.scratchF32(T * E);
     if (ex.status())
       return ex.status();
-    ex.forEach(T * E, gates::NoisyScoresBack{E, z.seq, z.seed, r.noisy,
-                                             dscores, dnoisy});
+    ex.forEach(T * E, gates::NoisyScoresBack{E, z.seq, z.seed, z.firstSample,
+                                             r.noisy, dscores, dnoisy});
     // d(clean) = dscores: dx = dclean w^T + dnoisy W_noise^T.
     ex.gemm(gemmDesc(false, true, T, M, E, 1, dscores, w, 1, dx));
     ex.gemm(gemmDesc(true, false, M, E, T, 1, x, dscores, 1, dw));
