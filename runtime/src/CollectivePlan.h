@@ -26,7 +26,9 @@ enum Kind : int64_t {
   AllToAll,
   AllToAllV,
   AllGather,
-  ReduceScatter
+  ReduceScatter,
+  Send, // point-to-point (moe_rt_send / moe_rt_recv)
+  Recv
 };
 
 inline const char *kindName(int64_t k) {
@@ -41,6 +43,10 @@ inline const char *kindName(int64_t k) {
     return "all_gather";
   case ReduceScatter:
     return "reduce_scatter";
+  case Send:
+    return "send";
+  case Recv:
+    return "recv";
   }
   return "collective";
 }
@@ -153,6 +159,48 @@ inline bool fitsInt(const PeerPlan &plan) {
       if (x < 0 || x > std::numeric_limits<int>::max())
         return false;
   return true;
+}
+
+/// Point-to-point (moe_rt_send / moe_rt_recv): "" if `peer` may be sent to
+/// or received from by `rank` in a group of `size`, else the reason.
+inline std::string checkPeer(int size, int rank, int peer) {
+  if (peer < 0 || peer >= size)
+    return "peer " + std::to_string(peer) + " is not a rank of the group of " +
+           std::to_string(size);
+  if (peer == rank)
+    return "peer " + std::to_string(peer) + " is this rank itself";
+  return "";
+}
+
+/// The moe_rt_dtype values by name (moe_rt.h's enum; kept here so that this
+/// header needs no runtime header).
+inline const char *dtypeName(int64_t dtype) {
+  static const char *names[] = {"f32", "f16", "bf16", "i32", "i64"};
+  return dtype >= 0 && dtype < 5 ? names[dtype] : "unknown dtype";
+}
+
+/// What the two sides of a point-to-point transfer announce to each other
+/// when shape checks are on: the kind (Send or Recv), bytes and dtype.
+struct P2PHeader {
+  int64_t kind = 0, bytes = 0, dtype = 0;
+};
+
+/// "" if a send announced as `sent` (by rank `sender`) matches the receive
+/// announced as `received` (by rank `receiver`), else the message both
+/// ranks report, word for word the same on either side.
+inline std::string p2pMismatch(int sender, const P2PHeader &sent, int receiver,
+                               const P2PHeader &received) {
+  if (sent.kind == Send && received.kind == Recv &&
+      sent.bytes == received.bytes && sent.dtype == received.dtype)
+    return "";
+  auto side = [](const P2PHeader &h) {
+    return std::string(kindName(h.kind)) + " of " + std::to_string(h.bytes) +
+           " B of " + dtypeName(h.dtype);
+  };
+  return "send/recv mismatch between ranks " + std::to_string(sender) +
+         " and " + std::to_string(receiver) + ": rank " +
+         std::to_string(sender) + " issued " + side(sent) + " while rank " +
+         std::to_string(receiver) + " issued " + side(received);
 }
 
 } // namespace moe_rt::coll

@@ -82,6 +82,30 @@ moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream, moe_rt_comm comm,
                                     const moe_rt_tensor *send,
                                     moe_rt_tensor *recv);
 
+/* Point-to-point: `tensor`'s bytes to / from rank `peer` of the group
+ * (its rank in `comm`, not this rank). Any dtype, a CPU tensor on a CPU
+ * stream or a CUDA tensor on a CUDA stream; a pool queues both in its
+ * high-priority queue (CUDA: its high-priority stream). The n-th send from
+ * rank a to rank b meets b's n-th recv from a (MPI's non-overtaking order
+ * on the group's own point-to-point communicator; NCCL's order on a
+ * two-rank communicator of the pair, created by both at their first CUDA
+ * transfer), as issued on each rank — keep one stream per direction and
+ * peer if the order matters. A send completes only once the peer's recv
+ * has matched it (MPI_Issend; ncclSend): in a ring on one in-order stream
+ * per rank, let even ranks send first and odd ranks receive first, or use
+ * a stream for sends and another for recvs. Bounded by the communicator's
+ * timeout: an error names the peer that did not respond (no matching call,
+ * dead or stuck) and marks the communicator failed. With shape checks the
+ * two sides exchange kind, size and dtype first, and a mismatch fails both
+ * (MOE_RT_INVALID_ARGUMENT, the same message) before any data moves;
+ * without them a recv that gets a different size still fails. NULL
+ * arguments, a peer outside the group or equal to this rank, and a tensor
+ * on the other backend are MOE_RT_INVALID_ARGUMENT. */
+moe_rt_status moe_rt_send(moe_rt_stream stream, moe_rt_comm comm,
+                          const moe_rt_tensor *tensor, int peer);
+moe_rt_status moe_rt_recv(moe_rt_stream stream, moe_rt_comm comm,
+                          moe_rt_tensor *tensor, int peer);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

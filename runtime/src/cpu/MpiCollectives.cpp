@@ -13,6 +13,9 @@
 // id broadcast over MPI), the shape check (over MPI, when the call is made)
 // and the liveness probe that names dead ranks when NCCL work times out.
 //
+// Point-to-point send / recv run on a fourth MPI communicator of the group
+// (p2p), so that they never match a collective; see "Point-to-point" below.
+//
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/collectives.h"
@@ -31,6 +34,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,15 +51,22 @@ class NcclWatch;
 #endif
 
 struct moe_rt_comm_impl {
-  MPI_Comm a2a = MPI_COMM_NULL, ar = MPI_COMM_NULL, probe = MPI_COMM_NULL;
+  MPI_Comm a2a = MPI_COMM_NULL, ar = MPI_COMM_NULL, probe = MPI_COMM_NULL,
+           p2p = MPI_COMM_NULL;
   int rank = 0, size = 1;
   double timeoutSeconds = 0;
   bool checkShapes = false;
   std::mutex mutex;
   std::string failed; // set once a collective timed out
+  /// Buffers of point-to-point requests that timed out and may still be
+  /// written by MPI: kept until the communicator goes (then MPI_Abort or
+  /// MPI_Finalize ends them).
+  std::vector<std::shared_ptr<void>> orphans;
 #ifdef MOE_RT_HAVE_CUDA
   /// The NCCL communicators by CommClass, created on first CUDA use.
   std::shared_ptr<NcclWatch> nccl[2];
+  /// Two-rank NCCL communicators with each peer used by moe_rt_send/recv.
+  std::map<int, std::shared_ptr<NcclWatch>> ncclPairs;
   void destroyNccl();
 #endif
 
@@ -67,7 +78,7 @@ struct moe_rt_comm_impl {
     // leave it to MPI_Abort/MPI_Finalize rather than free it under them.
     if (!failed.empty())
       return;
-    for (MPI_Comm *c : {&a2a, &ar, &probe})
+    for (MPI_Comm *c : {&a2a, &ar, &probe, &p2p})
       if (*c != MPI_COMM_NULL)
         MPI_Comm_free(c);
   }
@@ -133,6 +144,24 @@ moe_rt_status timedOut(moe_rt_comm_impl &c, const char *what,
                  : "rank(s) " + missing + " did not respond");
   std::lock_guard<std::mutex> lock(c.mutex);
   c.failed = message;
+  return MOE_RT_TIMEOUT;
+}
+
+/// The error for a send or recv that outlived the communicator's timeout.
+/// Only the peer takes part in it, so there is no group-wide probe (the
+/// other ranks are busy elsewhere and would not answer it): the message
+/// names the peer. Marks the communicator failed like any timeout (MPI may
+/// still complete the request later).
+moe_rt_status p2pTimedOut(moe_rt_comm_impl &c, const std::string &what,
+                          int peer, std::string &message) {
+  message = what + " on rank " + std::to_string(c.rank) + " timed out after " +
+            std::to_string(c.timeoutSeconds) + " s; rank " +
+            std::to_string(peer) +
+            " did not respond (it posted no matching call: it is dead or "
+            "stuck, or issues its sends and receives in another order)";
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.failed.empty())
+    c.failed = message;
   return MOE_RT_TIMEOUT;
 }
 
@@ -264,10 +293,10 @@ moe_rt_status enqueueCollective(moe_rt_stream stream, moe_rt_comm c,
 moe_rt_status commFromMpi(MPI_Comm base, double timeout, bool checks,
                           moe_rt_comm *out) {
   auto c = std::make_unique<moe_rt_comm_impl>();
-  for (MPI_Comm *dup : {&c->a2a, &c->ar, &c->probe})
+  for (MPI_Comm *dup : {&c->a2a, &c->ar, &c->probe, &c->p2p})
     if (int rc = MPI_Comm_dup(base, dup); rc != MPI_SUCCESS)
       return fail(MOE_RT_BACKEND_ERROR, "MPI_Comm_dup: " + mpiError(rc));
-  for (MPI_Comm comm : {c->a2a, c->ar, c->probe})
+  for (MPI_Comm comm : {c->a2a, c->ar, c->probe, c->p2p})
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->a2a, &c->rank);
   MPI_Comm_size(c->a2a, &c->size);
@@ -279,21 +308,24 @@ moe_rt_status commFromMpi(MPI_Comm base, double timeout, bool checks,
 
 /// Waits for a non-blocking MPI call the host thread made (the CUDA path's
 /// id broadcast and shape check) up to the communicator's timeout.
+/// With peer >= 0 it is a point-to-point exchange and a timeout names the
+/// peer instead of probing the group.
 moe_rt_status waitHost(moe_rt_comm_impl &c, MPI_Request &request,
-                       const char *what) {
+                       const std::string &what, int peer = -1) {
   auto start = Clock::now();
   for (;;) {
     int done = 0;
     if (int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
         rc != MPI_SUCCESS)
-      return fail(MOE_RT_BACKEND_ERROR,
-                  std::string(what) + " failed: " + mpiError(rc));
+      return fail(MOE_RT_BACKEND_ERROR, what + " failed: " + mpiError(rc));
     if (done)
       return ok();
     std::chrono::duration<double> waited = Clock::now() - start;
     if (c.timeoutSeconds > 0 && waited.count() > c.timeoutSeconds) {
       std::string message;
-      moe_rt_status status = timedOut(c, what, message);
+      moe_rt_status status = peer >= 0
+                                 ? p2pTimedOut(c, what, peer, message)
+                                 : timedOut(c, what.c_str(), message);
       return fail(status, message);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -308,6 +340,184 @@ moe_rt_status refuseIfFailed(moe_rt_comm_impl &c) {
   return MOE_RT_OK;
 }
 
+// --- Point-to-point -------------------------------------------------------
+//
+// moe_rt_send / moe_rt_recv use the group's p2p MPI communicator, which no
+// collective uses, so a transfer never matches a collective whatever the
+// pool reorders. MPI matches the messages of one (communicator, source,
+// tag) in the order they were sent (non-overtaking), so the n-th send from
+// a rank to a peer meets the peer's n-th recv from that rank: no sequence
+// numbers are needed. The shape-check headers travel on one tag per
+// direction, so that two ranks sending to each other at once never match a
+// send's header with a recv's; the data on a third; the NCCL pair id (CUDA)
+// on a fourth.
+enum P2PTag : int {
+  HeaderToReceiver = 1,
+  HeaderToSender = 2,
+  P2PData = 3,
+  NcclPairId = 4
+};
+
+/// One side of a transfer and the buffers MPI writes while it runs (kept
+/// alive in the group's orphans if it times out).
+struct P2PTransfer {
+  bool sending = false;
+  int peer = -1;
+  void *data = nullptr;
+  int64_t bytes = 0, dtype = 0;
+  P2PHeader mine, theirs;
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+
+  std::string what() const {
+    return (sending ? "send to rank " : "recv from rank ") +
+           std::to_string(peer);
+  }
+  /// Sends this side's header, receives the peer's.
+  int postHeaders(MPI_Comm comm) {
+    mine.kind = sending ? Send : Recv;
+    mine.bytes = bytes;
+    mine.dtype = dtype;
+    static_assert(sizeof(P2PHeader) == 3 * sizeof(int64_t), "wire format");
+    int rc = MPI_Isend(&mine, 3, MPI_INT64_T, peer,
+                       sending ? HeaderToReceiver : HeaderToSender, comm,
+                       &requests[0]);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Irecv(&theirs, 3, MPI_INT64_T, peer,
+                     sending ? HeaderToSender : HeaderToReceiver, comm,
+                     &requests[1]);
+    return rc;
+  }
+  /// The same message on both ranks if the headers disagree.
+  std::string mismatch(int rank) const {
+    return sending ? p2pMismatch(rank, mine, peer, theirs)
+                   : p2pMismatch(peer, theirs, rank, mine);
+  }
+  /// The data. A synchronous send (MPI_Issend) completes only once the
+  /// peer's recv has matched it, whatever the size, so a send behaves the
+  /// same on MPI as on NCCL (where it waits for the recv) and a wrong call
+  /// order shows up at once instead of only past MPI's eager limit.
+  int postData(MPI_Comm comm) {
+    requests[1] = MPI_REQUEST_NULL;
+    return sending ? MPI_Issend(data, int(bytes), MPI_BYTE, peer, P2PData,
+                                comm, &requests[0])
+                   : MPI_Irecv(data, int(bytes), MPI_BYTE, peer, P2PData,
+                               comm, &requests[0]);
+  }
+  /// After a timeout: best-effort cancel (a recv must not write the tensor
+  /// later), then keep the buffers alive with the group.
+  static void orphan(moe_rt_comm_impl &c, std::shared_ptr<P2PTransfer> t) {
+    for (MPI_Request &r : t->requests)
+      if (r != MPI_REQUEST_NULL)
+        MPI_Cancel(&r);
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.orphans.push_back(std::move(t));
+  }
+};
+
+/// A send or recv as non-blocking steps on a CPU stream: [header exchange,]
+/// data, each tested to the communicator's timeout.
+class P2PSteps {
+public:
+  P2PSteps(moe_rt_comm c, std::shared_ptr<P2PTransfer> t)
+      : c(c), t(std::move(t)) {}
+
+  bool operator()(std::string &message, moe_rt_status &status) {
+    if (state == Start) {
+      start = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(c->mutex);
+        if (!c->failed.empty()) {
+          message = "communicator failed earlier: " + c->failed;
+          status = MOE_RT_BACKEND_ERROR;
+          return true;
+        }
+      }
+      if (c->checkShapes) {
+        if (int rc = t->postHeaders(c->p2p); rc != MPI_SUCCESS)
+          return mpiFailed(rc, message, status);
+        state = Checking;
+        return false;
+      }
+      return postData(message, status);
+    }
+    MPI_Status statuses[2];
+    int done = 0;
+    if (int rc = MPI_Testall(2, t->requests, &done, statuses);
+        rc != MPI_SUCCESS) {
+      if (rc == MPI_ERR_IN_STATUS)
+        for (MPI_Status &st : statuses)
+          if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING)
+            rc = st.MPI_ERROR;
+      return mpiFailed(rc, message, status);
+    }
+    if (!done) {
+      std::chrono::duration<double> waited = Clock::now() - start;
+      if (c->timeoutSeconds > 0 && waited.count() > c->timeoutSeconds) {
+        P2PTransfer::orphan(*c, t);
+        status = p2pTimedOut(*c, t->what(), t->peer, message);
+        return true;
+      }
+      return false;
+    }
+    if (state == Checking) {
+      message = t->mismatch(c->rank);
+      if (!message.empty()) {
+        status = MOE_RT_INVALID_ARGUMENT;
+        return true;
+      }
+      return postData(message, status);
+    }
+    if (!t->sending) {
+      // Without shape checks a shorter message is received silently by MPI.
+      int got = 0;
+      MPI_Get_count(&statuses[0], MPI_BYTE, &got);
+      if (got != t->bytes) {
+        message = "send/recv mismatch: rank " + std::to_string(c->rank) +
+                  " received " + std::to_string(got) + " B from rank " +
+                  std::to_string(t->peer) + " into a recv of " +
+                  std::to_string(t->bytes) + " B";
+        status = MOE_RT_INVALID_ARGUMENT;
+        return true;
+      }
+    }
+    status = MOE_RT_OK;
+    return true;
+  }
+
+private:
+  /// Posts the data; true (finished, with the error) if MPI refused.
+  bool postData(std::string &message, moe_rt_status &status) {
+    if (int rc = t->postData(c->p2p); rc != MPI_SUCCESS)
+      return mpiFailed(rc, message, status);
+    state = Running;
+    return false;
+  }
+
+  bool mpiFailed(int rc, std::string &message, moe_rt_status &status) {
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    if (cls == MPI_ERR_TRUNCATE) {
+      // Without shape checks: the peer sent more than this recv holds.
+      message = "send/recv mismatch: rank " + std::to_string(t->peer) +
+                " sent rank " + std::to_string(c->rank) +
+                " more than its recv of " + std::to_string(t->bytes) + " B";
+      status = MOE_RT_INVALID_ARGUMENT;
+    } else {
+      message = t->what() + " on rank " + std::to_string(c->rank) +
+                " failed: " + mpiError(rc);
+      status = MOE_RT_BACKEND_ERROR;
+    }
+    return true;
+  }
+
+  enum State { Start, Checking, Running };
+  moe_rt_comm c;
+  std::shared_ptr<P2PTransfer> t;
+  State state = Start;
+  Clock::time_point start;
+};
+
+
 #ifdef MOE_RT_HAVE_CUDA
 
 /// One NCCL communicator of a group and what CUDA streams poll about it
@@ -315,7 +525,9 @@ moe_rt_status refuseIfFailed(moe_rt_comm_impl &c) {
 /// references, and the group detaches it before freeing the communicator.
 class NcclWatch final : public CommWatch {
 public:
-  NcclWatch(moe_rt_comm_impl *c, nccl::Comm *comm) : c(c), comm(comm) {}
+  /// `peer` >= 0: the two-rank communicator with that rank of the group.
+  NcclWatch(moe_rt_comm_impl *c, nccl::Comm *comm, int peer = -1)
+      : c(c), comm(comm), peer(peer) {}
 
   std::string poll() override {
     std::lock_guard<std::mutex> lock(mutex);
@@ -361,6 +573,16 @@ public:
 
 private:
   std::string abortTimedOut(const std::string &why) {
+    if (peer >= 0) {
+      // Only the peer takes part in a pair's work: name it, no group probe.
+      nccl::abortComm(comm);
+      return markFailed(nccl::label(comm) + " on rank " +
+                        std::to_string(c->rank) + ": " + why +
+                        "; the communicator was aborted; rank " +
+                        std::to_string(peer) +
+                        " did not respond (no matching send/recv, or it is "
+                        "dead or stuck)");
+    }
     double window = c->timeoutSeconds > 0 ? std::min(2.0, c->timeoutSeconds)
                                           : 2.0;
     std::string missing = unresponsiveRanks(*c, window);
@@ -384,6 +606,7 @@ private:
   std::mutex mutex;
   moe_rt_comm_impl *c;
   nccl::Comm *comm;
+  int peer;
 };
 
 /// "world ranks 0, 2" for the messages and NCCL's logs.
@@ -506,6 +729,106 @@ moe_rt_status runNccl(moe_rt_stream stream, moe_rt_comm c, int64_t kind,
   return ok();
 }
 
+/// The two-rank NCCL communicator of this rank and `peer`, created on
+/// their first CUDA send/recv. Only the two take part (the rest of the
+/// group is not at this call, so the group's communicators could not be
+/// created here): the lower rank makes the unique id and sends it to the
+/// higher over the p2p MPI communicator, bounded by the timeout.
+moe_rt_status pairNcclOf(moe_rt_comm c, int peer,
+                         std::shared_ptr<NcclWatch> &out) {
+  std::shared_ptr<NcclWatch> &slot = c->ncclPairs[peer];
+  if (slot) {
+    out = slot;
+    if (!slot->get())
+      return fail(MOE_RT_BACKEND_ERROR, "the NCCL communicator with rank " +
+                                            std::to_string(peer) +
+                                            " was aborted");
+    return ok();
+  }
+  bool root = c->rank < peer;
+  auto buffer = std::make_shared<std::vector<char>>(nccl::kUniqueIdBytes + 1);
+  std::string rootError;
+  if (root) {
+    if (nccl::makeUniqueId(buffer->data()) == MOE_RT_OK)
+      (*buffer)[nccl::kUniqueIdBytes] = 1;
+    else
+      rootError = moe_rt_last_error();
+  }
+  MPI_Request request;
+  int rc = root ? MPI_Isend(buffer->data(), int(buffer->size()), MPI_BYTE,
+                            peer, NcclPairId, c->p2p, &request)
+                : MPI_Irecv(buffer->data(), int(buffer->size()), MPI_BYTE,
+                            peer, NcclPairId, c->p2p, &request);
+  if (rc != MPI_SUCCESS)
+    return fail(MOE_RT_BACKEND_ERROR,
+                "exchanging the NCCL id with rank " + std::to_string(peer) +
+                    ": " + mpiError(rc));
+  if (moe_rt_status st =
+          waitHost(*c, request,
+                   "exchanging the NCCL id with rank " + std::to_string(peer),
+                   peer)) {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    c->orphans.push_back(buffer); // MPI may still write it
+    return st;
+  }
+  if (!(*buffer)[nccl::kUniqueIdBytes])
+    return fail(MOE_RT_BACKEND_ERROR,
+                "rank " + std::to_string(root ? c->rank : peer) +
+                    " could not create an NCCL unique id" +
+                    (rootError.empty() ? std::string() : ": " + rootError));
+  int lo = std::min(c->rank, peer), hi = std::max(c->rank, peer);
+  std::string label = "point-to-point NCCL communicator of group ranks " +
+                      std::to_string(lo) + " and " + std::to_string(hi) +
+                      " (group of " + worldRanks(*c) + ")";
+  nccl::Comm *comm = nullptr;
+  if (moe_rt_status st = nccl::init(buffer->data(), 2, root ? 0 : 1,
+                                    c->timeoutSeconds, label, &comm)) {
+    std::string why = moe_rt_last_error();
+    if (st != MOE_RT_TIMEOUT)
+      return fail(st, why);
+    std::string message;
+    p2pTimedOut(*c, "creating the " + label, peer, message);
+    return fail(st, why + "; " + message);
+  }
+  slot = std::make_shared<NcclWatch>(c, comm, peer);
+  out = slot;
+  return ok();
+}
+
+/// A send or recv on a CUDA stream: the shape check over MPI when the call
+/// is made, then ncclSend / ncclRecv on the pair's communicator.
+moe_rt_status runNcclP2P(moe_rt_stream stream, moe_rt_comm c,
+                         std::shared_ptr<P2PTransfer> t) {
+  if (moe_rt_status st = refuseIfFailed(*c))
+    return st;
+  if (c->checkShapes) {
+    if (int rc = t->postHeaders(c->p2p); rc != MPI_SUCCESS)
+      return fail(MOE_RT_BACKEND_ERROR,
+                  "shape check of " + t->what() + ": " + mpiError(rc));
+    for (MPI_Request &r : t->requests)
+      if (moe_rt_status st =
+              waitHost(*c, r, "shape check of " + t->what(), t->peer)) {
+        P2PTransfer::orphan(*c, t);
+        return st;
+      }
+    std::string message = t->mismatch(c->rank);
+    if (!message.empty())
+      return fail(MOE_RT_INVALID_ARGUMENT, message);
+  }
+  std::shared_ptr<NcclWatch> watch;
+  if (moe_rt_status st = pairNcclOf(c, t->peer, watch))
+    return st;
+  int pairPeer = c->rank < t->peer ? 1 : 0; // the peer's rank in the pair
+  moe_rt_status st =
+      t->sending
+          ? nccl::send(watch->get(), stream, t->data, t->bytes, pairPeer)
+          : nccl::recv(watch->get(), stream, t->data, t->bytes, pairPeer);
+  if (st)
+    return watch->callFailed(st);
+  watchCudaStream(stream, watch);
+  return ok();
+}
+
 #endif // MOE_RT_HAVE_CUDA
 
 } // namespace
@@ -515,6 +838,8 @@ void moe_rt_comm_impl::destroyNccl() {
   for (auto &watch : nccl)
     if (watch)
       nccl::destroy(watch->detach());
+  for (auto &pair : ncclPairs)
+    nccl::destroy(pair.second->detach());
 }
 #endif
 
@@ -828,4 +1153,77 @@ extern "C" moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream,
                                  in, outData, int(n), MPI_FLOAT, MPI_SUM,
                                  comm->a2a, r);
                            });
+}
+
+/// Checks a send/recv's arguments; `bytes` is what it moves.
+static moe_rt_status checkPointToPoint(moe_rt_stream stream, moe_rt_comm comm,
+                                       const moe_rt_tensor *t, int peer,
+                                       const char *what, int64_t &bytes) {
+  if (!stream || !comm || !t || !t->data)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                std::string(what) + ": NULL stream, comm or tensor");
+  bool cuda = onCuda(stream);
+#ifndef MOE_RT_HAVE_CUDA
+  if (cuda)
+    return noCuda(what);
+#endif
+  if (t->backend != (cuda ? MOE_RT_CUDA : MOE_RT_CPU))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                std::string(what) +
+                    (cuda ? ": on a CUDA stream it needs a tensor in CUDA "
+                            "memory"
+                          : ": on a CPU stream it needs a tensor in CPU "
+                            "memory"));
+  int64_t numel = moe_rt_tensor_numel(t);
+  size_t elem = moe_rt_dtype_size(t->dtype);
+  if (numel < 0 || elem == 0)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                std::string(what) + ": bad tensor (shape or dtype)");
+  std::string why = checkPeer(comm->size, comm->rank, peer);
+  if (!why.empty())
+    return fail(MOE_RT_INVALID_ARGUMENT, std::string(what) + ": " + why);
+  bytes = numel * int64_t(elem);
+  if (!cuda && bytes > std::numeric_limits<int>::max())
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                std::string(what) + ": more bytes than MPI's int counts");
+  return MOE_RT_OK;
+}
+
+/// Queues one side of a transfer: on a CPU stream as non-blocking steps
+/// (a pool's high-priority queue), on a CUDA stream with NCCL.
+static moe_rt_status pointToPoint(moe_rt_stream stream, moe_rt_comm comm,
+                                  const moe_rt_tensor *tensor, int peer,
+                                  bool sending) {
+  const char *what = sending ? "moe_rt_send" : "moe_rt_recv";
+  int64_t bytes = 0;
+  if (moe_rt_status s =
+          checkPointToPoint(stream, comm, tensor, peer, what, bytes))
+    return s;
+  auto t = std::make_shared<P2PTransfer>();
+  t->sending = sending;
+  t->peer = peer;
+  t->data = tensor->data;
+  t->bytes = bytes;
+  t->dtype = tensor->dtype;
+  if (onCuda(stream)) {
+#ifdef MOE_RT_HAVE_CUDA
+    return runNcclP2P(stream, comm, std::move(t));
+#endif
+  }
+  auto steps = std::make_shared<P2PSteps>(comm, std::move(t));
+  return stream->impl->enqueueAsync(
+      [steps](std::string &message, moe_rt_status &status) {
+        return (*steps)(message, status);
+      },
+      lowPriority(sending ? Send : Recv));
+}
+
+extern "C" moe_rt_status moe_rt_send(moe_rt_stream stream, moe_rt_comm comm,
+                                     const moe_rt_tensor *tensor, int peer) {
+  return pointToPoint(stream, comm, tensor, peer, true);
+}
+
+extern "C" moe_rt_status moe_rt_recv(moe_rt_stream stream, moe_rt_comm comm,
+                                     moe_rt_tensor *tensor, int peer) {
+  return pointToPoint(stream, comm, tensor, peer, false);
 }

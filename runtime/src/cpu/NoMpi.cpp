@@ -60,4 +60,11 @@ moe_rt_status moe_rt_reduce_scatter(moe_rt_stream, moe_rt_comm,
                                     const moe_rt_tensor *, moe_rt_tensor *) {
   return unavailable("moe_rt_reduce_scatter");
 }
+moe_rt_status moe_rt_send(moe_rt_stream, moe_rt_comm, const moe_rt_tensor *,
+                          int) {
+  return unavailable("moe_rt_send");
+}
+moe_rt_status moe_rt_recv(moe_rt_stream, moe_rt_comm, moe_rt_tensor *, int) {
+  return unavailable("moe_rt_recv");
+}
 }

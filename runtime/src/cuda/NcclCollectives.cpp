@@ -263,4 +263,32 @@ moe_rt_status reduceScatter(Comm *comm, moe_rt_stream s, const float *send,
                 "ncclReduceScatter");
 }
 
+moe_rt_status send(Comm *comm, moe_rt_stream s, const void *data,
+                   int64_t bytes, int peer) {
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  cudaStream_t stream;
+  if (moe_rt_status st = streamFor(*comm, s, false, "ncclSend", stream))
+    return st;
+  if (bytes == 0)
+    return ok();
+  return finish(*comm,
+                ncclSend(data, size_t(bytes), ncclUint8, peer, comm->comm,
+                         stream),
+                "ncclSend");
+}
+
+moe_rt_status recv(Comm *comm, moe_rt_stream s, void *data, int64_t bytes,
+                   int peer) {
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  cudaStream_t stream;
+  if (moe_rt_status st = streamFor(*comm, s, false, "ncclRecv", stream))
+    return st;
+  if (bytes == 0)
+    return ok();
+  return finish(*comm,
+                ncclRecv(data, size_t(bytes), ncclUint8, peer, comm->comm,
+                         stream),
+                "ncclRecv");
+}
+
 } // namespace moe_rt::nccl

@@ -60,6 +60,15 @@ moe_rt_status allGather(Comm *comm, moe_rt_stream s, const float *send,
                         float *recv, int64_t sendCount);
 moe_rt_status reduceScatter(Comm *comm, moe_rt_stream s, const float *send,
                             float *recv, int64_t recvCount);
+/// Point-to-point on the high-priority stream: `bytes` bytes to / from
+/// `peer` (its rank in `comm`, a two-rank pair communicator; see
+/// MpiCollectives.cpp). ncclSend waits on the stream until the peer's
+/// ncclRecv matches it. Zero bytes enqueue nothing (both sides agree on
+/// the size when shape checks are on).
+moe_rt_status send(Comm *comm, moe_rt_stream s, const void *data,
+                   int64_t bytes, int peer);
+moe_rt_status recv(Comm *comm, moe_rt_stream s, void *data, int64_t bytes,
+                   int peer);
 
 } // namespace moe_rt::nccl
 

@@ -9,6 +9,8 @@
 //                 must report the mismatch instead of hanging.
 //   --die R       rank R exits abruptly before a collective: the job must
 //                 end (mpirun kills the others) instead of hanging.
+//   --p2p-stall   rank 0 receives from rank 1, which never sends: rank 0
+//                 must fail within the timeout naming rank 1, and abort.
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,7 +56,7 @@ float *f(moe_rt_tensor &t) { return static_cast<float *>(t.data); }
 
 int main(int argc, char **argv) {
   int hang = -1, die = -1;
-  bool mismatch = false;
+  bool mismatch = false, p2pStall = false;
   double timeout = 20.0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--hang") && i + 1 < argc)
@@ -63,6 +65,8 @@ int main(int argc, char **argv) {
       die = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--mismatch"))
       mismatch = true;
+    else if (!std::strcmp(argv[i], "--p2p-stall"))
+      p2pStall = true;
     else if (!std::strcmp(argv[i], "--timeout") && i + 1 < argc)
       timeout = std::atof(argv[++i]);
   }
@@ -96,6 +100,25 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "rank %d: %s: %s\n", rank, moe_rt_status_name(s),
                  moe_rt_last_error());
     moe_rt_mpi_abort(3); // no rank may wait on the dead one
+  }
+  if (p2pStall) {
+    if (rank != 0) { // alive, but never posts the send rank 0 waits for
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+      return 0;
+    }
+    moe_rt_tensor t = make({16});
+    auto start = std::chrono::steady_clock::now();
+    ok(moe_rt_recv(pool, world, &t, 1), "enqueue recv");
+    moe_rt_status s = moe_rt_stream_synchronize(pool, 0);
+    double took = std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+    std::fprintf(stderr, "rank %d: %s: %s\n", rank, moe_rt_status_name(s),
+                 moe_rt_last_error());
+    // Within the timeout (plus the pool's polling), not the 120 s sleep.
+    std::fprintf(stderr, "rank %d: recv failed %s the timeout\n", rank,
+                 took < timeout + 2.0 ? "within" : "long after");
+    moe_rt_mpi_abort(3);
   }
   if (mismatch) {
     moe_rt_tensor t = make({16 * (rank + 1)});
@@ -184,6 +207,189 @@ int main(int argc, char **argv) {
   ok(moe_rt_all_reduce(pool, half, &h, 0, -1), "group all_reduce");
   ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize group");
   expect(f(h)[0] == float(moe_rt_comm_size(half)), "group size sum");
+
+  // Point-to-point (moe_rt_send / moe_rt_recv).
+  {
+    // A ring on the pool: rank r sends 1000 r + i to r + 1 and receives
+    // from r - 1. Sends complete only once matched, so even ranks send
+    // first and odd ranks receive first.
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    moe_rt_tensor out = make({5}), in = make({5});
+    for (int i = 0; i < 5; ++i) {
+      f(out)[i] = 1000.0f * rank + i;
+      f(in)[i] = -1.0f;
+    }
+    if (rank % 2 == 0) {
+      ok(moe_rt_send(pool, world, &out, next), "ring send");
+      ok(moe_rt_recv(pool, world, &in, prev), "ring recv");
+    } else {
+      ok(moe_rt_recv(pool, world, &in, prev), "ring recv");
+      ok(moe_rt_send(pool, world, &out, next), "ring send");
+    }
+    ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize ring");
+    for (int i = 0; i < 5; ++i)
+      expect(f(in)[i] == 1000.0f * prev + i,
+             "ring: value " + std::to_string(i) + " from rank " +
+                 std::to_string(prev));
+
+    // Both ways at once between partners 2k and 2k + 1: sends on the pool,
+    // recvs on the plain stream, so each rank's send and recv are in
+    // flight together (a send's header must not meet the peer's recv's).
+    int partner = rank ^ 1;
+    if (partner < size) {
+      moe_rt_tensor there = make({3}), back = make({3});
+      for (int i = 0; i < 3; ++i) {
+        f(there)[i] = 10.0f * rank + i;
+        f(back)[i] = -1.0f;
+      }
+      ok(moe_rt_send(pool, world, &there, partner), "both-ways send");
+      ok(moe_rt_recv(compute, world, &back, partner), "both-ways recv");
+      ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize both-ways");
+      ok(moe_rt_stream_synchronize(compute, 60.0), "synchronize both-ways");
+      for (int i = 0; i < 3; ++i)
+        expect(f(back)[i] == 10.0f * partner + i, "both-ways value");
+    }
+
+    // Several messages from rank 0 to rank 1 (I64, any dtype goes) arrive
+    // in the order they were sent; rank 1 receives them on a plain stream.
+    const int messages = 4;
+    std::vector<moe_rt_tensor> seq;
+    int64_t shape[] = {3};
+    for (int k = 0; k < messages; ++k) {
+      moe_rt_tensor t;
+      ok(moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, 1, shape, &t), "i64");
+      for (int i = 0; i < 3; ++i)
+        static_cast<int64_t *>(t.data)[i] = rank == 0 ? 100 * k + i : -1;
+      seq.push_back(t);
+    }
+    for (int k = 0; k < messages; ++k) {
+      if (rank == 0)
+        ok(moe_rt_send(pool, world, &seq[k], 1), "ordered send");
+      else if (rank == 1)
+        ok(moe_rt_recv(compute, world, &seq[k], 0), "ordered recv");
+    }
+    ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize ordered sends");
+    ok(moe_rt_stream_synchronize(compute, 60.0), "synchronize ordered recvs");
+    if (rank == 1)
+      for (int k = 0; k < messages; ++k)
+        for (int i = 0; i < 3; ++i)
+          expect(static_cast<int64_t *>(seq[k].data)[i] == 100 * k + i,
+                 "message " + std::to_string(k) + " arrives in order");
+
+    // Mismatches between ranks 0 and 1 (sizes, then dtypes) fail both
+    // sides with the same message, before any byte moves; the
+    // communicator still works afterwards. Fresh streams: errors stick.
+    struct Case {
+      moe_rt_dtype sendType, recvType;
+      int64_t sendCount, recvCount;
+      const char *message;
+    } cases[] = {
+        {MOE_RT_F32, MOE_RT_F32, 4, 5,
+         "send/recv mismatch between ranks 0 and 1: rank 0 issued send of "
+         "16 B of f32 while rank 1 issued recv of 20 B of f32"},
+        {MOE_RT_I32, MOE_RT_F32, 4, 4,
+         "send/recv mismatch between ranks 0 and 1: rank 0 issued send of "
+         "16 B of i32 while rank 1 issued recv of 16 B of f32"},
+    };
+    for (const Case &k : cases) {
+      if (rank > 1)
+        break;
+      moe_rt_stream s;
+      ok(moe_rt_stream_create(MOE_RT_CPU, &s), "mismatch stream");
+      moe_rt_tensor t;
+      int64_t n = rank == 0 ? k.sendCount : k.recvCount;
+      ok(moe_rt_tensor_create(MOE_RT_CPU, rank == 0 ? k.sendType : k.recvType,
+                              1, &n, &t),
+         "mismatch tensor");
+      for (int64_t i = 0; i < n; ++i)
+        static_cast<int32_t *>(t.data)[i] = rank == 0 ? 7 : -5;
+      ok(rank == 0 ? moe_rt_send(s, world, &t, 1) : moe_rt_recv(s, world, &t, 0),
+         "enqueue mismatched transfer");
+      moe_rt_status st = moe_rt_stream_synchronize(s, 60.0);
+      std::string why = moe_rt_last_error();
+      std::printf("rank %d: p2p %s: %s\n", rank, moe_rt_status_name(st),
+                  why.c_str());
+      expect(st == MOE_RT_INVALID_ARGUMENT &&
+                 why.find(k.message) != std::string::npos,
+             "mismatch reported on this rank: " + why);
+      for (int64_t i = 0; rank == 1 && i < n; ++i)
+        expect(static_cast<int32_t *>(t.data)[i] == -5,
+               "a mismatched recv leaves its tensor alone");
+      moe_rt_stream_destroy(s);
+      moe_rt_tensor_destroy(&t);
+    }
+    // Still usable after a mismatch: 1 sends back to 0.
+    if (rank <= 1) {
+      moe_rt_tensor t = make({2});
+      f(t)[0] = rank == 1 ? 42.0f : 0.0f;
+      f(t)[1] = rank == 1 ? 43.0f : 0.0f;
+      ok(rank == 1 ? moe_rt_send(pool, world, &t, 0)
+                   : moe_rt_recv(pool, world, &t, 1),
+         "transfer after mismatch");
+      ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize after mismatch");
+      expect(f(t)[0] == 42.0f && f(t)[1] == 43.0f,
+             "transfer after a mismatch delivers");
+    }
+
+    // Without shape checks MPI itself still refuses a wrong size: a recv
+    // that gets fewer bytes, or would get more, fails on the receiver.
+    moe_rt_comm unchecked;
+    ok(moe_rt_comm_create_world(timeout, /*check_shapes=*/0, &unchecked),
+       "unchecked world");
+    for (int64_t sent : {int64_t(4), int64_t(6)}) {
+      if (rank > 1)
+        break;
+      moe_rt_stream s;
+      ok(moe_rt_stream_create(MOE_RT_CPU, &s), "unchecked stream");
+      moe_rt_tensor t = make({rank == 0 ? sent : 5});
+      ok(rank == 0 ? moe_rt_send(s, unchecked, &t, 1)
+                   : moe_rt_recv(s, unchecked, &t, 0),
+         "enqueue unchecked transfer");
+      moe_rt_status st = moe_rt_stream_synchronize(s, 60.0);
+      std::string why = moe_rt_last_error();
+      if (rank == 1)
+        expect(st == MOE_RT_INVALID_ARGUMENT &&
+                   why.find("send/recv mismatch") != std::string::npos,
+               "unchecked size mismatch fails the recv: " + why);
+      moe_rt_stream_destroy(s);
+      moe_rt_tensor_destroy(&t);
+    }
+    moe_rt_comm_destroy(unchecked);
+
+    // Bad arguments are refused when the call is made.
+    moe_rt_tensor fake = out;
+    fake.backend = MOE_RT_CUDA; // never dereferenced: refused first
+    struct Bad {
+      moe_rt_comm comm;
+      const moe_rt_tensor *t;
+      int peer;
+      const char *why;
+    } bad[] = {
+        {world, nullptr, next, "NULL"},
+        {nullptr, &out, next, "NULL"},
+        {world, &out, size, "is not a rank of the group"},
+        {world, &out, -1, "is not a rank of the group"},
+        {world, &out, rank, "is this rank itself"},
+        {world, &fake, next, "needs a tensor in CPU memory"},
+    };
+    for (const Bad &b : bad) {
+      moe_rt_status st = moe_rt_send(pool, b.comm, b.t, b.peer);
+      std::string why = moe_rt_last_error();
+      expect(st == MOE_RT_INVALID_ARGUMENT &&
+                 why.find("moe_rt_send") != std::string::npos &&
+                 why.find(b.why) != std::string::npos,
+             std::string("send refuses a bad argument (") + b.why + "): " + why);
+      st = moe_rt_recv(pool, b.comm, const_cast<moe_rt_tensor *>(b.t), b.peer);
+      why = moe_rt_last_error();
+      expect(st == MOE_RT_INVALID_ARGUMENT &&
+                 why.find("moe_rt_recv") != std::string::npos &&
+                 why.find(b.why) != std::string::npos,
+             std::string("recv refuses a bad argument (") + b.why + "): " + why);
+    }
+    expect(moe_rt_send(nullptr, world, &out, next) == MOE_RT_INVALID_ARGUMENT,
+           "send refuses a NULL stream");
+    ok(moe_rt_stream_synchronize(pool, 60.0), "pool unaffected by refusals");
+  }
 
   // Bad arguments come back as errors.
   expect(moe_rt_all_reduce(pool, world, &c, 2, 4) == MOE_RT_INVALID_ARGUMENT,
