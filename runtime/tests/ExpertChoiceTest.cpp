@@ -29,20 +29,11 @@ using moe_rt_test::Tensor;
 using namespace moe_rt::kernels;
 using Vec = std::vector<double>;
 
-Vec random(size_t n, std::mt19937 &rng) {
-  std::normal_distribution<double> d(0, 1);
-  Vec v(n);
-  for (double &x : v)
-    x = d(rng);
-  return v;
+Vec random(size_t n, std::mt19937 &rng, double scale = 1.0) {
+  return moe_rt_test::randomDoubles(n, rng, scale);
 }
 
-void fillRandom(Tensor &t, unsigned seed, float scale = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, scale);
-  for (int64_t i = 0; i < t.n(); ++i)
-    t.f()[i] = d(rng);
-}
+using moe_rt_test::fillRandom;
 
 TEST(ExpertChoiceKernels, KnownAnswerWithTies) {
   // 4 tokens, 2 experts, logits chosen so that S[:, 0] =
@@ -52,8 +43,7 @@ TEST(ExpertChoiceKernels, KnownAnswerWithTies) {
   Vec logits = {1, 0, 2, 0, 1, 0, -1, 0};
   std::vector<int64_t> idx(4), counts(2);
   Vec w(4);
-  expertChoiceTopC(4, 2, 2, logits.data(), idx.data(), w.data(),
-                   counts.data());
+  expertChoiceTopC(4, 2, 2, logits.data(), idx.data(), w.data(), counts.data());
   EXPECT_EQ(idx, (std::vector<int64_t>{1, 0, 3, 0}));
   auto s0 = [](double a) { return 1 / (1 + std::exp(-a)); };
   EXPECT_NEAR(w[0], s0(2), 1e-12);
@@ -73,7 +63,8 @@ TEST(ExpertChoiceKernels, KnownAnswerWithTies) {
 TEST(ExpertChoiceKernels, BackwardMatchesFiniteDifferences) {
   std::mt19937 rng(5);
   const int64_t tokens = 7, experts = 3, capacity = 3;
-  Vec logits = random(tokens * experts, rng), c = random(experts * capacity, rng);
+  Vec logits = random(tokens * experts, rng),
+      c = random(experts * capacity, rng);
   std::vector<int64_t> idx(experts * capacity), counts(experts);
   Vec w(experts * capacity), dl(tokens * experts, 0.0);
   expertChoiceTopC(tokens, experts, capacity, logits.data(), idx.data(),
@@ -82,8 +73,8 @@ TEST(ExpertChoiceKernels, BackwardMatchesFiniteDifferences) {
                        c.data(), dl.data());
   auto objective = [&](const Vec &l, std::vector<int64_t> &sel) {
     Vec ww(experts * capacity);
-    expertChoiceTopC(tokens, experts, capacity, l.data(), sel.data(),
-                     ww.data(), counts.data());
+    expertChoiceTopC(tokens, experts, capacity, l.data(), sel.data(), ww.data(),
+                     counts.data());
     double sum = 0;
     for (size_t i = 0; i < ww.size(); ++i)
       sum += ww[i] * c[i];
@@ -207,14 +198,7 @@ TEST(ExpertChoiceKernels, FirstBadIndex) {
   EXPECT_EQ(ecFirstBadIndex(4, low.data(), 4), 2);
 }
 
-struct ExpertChoiceOpTest : ::testing::Test {
-  moe_rt_stream s = nullptr;
-  void SetUp() override {
-    ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
-  }
-  void TearDown() override { moe_rt_stream_destroy(s); }
-  moe_rt_status sync() { return moe_rt_stream_synchronize(s, 10.0); }
-};
+struct ExpertChoiceOpTest : moe_rt_test::CpuStreamTest {};
 
 // moe_rt_gate on x (B x N x M) = 2 x 5 x 3 against a brute force: the
 // token ids are flattened over B x N and each expert's picks are its C
@@ -248,9 +232,8 @@ TEST_F(ExpertChoiceOpTest, GateMatchesBruteForce) {
     std::vector<int64_t> order(t);
     for (int64_t i = 0; i < t; ++i)
       order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](int64_t u, int64_t v) {
-      return p[u][j] > p[v][j];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t u, int64_t v) { return p[u][j] > p[v][j]; });
     EXPECT_EQ(counts.i()[j], cap);
     for (int64_t c = 0; c < cap; ++c) {
       EXPECT_EQ(idx.i()[j * cap + c], order[c]) << "expert " << j;
@@ -280,8 +263,8 @@ TEST_F(ExpertChoiceOpTest, GateGradientMatchesFiniteDifferences) {
   };
   Tensor dx({2, 4, m}), dw({m, e});
   std::fill(dx.f(), dx.f() + dx.n(), 99.0f); // overwritten, not accumulated
-  ASSERT_EQ(moe_rt_gate_grad(s, MOE_RT_GATE_EXPERT_CHOICE, 1, 0, 0, 1.0, &x,
-                             &w, nullptr, &c, &dx, &dw, nullptr),
+  ASSERT_EQ(moe_rt_gate_grad(s, MOE_RT_GATE_EXPERT_CHOICE, 1, 0, 0, 1.0, &x, &w,
+                             nullptr, &c, &dx, &dw, nullptr),
             MOE_RT_OK);
   ASSERT_EQ(sync(), MOE_RT_OK);
   objective();
@@ -317,41 +300,40 @@ TEST_F(ExpertChoiceOpTest, GateGradientMatchesFiniteDifferences) {
 
 TEST_F(ExpertChoiceOpTest, ArgumentChecks) {
   const auto EC = MOE_RT_GATE_EXPERT_CHOICE;
-  Tensor x({2, 3}), w({3, 4}), a({3, 4}), idx({4, 2}, MOE_RT_I64),
-      wts({4, 2}), counts({4}, MOE_RT_I64);
+  Tensor x({2, 3}), w({3, 4}), a({3, 4}), idx({4, 2}, MOE_RT_I64), wts({4, 2}),
+      counts({4}, MOE_RT_I64);
   auto refused = [&](moe_rt_status st, const char *what) {
     EXPECT_EQ(st, MOE_RT_INVALID_ARGUMENT) << what;
     EXPECT_NE(std::string(moe_rt_last_error()).find(what), std::string::npos)
         << moe_rt_last_error();
   };
   // The well-formed call is accepted (and runs): E x C = 4 x 2 on T = 2.
-  EXPECT_EQ(moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &idx, &wts,
-                        &counts),
-            MOE_RT_OK);
+  EXPECT_EQ(
+      moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &idx, &wts, &counts),
+      MOE_RT_OK);
   EXPECT_EQ(sync(), MOE_RT_OK);
-  refused(moe_rt_gate(s, EC, 1, 1, 0, 1.0, &x, &w, nullptr, &idx, &wts,
-                      &counts),
-          "expert_choice takes no normalize");
+  refused(
+      moe_rt_gate(s, EC, 1, 1, 0, 1.0, &x, &w, nullptr, &idx, &wts, &counts),
+      "expert_choice takes no normalize");
   refused(moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, &a, &idx, &wts, &counts),
           "takes no aux weight");
   Tensor tc({2, 3, 1}, MOE_RT_I64); // token-choice shaped indices
-  refused(moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &tc, &wts,
-                      &counts),
+  refused(moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &tc, &wts, &counts),
           "indices must be E x C");
   Tensor big({4, 3}, MOE_RT_I64), bigW({4, 3}); // C = 3 > T = 2
-  refused(moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &big, &bigW,
-                      &counts),
-          "must be in [1, T], T = 2 tokens");
+  refused(
+      moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &big, &bigW, &counts),
+      "must be in [1, T], T = 2 tokens");
   Tensor smallW({4, 1});
-  refused(moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &idx, &smallW,
-                      &counts),
-          "weights must have 8 elements");
+  refused(
+      moe_rt_gate(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &idx, &smallW, &counts),
+      "weights must have 8 elements");
   Tensor dx({2, 3}), dw({3, 4}), da({3, 4}), dflat({8});
   refused(moe_rt_gate_grad(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &dflat, &dx,
                            &dw, nullptr),
           "dweights must be E x C");
-  refused(moe_rt_gate_grad(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &wts, &dx,
-                           &dw, &da),
+  refused(moe_rt_gate_grad(s, EC, 1, 0, 0, 1.0, &x, &w, nullptr, &wts, &dx, &dw,
+                           &da),
           "takes no daux");
   // Routing without a group is refused before anything is queued (the
   // E x C path itself runs under MPI in gate-expert-choice.test).

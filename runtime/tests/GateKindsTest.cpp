@@ -17,31 +17,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
 
 using moe_rt_test::Tensor;
 
-void fillRandom(Tensor &t, unsigned seed, float scale = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, scale);
-  for (int64_t i = 0; i < t.n(); ++i)
-    t.f()[i] = d(rng);
-}
+using moe_rt_test::fillRandom;
 
 double sig(double v) { return 1 / (1 + std::exp(-v)); }
 
-struct GateKindsTest : ::testing::Test {
-  moe_rt_stream s = nullptr;
-  void SetUp() override {
-    ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
-  }
-  void TearDown() override { moe_rt_stream_destroy(s); }
-  moe_rt_status sync() { return moe_rt_stream_synchronize(s, 10.0); }
-};
+struct GateKindsTest : moe_rt_test::CpuStreamTest {};
 
 TEST_F(GateKindsTest, SigmoidKnownAnswer) {
   // x = [1, 0], [0, 1]; w = I_2 | [-1, -1]: logits row0 = [1, 0, -1],
@@ -72,8 +60,7 @@ TEST_F(GateKindsTest, SigmoidKnownAnswer) {
 TEST_F(GateKindsTest, CosineKnownAnswer) {
   // W_proj = I_2, w columns e0 = (2, 0), e1 = (1, 1): for x = (3, 0) the
   // cosines are 1 and 1/sqrt(2); tau = 0.5 doubles them before the softmax.
-  Tensor x({1, 2}, {3, 0}), proj({2, 2}, {1, 0, 0, 1}),
-      w({2, 2}, {2, 1, 0, 1});
+  Tensor x({1, 2}, {3, 0}), proj({2, 2}, {1, 0, 0, 1}), w({2, 2}, {2, 1, 0, 1});
   Tensor idx({1, 1}, MOE_RT_I64), wts({1, 1}), counts({2}, MOE_RT_I64);
   ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.5, &x, &w, &proj,
                         &idx, &wts, &counts),
@@ -117,7 +104,8 @@ TEST_F(GateKindsTest, NoisyIsSeededDeterministicAndMatchesItsDefinition) {
         c += double(x.f()[r * m + i]) * w.f()[i * e + j];
         nz += double(x.f()[r * m + i]) * wn.f()[i * e + j];
       }
-      score[j] = c + moe_rt::kernels::gateNoise(h, j) * std::log1p(std::exp(nz));
+      score[j] =
+          c + moe_rt::kernels::gateNoise(h, j) * std::log1p(std::exp(nz));
       mx = std::max(mx, score[j]);
     }
     for (double v : score)
@@ -143,18 +131,90 @@ TEST_F(GateKindsTest, NoisyIsSeededDeterministicAndMatchesItsDefinition) {
   EXPECT_TRUE(differs);
 }
 
-TEST_F(GateKindsTest, NoiseDependsOnPositionNotOnTheBatchRow) {
-  // Two samples of the same 2 positions but different x: a batch of 2 and
-  // each sample alone draw the same noise per (position, expert).
-  std::vector<double> both, one;
+TEST_F(GateKindsTest, NoiseDiffersPerSampleAndIgnoresMicroBatching) {
+  // A batch of 2 samples x 2 positions: the samples draw different noise,
+  // and sample 1 alone (a micro-batch whose first sample is 1) draws
+  // exactly its noise in the whole batch.
+  std::vector<double> both, first, second;
   moe_rt::kernels::noiseFor(5, 4, 2, 3, both);
-  moe_rt::kernels::noiseFor(5, 2, 2, 3, one);
+  moe_rt::kernels::noiseFor(5, 2, 2, 3, first, 0);
+  moe_rt::kernels::noiseFor(5, 2, 2, 3, second, 1);
   for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(both[i], one[i]);
-    EXPECT_EQ(both[6 + i], one[i]);
+    EXPECT_EQ(both[i], first[i]);
+    EXPECT_EQ(both[6 + i], second[i]);
+    EXPECT_NE(first[i], second[i]) << i; // samples differ
   }
-  EXPECT_NE(one[0], one[3]); // positions differ
-  EXPECT_NE(one[0], one[1]); // experts differ
+  EXPECT_NE(first[0], first[3]); // positions differ
+  EXPECT_NE(first[0], first[1]); // experts differ
+  // Sample 0 keeps the seed's position hash (sampleSeed(seed, 0) = seed).
+  EXPECT_EQ(first[4], moe_rt::kernels::gateNoise(
+                          moe_rt::kernels::positionHash(5, 1), 1));
+}
+
+TEST_F(GateKindsTest, NoisyAtFirstSampleMatchesTheWholeBatch) {
+  // moe_rt_gate on 2 samples = moe_rt_gate_at on each with its first
+  // sample; the forward and its vjp both.
+  const int64_t n = 3, m = 4, e = 4, k = 2;
+  Tensor x({2, n, m}), w({m, e}), wn({m, e});
+  fillRandom(x, 11);
+  fillRandom(w, 12);
+  fillRandom(wn, 13);
+  for (int64_t i = 0; i < wn.n(); ++i)
+    wn.f()[i] += 2; // large noise, so a wrong sample shows
+  Tensor half1({1, n, m}, std::vector<float>(x.f() + n * m, x.f() + 2 * n * m));
+  Tensor idx({2, n, k}, MOE_RT_I64), wts({2, n, k}), counts({e}, MOE_RT_I64);
+  Tensor idx1({1, n, k}, MOE_RT_I64), wts1({1, n, k}), wts0({1, n, k});
+  ASSERT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 9, 1.0, &x, &w, &wn,
+                        &idx, &wts, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_gate_at(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 9, 1, 1.0, &half1,
+                           &w, &wn, &idx1, &wts1, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_gate_at(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 9, 0, 1.0, &half1,
+                           &w, &wn, &idx1, &wts0, &counts),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  bool differs = false;
+  for (int64_t i = 0; i < n * k; ++i) {
+    EXPECT_EQ(wts1.f()[i], wts.f()[n * k + i]) << i;
+    differs |= wts0.f()[i] != wts1.f()[i];
+  }
+  EXPECT_TRUE(differs) << "the first sample is ignored";
+  // vjp: dx of sample 1 alone at first sample 1 = its rows in the batch.
+  Tensor dwts({2, n, k}), dwts1({1, n, k});
+  fillRandom(dwts, 14);
+  for (int64_t i = 0; i < n * k; ++i)
+    dwts1.f()[i] = dwts.f()[n * k + i];
+  for (int64_t i = 0; i < n * k; ++i)
+    dwts.f()[i] = 0; // sample 0 contributes nothing to dw, dwn
+  Tensor dx({2, n, m}), dw({m, e}), dwn({m, e});
+  Tensor dx1({1, n, m}), dw1({m, e}), dwn1({m, e});
+  ASSERT_EQ(moe_rt_gate_grad(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 9, 1.0, &x, &w,
+                             &wn, &dwts, &dx, &dw, &dwn),
+            MOE_RT_OK);
+  ASSERT_EQ(moe_rt_gate_grad_at(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 9, 1, 1.0,
+                                &half1, &w, &wn, &dwts1, &dx1, &dw1, &dwn1),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  for (int64_t i = 0; i < n * m; ++i)
+    EXPECT_NEAR(dx1.f()[i], dx.f()[n * m + i], 1e-6) << i;
+  for (int64_t i = 0; i < m * e; ++i) {
+    EXPECT_NEAR(dw1.f()[i], dw.f()[i], 1e-6) << i;
+    EXPECT_NEAR(dwn1.f()[i], dwn.f()[i], 1e-6) << i;
+  }
+  // A negative first sample is refused.
+  EXPECT_EQ(moe_rt_gate_at(s, MOE_RT_GATE_NOISY_TOPK, k, 0, 9, -1, 1.0, &half1,
+                           &w, &wn, &idx1, &wts1, &counts),
+            MOE_RT_INVALID_ARGUMENT);
+}
+
+TEST_F(GateKindsTest, StepSeedsDifferPerStepAndRepeat) {
+  uint64_t s1 = moe_rt_gate_step_seed(1, 1), s2 = moe_rt_gate_step_seed(1, 2);
+  EXPECT_NE(s1, s2);
+  EXPECT_NE(s1, moe_rt_gate_step_seed(2, 1));
+  EXPECT_EQ(s1, moe_rt_gate_step_seed(1, 1));
+  using moe_rt::kernels::mix64;
+  EXPECT_EQ(s2, mix64(mix64(1) ^ 2));
 }
 
 TEST_F(GateKindsTest, NoiseSamplesLookStandardNormal) {
@@ -177,8 +237,8 @@ void gradientCheck(moe_rt_stream s, moe_rt_gate_kind kind, int normalize,
   double tau = 0.5;
   bool cosine = kind == MOE_RT_GATE_COSINE;
   bool aux = cosine || kind == MOE_RT_GATE_NOISY_TOPK;
-  Tensor x({2, 3, m}), w({cosine ? d : m, e}),
-      a({m, cosine ? d : e}), c({2, 3, k});
+  Tensor x({2, 3, m}), w({cosine ? d : m, e}), a({m, cosine ? d : e}),
+      c({2, 3, k});
   fillRandom(x, 11);
   fillRandom(w, 12);
   fillRandom(a, 13, 0.5);
@@ -186,8 +246,8 @@ void gradientCheck(moe_rt_stream s, moe_rt_gate_kind kind, int normalize,
   Tensor idx({2, 3, k}, MOE_RT_I64), wts({2, 3, k}), counts({e}, MOE_RT_I64);
   moe_rt_tensor *ap = aux ? &a : nullptr;
   auto objective = [&]() {
-    EXPECT_EQ(moe_rt_gate(s, kind, k, normalize, 3, tau, &x, &w, ap, &idx,
-                          &wts, &counts),
+    EXPECT_EQ(moe_rt_gate(s, kind, k, normalize, 3, tau, &x, &w, ap, &idx, &wts,
+                          &counts),
               MOE_RT_OK);
     EXPECT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
     double sum = 0;
@@ -196,8 +256,8 @@ void gradientCheck(moe_rt_stream s, moe_rt_gate_kind kind, int normalize,
     return sum;
   };
   Tensor dx({2, 3, m}), dw({cosine ? d : m, e}), da({m, cosine ? d : e});
-  ASSERT_EQ(moe_rt_gate_grad(s, kind, k, normalize, 3, tau, &x, &w, ap, &c,
-                             &dx, &dw, aux ? &da : nullptr),
+  ASSERT_EQ(moe_rt_gate_grad(s, kind, k, normalize, 3, tau, &x, &w, ap, &c, &dx,
+                             &dw, aux ? &da : nullptr),
             MOE_RT_OK);
   ASSERT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
   double base = objective();
@@ -262,8 +322,8 @@ TEST_F(GateKindsTest, NoisyGradientMatchesFiniteDifferences) {
 }
 
 TEST_F(GateKindsTest, ArgumentChecks) {
-  Tensor x({2, 3}), w({3, 4}), a({3, 4}), idx({2, 1}, MOE_RT_I64),
-      wts({2, 1}), counts({4}, MOE_RT_I64);
+  Tensor x({2, 3}), w({3, 4}), a({3, 4}), idx({2, 1}, MOE_RT_I64), wts({2, 1}),
+      counts({4}, MOE_RT_I64);
   EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_EXPERT_CHOICE, 1, 0, 0, 1.0, &x, &w,
                         nullptr, &idx, &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
@@ -273,11 +333,11 @@ TEST_F(GateKindsTest, ArgumentChecks) {
   EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_NOISY_TOPK, 1, 0, 0, 1.0, &x, &w,
                         nullptr, &idx, &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
-  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 1, 0, 0, 1.0, &x, &w, &a,
-                        &idx, &wts, &counts),
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 1, 0, 0, 1.0, &x, &w, &a, &idx,
+                        &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
-  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 5, 0, 0, 1.0, &x, &w,
-                        nullptr, &idx, &wts, &counts),
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_SIGMOID, 5, 0, 0, 1.0, &x, &w, nullptr,
+                        &idx, &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
   EXPECT_EQ(moe_rt_gate(s, moe_rt_gate_kind(9), 1, 0, 0, 1.0, &x, &w, nullptr,
                         &idx, &wts, &counts),
@@ -287,8 +347,8 @@ TEST_F(GateKindsTest, ArgumentChecks) {
   EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.5, &x, &w, &proj,
                         &idx, &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
-  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.0, &x, &w, &a,
-                        &idx, &wts, &counts),
+  EXPECT_EQ(moe_rt_gate(s, MOE_RT_GATE_COSINE, 1, 0, 0, 0.0, &x, &w, &a, &idx,
+                        &wts, &counts),
             MOE_RT_INVALID_ARGUMENT);
   Tensor dx({2, 3}), dw({3, 4});
   // The vjp needs daux exactly when aux is given.

@@ -11,6 +11,8 @@
 #include "moe_rt/kernels/Dense.h"
 #include "moe_rt/kernels/Expert.h"
 
+#include "TestTensor.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -24,11 +26,7 @@ namespace {
 using Vec = std::vector<double>;
 
 Vec random(size_t n, std::mt19937 &rng, double scale = 1.0) {
-  std::normal_distribution<double> d(0, scale);
-  Vec v(n);
-  for (double &x : v)
-    x = d(rng);
-  return v;
+  return moe_rt_test::randomDoubles(n, rng, scale);
 }
 
 double dot(const Vec &a, const Vec &b) {

@@ -24,21 +24,9 @@ namespace {
 
 using moe_rt_test::Tensor;
 
-struct OpsTest : ::testing::Test {
-  moe_rt_stream s = nullptr;
-  void SetUp() override {
-    ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
-  }
-  void TearDown() override { moe_rt_stream_destroy(s); }
-  moe_rt_status sync() { return moe_rt_stream_synchronize(s, 10.0); }
-};
+struct OpsTest : moe_rt_test::CpuStreamTest {};
 
-void fillRandom(Tensor &t, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, 1);
-  for (int64_t i = 0; i < t.n(); ++i)
-    t.f()[i] = d(rng);
-}
+using moe_rt_test::fillRandom;
 
 TEST_F(OpsTest, LinearKnownAnswerAndGradient) {
   Tensor x({1, 2, 2}, {1, 2, 3, 4}), w({2, 3}, {1, 0, 1, 0, 1, 1}),

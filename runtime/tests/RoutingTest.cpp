@@ -3,6 +3,8 @@
 
 #include "moe_rt/kernels/Routing.h"
 
+#include "TestTensor.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -14,12 +16,8 @@ namespace {
 
 using Vec = std::vector<double>;
 
-Vec random(size_t n, std::mt19937 &rng) {
-  std::normal_distribution<double> d(0, 1);
-  Vec v(n);
-  for (double &x : v)
-    x = d(rng);
-  return v;
+Vec random(size_t n, std::mt19937 &rng, double scale = 1.0) {
+  return moe_rt_test::randomDoubles(n, rng, scale);
 }
 
 TEST(Routing, SoftmaxTopKKnownAnswer) {

@@ -1,6 +1,7 @@
 //===- TestTensor.h - a CPU moe_rt_tensor that frees itself -----*- C++ -*-===//
 //
-// Shared by the op tests (OpsTest.cpp, GateKindsTest.cpp).
+// Shared by the op tests: a self-freeing CPU tensor, random fills, and a
+// fixture holding one CPU stream.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_RT_TESTS_TESTTENSOR_H
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
 namespace moe_rt_test {
@@ -33,6 +35,34 @@ struct Tensor {
   int64_t *i() { return static_cast<int64_t *>(t.data); }
   int64_t n() const { return moe_rt_tensor_numel(&t); }
   moe_rt_tensor *operator&() { return &t; }
+};
+
+/// Fills an F32 tensor with N(0, scale^2) values from `seed`.
+inline void fillRandom(Tensor &t, unsigned seed, float scale = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, scale);
+  for (int64_t i = 0; i < t.n(); ++i)
+    t.f()[i] = d(rng);
+}
+
+/// n values N(0, scale^2) in double (for the kernels' gradient checks).
+inline std::vector<double> randomDoubles(size_t n, std::mt19937 &rng,
+                                         double scale = 1.0) {
+  std::normal_distribution<double> d(0, scale);
+  std::vector<double> v(n);
+  for (double &x : v)
+    x = d(rng);
+  return v;
+}
+
+/// A test holding one CPU stream; sync() waits for it (10 s at most).
+struct CpuStreamTest : ::testing::Test {
+  moe_rt_stream s = nullptr;
+  void SetUp() override {
+    ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
+  }
+  void TearDown() override { moe_rt_stream_destroy(s); }
+  moe_rt_status sync() { return moe_rt_stream_synchronize(s, 10.0); }
 };
 
 } // namespace moe_rt_test
