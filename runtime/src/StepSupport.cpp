@@ -71,6 +71,9 @@ struct moe_step {
   std::map<std::pair<int, int64_t>, moe_rt_stream> streams;
   std::map<std::string, moe_rt_comm> comms;
   std::vector<moe_rt_event> events;
+  // noisy_topk: moe-run's --seed and the number of steps begun so far.
+  uint64_t gateSeedBase = 1;
+  int64_t stepsBegun = 0;
 
   Buffer &buffer(int64_t id) {
     if (id < 0 || id >= int64_t(buffers.size()) || !buffers[id].declared)
@@ -206,7 +209,16 @@ void moe_step_result(moe_step *s, const char *name, int64_t id) {
 
 //===--- the step -----------------------------------------------------------===//
 
+void moe_step_set_gate_seed(moe_step *s, uint64_t base) {
+  s->gateSeedBase = base;
+}
+
+uint64_t moe_step_gate_seed(const moe_step *s) {
+  return moe_rt_gate_step_seed(s->gateSeedBase, s->stepsBegun);
+}
+
 void moe_step_begin(moe_step *s) {
+  ++s->stepsBegun; // step n of the run, as moe-run counts them
   std::vector<bool> isArgument(s->buffers.size());
   for (int64_t id : s->arguments)
     isArgument[id] = true;

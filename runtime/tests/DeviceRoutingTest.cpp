@@ -111,6 +111,9 @@ TEST(DeviceMath, CopiesAgreeBitForBit) {
       for (int64_t e = 0; e < 17; ++e)
         EXPECT_EQ(dev::gates::gateNoise(h, e), k::gateNoise(h, e));
     }
+    for (int64_t sample : {0, 1, 5, 1 << 20})
+      EXPECT_EQ(dev::gates::sampleSeed(seed, sample),
+                k::sampleSeed(seed, sample));
   }
   const moe_rt_activation acts[] = {MOE_RT_RELU, MOE_RT_GELU, MOE_RT_SILU};
   for (double v : {-30.0, -3.5, -1.0, -1e-3, 0.0, 1e-3, 0.7, 2.0, 19.9, 20.1,
@@ -170,9 +173,13 @@ struct GateData {
     z.k = c.k;
     z.normalize = c.normalize;
     z.seed = seed;
+    z.firstSample = kFirstSample;
     z.tau = tau;
     return z;
   }
+  /// The batch index of x's sample 0 (as on micro-batch 1 of R = 2 with
+  /// B = 6): noisy_topk's noise must follow it on both sides.
+  static constexpr int64_t kFirstSample = 3;
   const moe_rt_tensor *auxPtr() { return aux ? &auxT : nullptr; }
 };
 
@@ -197,8 +204,9 @@ TEST(DeviceGate, ForwardMatchesCpuOpForEveryKind) {
     const int64_t T = GateData::T, E = GateData::E;
     Tensor idx({T, c.k}, MOE_RT_I64), wts({T, c.k}), counts({E}, MOE_RT_I64);
     CpuStream cpu;
-    ASSERT_EQ(moe_rt_gate(cpu.s, c.kind, c.k, c.normalize, seed, tau, &g.x,
-                          &g.w, g.auxPtr(), &idx, &wts, &counts),
+    ASSERT_EQ(moe_rt_gate_at(cpu.s, c.kind, c.k, c.normalize, seed,
+                             GateData::kFirstSample, tau, &g.x, &g.w,
+                             g.auxPtr(), &idx, &wts, &counts),
               MOE_RT_OK);
     ASSERT_EQ(cpu.sync(), MOE_RT_OK);
 
@@ -229,9 +237,10 @@ TEST(DeviceGate, BackwardMatchesCpuOpForEveryKind) {
         dw({g.wRows, GateData::E}), daux({GateData::M, g.auxT.t.shape[1]});
     fill(dweights, randomVec(dweights.n(), dataSeed + 50));
     CpuStream cpu;
-    ASSERT_EQ(moe_rt_gate_grad(cpu.s, c.kind, c.k, c.normalize, seed, tau,
-                               &g.x, &g.w, g.auxPtr(), &dweights, &dx, &dw,
-                               g.aux ? &daux : nullptr),
+    ASSERT_EQ(moe_rt_gate_grad_at(cpu.s, c.kind, c.k, c.normalize, seed,
+                                  GateData::kFirstSample, tau, &g.x, &g.w,
+                                  g.auxPtr(), &dweights, &dx, &dw,
+                                  g.aux ? &daux : nullptr),
               MOE_RT_OK);
     ASSERT_EQ(cpu.sync(), MOE_RT_OK);
 

@@ -116,16 +116,24 @@ typedef enum moe_rt_gate_kind {
   MOE_RT_GATE_EXPERT_CHOICE = 4
 } moe_rt_gate_kind;
 
-/* The seed of noisy_topk's noise when a caller has no other (moe-run and
- * the generated steps pass it). The noise is a pure function of (seed,
- * the token's position along x's sequence dimension (x's second-to-last),
+/* The base seed of noisy_topk's noise when a caller has no other. The
+ * noise is a pure function of (seed, the token's sample in the step's
+ * batch, its position along x's sequence dimension (x's second-to-last),
  * expert) — splitmix64 hashes and Box-Muller, kernels/Gates.h — so forward
- * and backward see the same noise and micro-batching (which splits the
- * batch) never changes it; the samples of a batch share it. */
+ * and backward see the same noise, samples draw different noise, and
+ * micro-batching (which splits the batch; each part passes its first
+ * sample, moe.gate's sample_offset) never changes it. Runners pass
+ * moe_rt_gate_step_seed(base, step) as `seed`, so each training step draws
+ * fresh noise (Shazeer et al. 2017) and a run stays reproducible. */
 #define MOE_RT_GATE_NOISE_SEED 0
-/* cosine's temperature τ when a caller has no other: X-MoE's initial 0.07
- * (the dialect has no τ attribute, so every runner uses this one). */
+/* cosine's temperature τ when moe.gate has no `tau`: X-MoE's initial 0.07. */
 #define MOE_RT_GATE_COSINE_TAU 0.07
+
+/* The noise seed of training step `step` (1, 2, ...) of a run with base
+ * seed `base`: mix64(mix64(base) ^ step) (kernels/Gates.h's splitmix64
+ * finaliser; python/torch_reference.py repeats it). One value per step,
+ * used by both the forward and the backward gate calls of that step. */
+uint64_t moe_rt_gate_step_seed(uint64_t base, int64_t step);
 
 /* A gate of any kind on x (... x M, T tokens) and w; aux is the kind's
  * extra operand (NULL for softmax_topk, sigmoid and expert_choice):
@@ -150,6 +158,15 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t k,
                           const moe_rt_tensor *x, const moe_rt_tensor *w,
                           const moe_rt_tensor *aux, moe_rt_tensor *indices,
                           moe_rt_tensor *weights, moe_rt_tensor *counts);
+/* The same for x holding samples first_sample, first_sample + 1, ... of the
+ * step's batch (a micro-batch; moe_rt_gate is first_sample = 0): only
+ * noisy_topk's noise depends on it. first_sample >= 0. */
+moe_rt_status moe_rt_gate_at(moe_rt_stream s, moe_rt_gate_kind kind,
+                             int64_t k, int normalize, uint64_t seed,
+                             int64_t first_sample, double tau,
+                             const moe_rt_tensor *x, const moe_rt_tensor *w,
+                             const moe_rt_tensor *aux, moe_rt_tensor *indices,
+                             moe_rt_tensor *weights, moe_rt_tensor *counts);
 /* Its vjp: dweights -> dx, dw, daux (overwritten; daux NULL iff aux is).
  * The selection and the noise are recomputed from x, as the forward made
  * them. expert_choice: dweights is E x C (its C is the capacity); a token
@@ -160,6 +177,12 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
                                const moe_rt_tensor *w, const moe_rt_tensor *aux,
                                const moe_rt_tensor *dweights, moe_rt_tensor *dx,
                                moe_rt_tensor *dw, moe_rt_tensor *daux);
+moe_rt_status moe_rt_gate_grad_at(
+    moe_rt_stream s, moe_rt_gate_kind kind, int64_t k, int normalize,
+    uint64_t seed, int64_t first_sample, double tau, const moe_rt_tensor *x,
+    const moe_rt_tensor *w, const moe_rt_tensor *aux,
+    const moe_rt_tensor *dweights, moe_rt_tensor *dx, moe_rt_tensor *dw,
+    moe_rt_tensor *daux);
 
 /* Grouped FFN: x E_l x S x M with 3-D weights, or (shared experts) any
  * x ... x M with 2-D weights; gate may be NULL. */

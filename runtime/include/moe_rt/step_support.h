@@ -72,6 +72,10 @@ void moe_step_dump_results(moe_step *s, const char *path);
 double moe_step_global_loss(moe_step *s);
 /* The updated parameters become the next step's arguments. */
 void moe_step_advance(moe_step *s);
+/* noisy_topk's base seed (moe-run's --seed; 1, moe-run's default, unless
+ * set). Step n (the n-th <model>_step call) draws its noise from
+ * moe_rt_gate_step_seed(base, n), as moe-run's step n does. */
+void moe_step_set_gate_seed(moe_step *s, uint64_t base);
 
 /*--- Generated <model>_declare ---------------------------------------------*/
 
@@ -107,6 +111,9 @@ void moe_step_wait(moe_step *s, moe_rt_stream stream, moe_rt_event event);
 /* Host-side splat constants. */
 void moe_step_fill_f32(moe_step *s, moe_rt_tensor *t, double value);
 void moe_step_fill_i64(moe_step *s, moe_rt_tensor *t, int64_t value);
+/* The noise seed of the running step (moe_step_begin counts the steps):
+ * what the generated noisy_topk gate calls pass, forward and backward. */
+uint64_t moe_step_gate_seed(const moe_step *s);
 /* Ends the job with `what` (the op) if a runtime call failed. */
 void moe_step_check(moe_step *s, moe_rt_status status, const char *what);
 /* Waits for every stream; a failed task ends the job with its message. */

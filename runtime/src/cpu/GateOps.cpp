@@ -111,8 +111,8 @@ struct Scores {
 };
 
 void computeScores(moe_rt_gate_kind kind, const Sizes &z, uint64_t seed,
-                   double tau, const float *x, const float *w, const float *aux,
-                   Scores &r) {
+                   int64_t firstSample, double tau, const float *x,
+                   const float *w, const float *aux, Scores &r) {
   r.scores.assign(z.t * z.e, 0.0f);
   switch (kind) {
   case MOE_RT_GATE_NOISY_TOPK:
@@ -122,7 +122,7 @@ void computeScores(moe_rt_gate_kind kind, const Sizes &z, uint64_t seed,
                      r.clean.data());
     k::linearForward(z.t, z.m, z.e, x, aux, (const float *)nullptr,
                      r.noisy.data());
-    k::noiseFor(seed, z.t, z.seq, z.e, r.noise);
+    k::noiseFor(seed, z.t, z.seq, z.e, r.noise, firstSample);
     k::noisyScores(z.t * z.e, r.clean.data(), r.noisy.data(), r.noise,
                    r.scores.data());
     break;
@@ -151,7 +151,8 @@ void topK(moe_rt_gate_kind kind, const Sizes &z, int64_t kk, bool normalize,
 /// The CUDA gate's description of a checked call; `k` is the capacity C
 /// for expert_choice.
 device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
-                             int normalize, uint64_t seed, double tau) {
+                             int normalize, uint64_t seed, int64_t first,
+                             double tau) {
   device::GateShape g;
   g.kind = kind;
   g.tokens = z.t;
@@ -162,6 +163,7 @@ device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
   g.k = k;
   g.normalize = normalize != 0;
   g.seed = seed;
+  g.firstSample = first;
   g.tau = tau;
   return g;
 }
@@ -169,13 +171,28 @@ device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
 
 } // namespace
 
+uint64_t moe_rt_gate_step_seed(uint64_t base, int64_t step) {
+  return k::mix64(k::mix64(base) ^ uint64_t(step));
+}
+
 moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
                           int normalize, uint64_t seed, double tau,
                           const moe_rt_tensor *x, const moe_rt_tensor *w,
                           const moe_rt_tensor *aux, moe_rt_tensor *indices,
                           moe_rt_tensor *weights, moe_rt_tensor *counts) {
+  return moe_rt_gate_at(s, kind, kk, normalize, seed, 0, tau, x, w, aux,
+                        indices, weights, counts);
+}
+
+moe_rt_status moe_rt_gate_at(moe_rt_stream s, moe_rt_gate_kind kind,
+                             int64_t kk, int normalize, uint64_t seed,
+                             int64_t first, double tau, const moe_rt_tensor *x,
+                             const moe_rt_tensor *w, const moe_rt_tensor *aux,
+                             moe_rt_tensor *indices, moe_rt_tensor *weights,
+                             moe_rt_tensor *counts) {
   Sizes z{};
   Check c = gateKindChecks("moe_rt_gate", s, kind, kk, tau, x, w, aux, z);
+  c.that(first >= 0, "first_sample must not be negative");
   c.tensor(indices, "indices", MOE_RT_I64)
       .tensor(weights, "weights", MOE_RT_F32)
       .tensor(counts, "counts", MOE_RT_I64);
@@ -189,12 +206,12 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
     if (c.status)
       return c.status;
     MOE_RT_ON_CUDA(s,
-                   cuda::gate(s, deviceGate(kind, z, cap, normalize, seed, tau),
+                   cuda::gate(s, deviceGate(kind, z, cap, normalize, seed, first, tau),
                               f32(x), f32(w), f32(aux), i64(indices),
                               f32(weights), i64(counts)));
     return enqueue(s, [=](std::string &) {
       Scores r;
-      computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
+      computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
       k::expertChoiceTopC(z.t, z.e, cap, r.scores.data(), i64(indices),
                           f32(weights), i64(counts));
       return MOE_RT_OK;
@@ -205,13 +222,13 @@ moe_rt_status moe_rt_gate(moe_rt_stream s, moe_rt_gate_kind kind, int64_t kk,
       .size(counts, "counts", z.e);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(s, cuda::gate(s, deviceGate(kind, z, kk, normalize, seed, tau),
+  MOE_RT_ON_CUDA(s, cuda::gate(s, deviceGate(kind, z, kk, normalize, seed, first, tau),
                                f32(x), f32(w), f32(aux), i64(indices),
                                f32(weights), i64(counts)));
   bool norm = normalize != 0;
   return enqueue(s, [=](std::string &) {
     Scores r;
-    computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
+    computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
     topK(kind, z, kk, norm, r.scores.data(), i64(indices), f32(weights),
          i64(counts));
     return MOE_RT_OK;
@@ -224,8 +241,22 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
                                const moe_rt_tensor *w, const moe_rt_tensor *aux,
                                const moe_rt_tensor *dweights, moe_rt_tensor *dx,
                                moe_rt_tensor *dw, moe_rt_tensor *daux) {
+  return moe_rt_gate_grad_at(s, kind, kk, normalize, seed, 0, tau, x, w, aux,
+                             dweights, dx, dw, daux);
+}
+
+moe_rt_status moe_rt_gate_grad_at(moe_rt_stream s, moe_rt_gate_kind kind,
+                                  int64_t kk, int normalize, uint64_t seed,
+                                  int64_t first, double tau,
+                                  const moe_rt_tensor *x,
+                                  const moe_rt_tensor *w,
+                                  const moe_rt_tensor *aux,
+                                  const moe_rt_tensor *dweights,
+                                  moe_rt_tensor *dx, moe_rt_tensor *dw,
+                                  moe_rt_tensor *daux) {
   Sizes z{};
   Check c = gateKindChecks("moe_rt_gate_grad", s, kind, kk, tau, x, w, aux, z);
+  c.that(first >= 0, "first_sample must not be negative");
   c.tensor(dweights, "dweights", MOE_RT_F32)
       .tensor(dx, "dx", MOE_RT_F32, 1)
       .tensor(dw, "dw", MOE_RT_F32, 2)
@@ -241,12 +272,12 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
     if (c.status)
       return c.status;
     MOE_RT_ON_CUDA(
-        s, cuda::gateGrad(s, deviceGate(kind, z, cap, normalize, seed, tau),
+        s, cuda::gateGrad(s, deviceGate(kind, z, cap, normalize, seed, first, tau),
                           f32(x), f32(w), nullptr, f32(dweights), f32(dx),
                           f32(dw), nullptr));
     return enqueue(s, [=](std::string &) {
       Scores r;
-      computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
+      computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
       std::vector<float> wts(z.e * cap), dlogits(z.t * z.e, 0.0f);
       std::vector<int64_t> idx(z.e * cap), counts(z.e);
       k::expertChoiceTopC(z.t, z.e, cap, r.scores.data(), idx.data(),
@@ -269,13 +300,13 @@ moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
   if (c.status)
     return c.status;
   MOE_RT_ON_CUDA(
-      s, cuda::gateGrad(s, deviceGate(kind, z, kk, normalize, seed, tau),
+      s, cuda::gateGrad(s, deviceGate(kind, z, kk, normalize, seed, first, tau),
                         f32(x), f32(w), f32(aux), f32(dweights), f32(dx),
                         f32(dw), f32(daux)));
   bool norm = normalize != 0;
   return enqueue(s, [=](std::string &) {
     Scores r;
-    computeScores(kind, z, seed, tau, f32(x), f32(w), f32(aux), r);
+    computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
     std::vector<float> wts(z.t * kk), dscores(z.t * z.e, 0.0f);
     std::vector<int64_t> idx(z.t * kk), counts(z.e);
     topK(kind, z, kk, norm, r.scores.data(), idx.data(), wts.data(),

@@ -5,9 +5,11 @@
 // "scores -> top-k -> weights" over T tokens and E experts:
 //  - noisyScores (noisy_topk, GShard/Shazeer): h = x·W + n ⊙ softplus(x·Wn),
 //    then softmaxTopK on h. n ~ N(0,1) is a pure function of (seed, the
-//    token's sequence position, expert): the backward recomputes exactly the
-//    forward's noise, and micro-batching (R, which splits the batch) and the
-//    rank layout never change it.
+//    token's sample in the step's batch, its sequence position, expert):
+//    the backward recomputes exactly the forward's noise, and micro-batching
+//    (R, which splits the batch; each part passes the index of its first
+//    sample) never changes it. Runners draw a fresh seed per training step
+//    (moe_rt_gate_step_seed, ops.h), so the noise changes from step to step.
 //  - sigmoidTopK (sigmoid, BASE/StableMoE): s = σ(x·W); keep the k largest;
 //    the weight is s itself (or s / sum of kept s with `normalize`).
 //  - cosineScores (cosine, X-MoE): h = x·Wp (d), score_e = cos(h, W[:, e])/τ,
@@ -35,10 +37,18 @@ inline uint64_t mix64(uint64_t z) {
 /// The hash a token's noise is drawn from: the seed and the token's
 /// position along the sequence. Not the row of x: a float64 reference (or
 /// any other summation order) would round x differently and redraw all of
-/// it. Not the batch row: micro-batching splits B, so a gate call cannot
-/// know a row's global index. So samples share the noise at one position.
+/// it. The sample enters through sampleSeed.
 inline uint64_t positionHash(uint64_t seed, int64_t position) {
   return mix64(mix64(seed) ^ uint64_t(position));
+}
+
+/// The seed of sample `sample` of the step's batch: splitmix64's own
+/// stream (state + i * golden gamma), so sample 0 keeps `seed` itself and
+/// samples draw independent noise. `sample` counts over the whole batch the
+/// gate's graph was written for (micro-batch r passes r * B/R as its first
+/// sample), so splitting the batch never changes a token's noise.
+inline uint64_t sampleSeed(uint64_t seed, int64_t sample) {
+  return seed + uint64_t(sample) * 0x9E3779B97F4A7C15ull;
 }
 
 /// The standard normal sample of (row hash, expert): Box-Muller on two
@@ -51,13 +61,15 @@ inline double gateNoise(uint64_t rowH, int64_t expert) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-/// noise: tokens x experts N(0,1) samples; token t sits at sequence
-/// position t % seqLen (x is ... x seqLen x M, row-major).
+/// noise: tokens x experts N(0,1) samples; token t is position t % seqLen
+/// of sample firstSample + t / seqLen (x is ... x seqLen x M, row-major).
 inline void noiseFor(uint64_t seed, int64_t tokens, int64_t seqLen,
-                     int64_t experts, std::vector<double> &noise) {
+                     int64_t experts, std::vector<double> &noise,
+                     int64_t firstSample = 0) {
   noise.resize(tokens * experts);
   for (int64_t t = 0; t < tokens; ++t) {
-    uint64_t h = positionHash(seed, t % seqLen);
+    uint64_t h = positionHash(sampleSeed(seed, firstSample + t / seqLen),
+                              t % seqLen);
     for (int64_t e = 0; e < experts; ++e)
       noise[t * experts + e] = gateNoise(h, e);
   }
