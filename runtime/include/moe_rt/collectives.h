@@ -21,6 +21,7 @@
  * communication pool (moe_rt_stream_create_pool) may reorder one class
  * against the other without ranks deadlocking; all-reduces are queued in the
  * pool's low-priority queue.
+ * Point-to-point send / recv (below) use a fourth communicator of their own.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef MOE_RT_COLLECTIVES_H
