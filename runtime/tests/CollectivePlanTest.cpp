@@ -108,4 +108,27 @@ TEST(CollectivePlan, MpiIntLimit) {
   EXPECT_TRUE(fitsInt(plan));
 }
 
+TEST(CollectivePlan, PeerMustBeAnotherRankOfTheGroup) {
+  EXPECT_EQ(checkPeer(4, 0, 3), "");
+  EXPECT_EQ(checkPeer(4, 2, 4), "peer 4 is not a rank of the group of 4");
+  EXPECT_EQ(checkPeer(4, 2, -1),
+            "peer -1 is not a rank of the group of 4");
+  EXPECT_EQ(checkPeer(4, 2, 2), "peer 2 is this rank itself");
+}
+
+TEST(CollectivePlan, PointToPointHeadersMatchOnlySendWithRecvOfOneSize) {
+  P2PHeader send{Send, 16, 0}, recv{Recv, 16, 0};
+  EXPECT_EQ(p2pMismatch(0, send, 1, recv), "");
+  P2PHeader longer{Recv, 20, 0};
+  EXPECT_EQ(p2pMismatch(0, send, 1, longer),
+            "send/recv mismatch between ranks 0 and 1: rank 0 issued send of "
+            "16 B of f32 while rank 1 issued recv of 20 B of f32");
+  P2PHeader i64{Recv, 16, 4};
+  EXPECT_NE(p2pMismatch(0, send, 1, i64).find("recv of 16 B of i64"),
+            std::string::npos);
+  // Two sends facing each other (both ranks called moe_rt_send) match
+  // nothing.
+  EXPECT_NE(p2pMismatch(0, send, 1, send), "");
+}
+
 } // namespace
