@@ -24,6 +24,7 @@
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
+#include "moe_rt/text_data.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -205,20 +206,14 @@ void Runner::loadText(const std::string &text, int step) {
       for (Operation *u : arg.getUsers())
         if (auto e = dyn_cast<EmbeddingOp>(u))
           if (cast<RankedTensorType>(e.getTable().getType()).getDimSize(0) <
-              256)
-            die("--data feeds bytes (256 token ids) but the embedding table "
-                "has fewer rows");
-    int64_t samples = b.shape[0], len = b.shape[1];
-    int64_t windows = (int64_t(text.size()) - 1) / len;
-    if (windows < 1)
-      die("--data: the text is shorter than one sequence (" +
-          std::to_string(len + 1) + " bytes)");
-    for (int64_t i = 0; i < samples; ++i) {
-      int64_t w = ((int64_t(step) * world + rank) * samples + i) % windows;
-      for (int64_t t = 0; t < len; ++t)
-        b.i[i * len + t] =
-            static_cast<unsigned char>(text[w * len + t + (labels ? 1 : 0)]);
-    }
+              moe_rt::text_data::kByteVocabulary)
+            die(moe_rt::text_data::vocabularyError());
+    // The windows rule is shared with the generated-step driver
+    // (examples/codegen/driver.cpp --data): moe_rt/text_data.h.
+    std::string error;
+    if (!moe_rt::text_data::fill(text, step, world, rank, b.shape[0],
+                                 b.shape[1], labels, b.i.data(), error))
+      die("--data: " + error);
   }
 }
 
