@@ -28,4 +28,9 @@ if [[ -x "$BUILD_DIR/bin/moe-run" && $# -eq 0 ]]; then
   # weights, trained on the shipped text for a few steps (the loss falls).
   echo "== examples/trainer/train.sh: ONNX -> moe -> FlowMoE step, trained on 4 CPU ranks"
   "$ROOT/examples/trainer/train.sh" "${MOE_TRAIN_STEPS:-10}"
+  # The same model compiled ahead of time into a C++ library
+  # (moe_compile_model) and trained by the example driver: no moe-run, the
+  # same loss lines.
+  echo "== examples/trainer/train-generated.sh: the same model as a generated C++ library, trained without moe-run"
+  "$ROOT/examples/trainer/train-generated.sh" "${MOE_TRAIN_STEPS:-10}"
 fi

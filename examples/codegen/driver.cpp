@@ -1,18 +1,36 @@
 //===- driver.cpp - run a generated training step ---------------------------===//
 //
 // A minimal trainer around the C++ that moe_compile_model generates
-// (docs/codegen.md): it declares the step, reads the arguments that
-// `moe-run --dump-inputs` wrote (so both start from the same parameters and
-// tokens), runs N steps and writes the results in moe-run's --dump format,
-// which python/compare_dumps.py compares.
+// (docs/codegen.md): it declares the step, fills its arguments, runs N
+// steps, prints moe-run's loss lines and can write the results in moe-run's
+// --dump format, which python/compare_dumps.py compares.
 //
 //   mpirun -np P codegen-driver --inputs PREFIX [--dump PREFIX] [--steps N]
 //                               [--timeout SECONDS] [--params FILE]
-//                               [--backend cpu|cuda]
+//                               [--backend cpu|cuda] [--seed S]
+//   mpirun -np P codegen-driver --data TEXT --params FILE [--steps N] ...
 //
-// --params FILE (the parameter file moe_compile_model writes) replaces the
-// parameters of --inputs with the model's initial weights; token ids and
-// labels still come from --inputs.
+// --inputs PREFIX reads every argument from what `moe-run --dump-inputs`
+// wrote (so both start from the same parameters and tokens).
+//
+// --params FILE (the parameter file moe_compile_model writes) sets the
+// parameters to the model's initial weights, replacing those of --inputs.
+//
+// --data TEXT trains a byte-level model on a text file as `moe-run --data`
+// does, with no moe-run involved: each step fills the token ids and labels
+// of every rank with the same byte windows (moe_rt/text_data.h, shared with
+// moe-run), so the loss lines are moe-run's. The parameters come from
+// --params (or --inputs). The step's token ids and labels are its two
+// unnamed arguments (moe_step_argument_name NULL), token ids first as the
+// frontends write them (tokens, labels, then the parameters), and the
+// embedding table, `embed.table` (the name both frontends give it), needs
+// 256 rows, one per byte.
+//
+// --seed S is moe-run's --seed for the noise of noisy_topk gates
+// (moe_step_set_gate_seed); parameters come from --params / --inputs.
+//
+// With more than one step, rank 0 prints moe-run's progress line
+// ("[s/N] X s/step, Y s left") on stderr after each step.
 //
 // --backend cuda (default cpu) runs the step on one GPU per rank (buffers on
 // the device, CUDA streams, NCCL collectives: moe_step_create_on); without a
@@ -25,10 +43,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/step_support.h"
+#include "moe_rt/text_data.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #ifndef MOE_MODEL
 #define MOE_MODEL model
@@ -42,11 +65,87 @@ void MOE_CAT(MOE_MODEL, _step)(moe_step *s);
 static int usage(const char *message) {
   std::fprintf(stderr,
                "codegen-driver: error: %s\nusage: mpirun -np P codegen-driver "
-               "--inputs PREFIX [--dump PREFIX] [--steps N] [--timeout S] "
-               "[--params FILE] [--backend cpu|cuda]\n",
+               "(--inputs PREFIX | --data TEXT --params FILE) [--dump PREFIX] "
+               "[--steps N] [--timeout S] [--params FILE] "
+               "[--backend cpu|cuda] [--seed S]\n",
                message);
   moe_rt_mpi_finalize();
   return 2;
+}
+
+/// The step's token-id and label arguments (indices), found from the
+/// argument table: its unnamed arguments, token ids first.
+struct TextArguments {
+  int tokens = -1, labels = -1;
+};
+
+/// Finds the token ids and labels and checks what --data needs of the
+/// step; on failure returns the message. Every rank sees the same step, so
+/// every rank gets the same answer.
+static std::string findTextArguments(moe_step *s, TextArguments &out) {
+  std::vector<int> unnamed;
+  const moe_rt_tensor *table = nullptr;
+  for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+    const char *name = moe_step_argument_name(s, i);
+    if (!name)
+      unnamed.push_back(i);
+    else if (std::string(name) == "embed.table")
+      table = moe_step_argument_tensor(s, i);
+  }
+  if (unnamed.size() != 2)
+    return "--data needs a step whose token ids and labels are its two "
+           "unnamed arguments; this one has " +
+           std::to_string(unnamed.size()) + " unnamed arguments";
+  const moe_rt_tensor *t = moe_step_argument_tensor(s, unnamed[0]),
+                      *l = moe_step_argument_tensor(s, unnamed[1]);
+  if (t->dtype != MOE_RT_I64 || l->dtype != MOE_RT_I64 || t->rank != 2 ||
+      l->rank != 2 || t->shape[0] != l->shape[0] ||
+      t->shape[1] != l->shape[1])
+    return "--data needs token ids and labels of one integer [samples, "
+           "sequence] shape; the step's unnamed arguments are not";
+  if (!table)
+    return "--data cannot check the vocabulary: the step has no "
+           "'embed.table' parameter";
+  if (table->rank != 2 || table->shape[0] < moe_rt::text_data::kByteVocabulary)
+    return moe_rt::text_data::vocabularyError();
+  out.tokens = unnamed[0];
+  out.labels = unnamed[1];
+  return "";
+}
+
+/// Fills this rank's token ids and labels of `step` (0 for the first) from
+/// the text, as moe-run --data does. An empty return means success.
+static std::string fillText(moe_step *s, const TextArguments &args,
+                            const std::string &text, int step) {
+  for (int which : {args.tokens, args.labels}) {
+    moe_rt_tensor *arg = moe_step_argument_tensor(s, which);
+    // Through a host tensor: on the CUDA backend the argument is on the GPU.
+    moe_rt_tensor host;
+    if (moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, arg->rank, arg->shape,
+                             &host) != MOE_RT_OK)
+      return moe_rt_last_error();
+    std::string error;
+    bool ok = moe_rt::text_data::fill(
+        text, step, moe_step_world_size(s), moe_step_rank(s), arg->shape[0],
+        arg->shape[1], which == args.labels,
+        static_cast<int64_t *>(host.data), error);
+    if (ok && moe_rt_tensor_copy(arg, &host) != MOE_RT_OK)
+      error = moe_rt_last_error(), ok = false;
+    moe_rt_tensor_destroy(&host);
+    if (!ok)
+      return "--data: " + error;
+  }
+  return "";
+}
+
+/// Ends every rank alike with status 1 after an error all ranks found (the
+/// step's shape, the text's length): rank 0 says why.
+static int stop(moe_step *s, const std::string &message) {
+  if (moe_step_rank(s) == 0)
+    std::fprintf(stderr, "codegen-driver: error: %s\n", message.c_str());
+  moe_step_destroy(s);
+  moe_rt_mpi_finalize();
+  return 1;
 }
 
 int main(int argc, char **argv) {
@@ -54,9 +153,10 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump, params;
+  std::string inputs, dump, params, data;
   int steps = 1;
   double timeout = 60;
+  std::string seed; // moe-run's default when empty
   moe_rt_backend backend = MOE_RT_CPU;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -69,10 +169,14 @@ int main(int argc, char **argv) {
       dump = v;
     else if (a == "--params") // moe_compile_model's parameter file
       params = v;
+    else if (a == "--data")
+      data = v;
     else if (a == "--steps")
       steps = std::atoi(v.c_str());
     else if (a == "--timeout")
       timeout = std::atof(v.c_str());
+    else if (a == "--seed")
+      seed = v;
     else if (a == "--backend") {
       if (v == "cpu")
         backend = MOE_RT_CPU;
@@ -84,11 +188,20 @@ int main(int argc, char **argv) {
     else
       return usage(("unknown argument '" + a + "'").c_str());
   }
-  if (inputs.empty())
+  if (data.empty() && inputs.empty())
     return usage("--inputs is required (write them with moe-run "
-                 "--dump-inputs)");
+                 "--dump-inputs), or --data TEXT with --params FILE");
+  if (!data.empty() && inputs.empty() && params.empty())
+    return usage("--data needs the initial parameters: --params FILE (the "
+                 "parameter file moe_compile_model writes)");
   if (steps < 1)
     return usage("--steps must be positive");
+  char *seedEnd = nullptr;
+  uint64_t seedValue =
+      seed.empty() ? 0 : std::strtoull(seed.c_str(), &seedEnd, 10);
+  if (!seed.empty() && (*seedEnd != '\0' || seed[0] == '-'))
+    return usage(("--seed must be a non-negative integer, not '" + seed + "'")
+                     .c_str());
 
   // Every rank sees the same answer here (the build, the node's devices),
   // so all stop together with status 1 instead of an MPI abort.
@@ -102,18 +215,68 @@ int main(int argc, char **argv) {
     moe_rt_mpi_finalize();
     return 1;
   }
+  // The text, read by every rank before any collective. A rank that cannot
+  // read it ends the job (its peers would wait for it otherwise).
+  std::string text;
+  if (!data.empty()) {
+    std::ifstream in(data, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "codegen-driver: error: cannot read --data '%s'\n",
+                   data.c_str());
+      moe_rt_mpi_abort(1);
+      return 1;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
   moe_step *s = moe_step_create_on(timeout, backend);
   std::string rank = ".rank" + std::to_string(moe_step_rank(s));
   MOE_CAT(MOE_MODEL, _declare)(s);
-  moe_step_load_inputs(s, (inputs + rank).c_str());
-  // Parameters from the build-time file; token ids / labels stay --inputs'.
-  if (!params.empty())
+  if (!seed.empty())
+    moe_step_set_gate_seed(s, seedValue);
+  TextArguments textArgs;
+  if (!data.empty()) {
+    std::string error = findTextArguments(s, textArgs);
+    if (error.empty()) {
+      int64_t len = moe_step_argument_tensor(s, textArgs.tokens)->shape[1];
+      if (moe_rt::text_data::windows(text, len) < 1)
+        error = "--data: " + moe_rt::text_data::shortTextError(len);
+    }
+    if (!error.empty())
+      return stop(s, error);
+  }
+  if (!inputs.empty())
+    moe_step_load_inputs(s, (inputs + rank).c_str());
+  // Parameters from the build-time file; token ids / labels from --inputs
+  // or --data.
+  if (!params.empty()) {
     moe_step_load_params(s, params.c_str());
+    if (moe_step_rank(s) == 0) {
+      int n = 0;
+      for (int i = 0; i < moe_step_num_arguments(s); ++i)
+        n += moe_step_argument_name(s, i) != nullptr;
+      std::fprintf(stderr, "codegen-driver: %d parameters from '%s'\n", n,
+                   params.c_str());
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
   for (int step = 1; step <= steps; ++step) {
+    if (!data.empty()) {
+      std::string error = fillText(s, textArgs, text, step - 1);
+      if (!error.empty()) // checked above; a failed host copy lands here
+        return stop(s, error);
+    }
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);
-    if (moe_step_rank(s) == 0)
+    if (moe_step_rank(s) == 0) {
       std::printf("step %d loss %.6f\n", step, loss);
+      if (steps > 1) { // as moe-run: progress on stderr, stdout parseable
+        std::chrono::duration<double> elapsed =
+            std::chrono::steady_clock::now() - start;
+        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", step,
+                     steps, elapsed.count() / step,
+                     elapsed.count() / step * (steps - step));
+      }
+    }
     std::fflush(stdout);
     if (step < steps)
       moe_step_advance(s);
