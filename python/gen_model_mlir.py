@@ -40,6 +40,7 @@ class Config:
     gate: str = "softmax_topk"  # moe.gate kind (--gate)
     gate_dim: int | None = None  # cosine's projection width d (None = M)
     normalize: bool = False  # renormalise top-k weights (Mixtral)
+    cosine_tau: float | None = None  # cosine's τ (None: the dialect's 0.07)
     note: str = ""
 
     @property
@@ -197,7 +198,8 @@ def write(cfg):
                                ([tensor(aux_shape)] if aux else []))
         w.emit(f"%idx{t}, %wts{t}, %cnt{t} = moe.gate {c.gate} {n}, {wg}"
                f"{aux_txt} experts = {E} top_k = {k}{cap_gate}"
-               f"{' normalize' if c.normalize else ''} : "
+               f"{' normalize' if c.normalize else ''}"
+               f"{f' tau = {c.cosine_tau!r}' if c.cosine_tau else ''} : "
                f"({gate_types}) -> ({route}, "
                f"{tensor(route_shape)}, {tensor([E], 'i32')})", 4)
         exp_in = tensor([El, slots, M])
@@ -273,6 +275,9 @@ def main(argv=None):
                     help="override the moe.gate kind (noisy_topk adds "
                          "block<i>.gate.noise, cosine block<i>.gate.proj; "
                          "--set gate_dim=D sets cosine's d, default M)")
+    ap.add_argument("--cosine-tau", type=float,
+                    help="cosine's temperature τ > 0 (moe.gate's tau; "
+                         "default: none written, the dialect's 0.07)")
     ap.add_argument("--normalize", action="store_true",
                     help="renormalise the kept top-k weights")
     ap.add_argument("-o", "--output", help="output file (default stdout)")
@@ -328,6 +333,13 @@ def main(argv=None):
     if cfg.normalize and cfg.gate not in ("softmax_topk", "noisy_topk"):
         ap.error(f"--normalize applies to softmax_topk and noisy_topk gates "
                  f"only (the dialect's rule), not {cfg.gate}")
+    if args.cosine_tau is not None:
+        if cfg.gate != "cosine":
+            ap.error("--cosine-tau applies to the cosine gate only (the "
+                     "dialect's rule)")
+        if not args.cosine_tau > 0:
+            ap.error(f"--cosine-tau must be positive, got {args.cosine_tau}")
+        cfg = replace(cfg, cosine_tau=args.cosine_tau)
     if cfg.gate == "expert_choice":
         # Each expert picks C = ceil(f*k*B*N/E) of the B*N tokens.
         if cfg.capacity_factor is None:

@@ -13,8 +13,10 @@ The model is rebuilt from the generator's preset and overrides, so the
 reference does not read the compiler's IR: attention (MHA/GQA, causal,
 rotary in the rotate-half convention, layer/RMS pre-norm), residuals,
 the gate of every token-choice kind (softmax_topk, noisy_topk with the
-runtime's seeded noise, sigmoid, cosine; optionally renormalised), experts, final norm, LM head,
-mean token cross-entropy. Token-choice routing must drop no token
+runtime's noise: fresh per step from --seed, different per sample; sigmoid,
+cosine with its τ; optionally renormalised), experts, final norm, LM head,
+mean token cross-entropy. --steps N repeats the step N times (SGD between),
+as moe-run --steps N does from the same inputs. Token-choice routing must drop no token
 (capacity factor of at least E/k), which keeps the reference free of
 capacity logic.
 
@@ -79,33 +81,49 @@ def act(c, x):
 
 
 # The runtime's constants for the gate kinds (runtime/include/moe_rt/ops.h:
-# MOE_RT_GATE_NOISE_SEED, MOE_RT_GATE_COSINE_TAU).
-NOISE_SEED = 0
+# MOE_RT_GATE_COSINE_TAU, cosine's τ when moe.gate has no `tau`) and
+# moe-run's default --seed, the base of noisy_topk's per-step seeds.
+BASE_SEED = 1
 COSINE_TAU = 0.07
 MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+# noisy_topk's seed of the step being computed (set per step in main).
+NOISE_SEED = None
+SHARED_SAMPLE_NOISE = False
 
 
 def mix64(z):
     """splitmix64's finaliser, as kernels/Gates.h's mix64."""
-    z = (z + 0x9E3779B97F4A7C15) & MASK64
+    z = (z + GOLDEN) & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
     return z ^ (z >> 31)
 
 
-def gate_noise(seed, seq, experts):
-    """noisy_topk's N(0,1) noise, seq x experts: a function of (seed,
-    sequence position, expert) only, bit for bit the runtime's noiseFor."""
-    out = torch.empty(seq, experts, dtype=torch.float64)
-    for pos in range(seq):
-        h = mix64(mix64(seed) ^ pos)
-        for e in range(experts):
-            a = mix64(h ^ (e * 2 + 1))
-            b = mix64(a)
-            u1 = ((a >> 11) + 1) * 2.0 ** -53
-            u2 = (b >> 11) * 2.0 ** -53
-            out[pos, e] = math.sqrt(-2.0 * math.log(u1)) * \
-                math.cos(6.283185307179586 * u2)
+def step_seed(base, step):
+    """moe_rt_gate_step_seed: the noise seed of training step `step`."""
+    return mix64(mix64(base) ^ step)
+
+
+def gate_noise(seed, batch, seq, experts):
+    """noisy_topk's N(0,1) noise, batch x seq x experts: a function of
+    (seed, sample, sequence position, expert) only, bit for bit the
+    runtime's noiseFor (sample b's seed is splitmix64's seed + b·gamma)."""
+    out = torch.empty(batch, seq, experts, dtype=torch.float64)
+    for b in range(batch):
+        # --shared-sample-noise: every sample draws sample 0's noise (the
+        # runtime's old behaviour), for tests that must then disagree.
+        sample_seed = seed if SHARED_SAMPLE_NOISE else \
+            (seed + b * GOLDEN) & MASK64
+        for pos in range(seq):
+            h = mix64(mix64(sample_seed) ^ pos)
+            for e in range(experts):
+                a = mix64(h ^ (e * 2 + 1))
+                u = mix64(a)
+                u1 = ((a >> 11) + 1) * 2.0 ** -53
+                u2 = (u >> 11) * 2.0 ** -53
+                out[b, pos, e] = math.sqrt(-2.0 * math.log(u1)) * \
+                    math.cos(6.283185307179586 * u2)
     return out
 
 
@@ -115,7 +133,7 @@ def route(c, p, pre, x):
     if c.gate == "softmax_topk":
         scores = (x @ wg).softmax(-1)
     elif c.gate == "noisy_topk":
-        noise = gate_noise(NOISE_SEED, x.shape[1], wg.shape[1])
+        noise = gate_noise(NOISE_SEED, x.shape[0], x.shape[1], wg.shape[1])
         h = x @ wg + noise * F.softplus(x @ p[f"{pre}.gate.noise"])
         scores = h.softmax(-1)
     elif c.gate == "sigmoid":
@@ -123,7 +141,7 @@ def route(c, p, pre, x):
     elif c.gate == "cosine":
         hp = F.normalize(x @ p[f"{pre}.gate.proj"], dim=-1, eps=1e-12)
         cos = hp @ F.normalize(wg, dim=0, eps=1e-12)
-        scores = (cos / COSINE_TAU).softmax(-1)
+        scores = (cos / (c.cosine_tau or COSINE_TAU)).softmax(-1)
     else:
         sys.exit(f"error: the reference has no {c.gate} gate")
     w, idx = scores.topk(c.top_k, dim=-1)
@@ -211,7 +229,7 @@ def step_loss(c, p, tokens, labels, micro=1):
 
 
 def main():
-    global NOISE_SEED
+    global NOISE_SEED, SHARED_SAMPLE_NOISE
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("preset")
@@ -228,8 +246,21 @@ def main():
     ap.add_argument("--layers", type=int)
     ap.add_argument("--gate", choices=gen.GATE_KINDS)
     ap.add_argument("--normalize", action="store_true")
-    ap.add_argument("--noise-seed", type=int, default=NOISE_SEED,
-                    help="noisy_topk's seed (the runtime's is %(default)s)")
+    ap.add_argument("--seed", type=int, default=BASE_SEED,
+                    help="moe-run's --seed: step s's noisy_topk noise seed "
+                         "is mix64(mix64(seed) ^ s) (default %(default)s)")
+    ap.add_argument("--noise-seed", type=int,
+                    help="noisy_topk's noise seed for every step instead "
+                         "of the per-step seeds of --seed")
+    ap.add_argument("--shared-sample-noise", action="store_true",
+                    help="draw sample 0's noise for every sample (not the "
+                         "runtime's noise: for tests that must fail)")
+    ap.add_argument("--steps", type=int, default=1,
+                    help="SGD steps from the dumped inputs (the same token "
+                         "ids every step, as moe-run without --data); the "
+                         "last step's loss and parameters are compared")
+    ap.add_argument("--cosine-tau", type=float,
+                    help="cosine's τ (gen_model_mlir.py --cosine-tau)")
     ap.add_argument("--micro-batches", type=int, default=1, metavar="R",
                     help="the step's micro-batch count (moe-microbatch's "
                          "degree): expert_choice then picks its top-C tokens "
@@ -253,8 +284,12 @@ def main():
         overrides["capacity_factor"] = (
             None if args.capacity_factor == "dropless"
             else float(args.capacity_factor))
+    if args.cosine_tau is not None:
+        overrides["cosine_tau"] = args.cosine_tau
     c = gen.replace(c, **overrides)
-    NOISE_SEED = args.noise_seed
+    if args.steps < 1:
+        ap.error("--steps must be positive")
+    SHARED_SAMPLE_NOISE = args.shared_sample_noise
     if args.micro_batches < 1 or c.batch % args.micro_batches:
         ap.error(f"--micro-batches {args.micro_batches} must divide the "
                  f"batch {c.batch}")
@@ -277,11 +312,19 @@ def main():
         sys.exit(f"error: the dumps hold {params[ups[0]].shape[0]} experts, "
                  f"the configuration {c.experts} (--grid, "
                  f"--experts-per-rank): expert_choice's capacity needs E")
-    losses = [step_loss(c, params, inp["arg0"].long(), inp["arg1"].long(),
-                        args.micro_batches)
-              for inp in inputs]
-    loss = torch.stack(losses).mean()
-    loss.backward()
+    for step in range(1, args.steps + 1):
+        if step > 1:  # SGD, then the next step from the updated parameters
+            with torch.no_grad():
+                for k, p in params.items():
+                    p -= args.lr * p.grad
+                    p.grad = None
+        NOISE_SEED = (args.noise_seed if args.noise_seed is not None
+                      else step_seed(args.seed, step))
+        losses = [step_loss(c, params, inp["arg0"].long(),
+                            inp["arg1"].long(), args.micro_batches)
+                  for inp in inputs]
+        loss = torch.stack(losses).mean()
+        loss.backward()
 
     ours_loss = sum(float(r["loss"][0]) for r in results) / args.ranks
     tally = Tally(args.rtol, args.atol)

@@ -227,6 +227,13 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
     needs a capacity. When an expert overflows, slots go in GShard order:
     every token's first choice before any second choice, tokens in order
     (runtime/include/moe_rt/kernels/Routing.h).
+
+    `tau` (cosine only, > 0) is the cosine temperature τ; without it τ =
+    0.07 (X-MoE's initial value). `sample_offset` (noisy_topk only, >= 0)
+    is the index, in the step's whole batch, of the input's first sample:
+    `moe-microbatch` sets it to r·B/R on micro-batch r, so that each
+    token's noise — drawn from (the step's seed, its sample, its position,
+    the expert) — does not depend on how the batch is split. Without it, 0.
   }];
   let arguments = (ins
     Moe_FloatTensor:$input,
@@ -237,7 +244,9 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
     ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
     OptionalAttr<F64Attr>:$capacity_factor,
     OptionalAttr<I64Attr>:$capacity,
-    UnitAttr:$normalize);
+    UnitAttr:$normalize,
+    OptionalAttr<F64Attr>:$tau,
+    OptionalAttr<I64Attr>:$sample_offset);
   let results = (outs
     Moe_IndexTensor:$indices,
     Moe_FloatTensor:$weights,
@@ -246,13 +255,22 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
     `` $kind $input `,` $weight (`aux` `(` $aux_weight^ `)`)?
     `experts` `=` $num_experts `top_k` `=` $top_k
     custom<CapacityFactor>($capacity_factor) (`capacity` `=` $capacity^)?
-    (`normalize` $normalize^)?
+    (`normalize` $normalize^)? (`tau` `=` $tau^)?
+    (`sample_offset` `=` $sample_offset^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     bool isExpertChoice() { return getKind() == GateKind::expert_choice; }
     bool isDropless() { return !getCapacity().has_value(); }
+    /// cosine's temperature: `tau`, or X-MoE's 0.07 without it (the
+    /// runtime's MOE_RT_GATE_COSINE_TAU).
+    double getTauOrDefault() {
+      std::optional<llvm::APFloat> t = getTau();
+      return t ? t->convertToDouble() : 0.07;
+    }
+    /// noisy_topk: the batch index of the input's first sample.
+    int64_t getSampleOffsetOrZero() { return getSampleOffset().value_or(0); }
   }];
 }
 

@@ -461,7 +461,8 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
                      tensor({e}, b.getI32Type()), x, *weight, aux,
                      GateKindAttr::get(ctx, s.gate), b.getI64IntegerAttr(e),
                      b.getI64IntegerAttr(k), factor, capacity,
-                     s.normalize ? b.getUnitAttr() : nullptr);
+                     s.normalize ? b.getUnitAttr() : nullptr,
+                     /*tau=*/nullptr, /*sample_offset=*/nullptr);
 
   auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   auto axes = b.getDenseI16ArrayAttr(kAllAxes);

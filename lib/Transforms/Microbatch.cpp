@@ -147,6 +147,11 @@ struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {
         clones.push_back(clone);
         if (failed(retypeForMicroBatch(clone, batch, micro)))
           return failure();
+        // noisy_topk draws its noise per sample of the whole batch: part r
+        // starts at sample r * micro, so splitting keeps every token's noise.
+        if (auto gate = dyn_cast<GateOp>(clone);
+            gate && gate.getKind() == GateKind::noisy_topk)
+          gate.setSampleOffset(gate.getSampleOffsetOrZero() + r * micro);
         map.map(op->getResults(), clone->getResults());
       }
       for (Value v : yield.getOperands())

@@ -72,7 +72,7 @@ struct moe_step {
   std::map<std::string, moe_rt_comm> comms;
   std::vector<moe_rt_event> events;
   // noisy_topk: moe-run's --seed and the number of steps begun so far.
-  uint64_t gateSeedBase = 1;
+  uint64_t gateSeedBase = MOE_RT_GATE_NOISE_SEED;
   int64_t stepsBegun = 0;
 
   Buffer &buffer(int64_t id) {

@@ -120,7 +120,13 @@ private:
   double timeout;
   frontend::WeightLoader weights;
 
+  /// noisy_topk's noise seed of the current step: fresh each step, the
+  /// same for its forward and backward (moe_rt/ops.h).
+  uint64_t gateSeed() const { return moe_rt_gate_step_seed(seed, step); }
+
 public:
+  /// The training step being run (1, 2, ...; main sets it before run()).
+  int64_t step = 1;
   /// Start imported parameters from their `moe.source` (the ONNX file's
   /// weights) rather than from the seed.
   bool useSources = true;
@@ -336,10 +342,10 @@ void Runner::issueForward(Operation *op, moe_rt_stream s, ArrayRef<Buffer *> in,
       check(moe_rt_gate_topk(s, g.getTopK(), g.getNormalize(), in[0]->view(),
                              in[1]->view(), y, out[1]->view(), out[2]->view()));
     else
-      check(moe_rt_gate(s, gateKind(g), g.getTopK(), g.getNormalize(),
-                        MOE_RT_GATE_NOISE_SEED, MOE_RT_GATE_COSINE_TAU,
-                        in[0]->view(), in[1]->view(), opt(in, 2), y,
-                        out[1]->view(), out[2]->view()));
+      check(moe_rt_gate_at(s, gateKind(g), g.getTopK(), g.getNormalize(),
+                           gateSeed(), g.getSampleOffsetOrZero(),
+                           g.getTauOrDefault(), in[0]->view(), in[1]->view(),
+                           opt(in, 2), y, out[1]->view(), out[2]->view()));
   } else if (auto x = dyn_cast<ExpertOp>(op)) {
     auto [gate, down] = gateDown(in, x.isGated());
     check(moe_rt_expert(s, moe_rt_activation(int(x.getActivation())),
@@ -400,11 +406,11 @@ void Runner::issueBackward(Operation *fwd, moe_rt_stream s,
                                   in[0]->view(), in[1]->view(), ct[0]->view(),
                                   g[0]->view(), g[1]->view()));
     else
-      check(moe_rt_gate_grad(s, gateKind(gate), gate.getTopK(),
-                             gate.getNormalize(), MOE_RT_GATE_NOISE_SEED,
-                             MOE_RT_GATE_COSINE_TAU, in[0]->view(),
-                             in[1]->view(), opt(in, 2), ct[0]->view(),
-                             g[0]->view(), g[1]->view(), opt(g, 2)));
+      check(moe_rt_gate_grad_at(
+          s, gateKind(gate), gate.getTopK(), gate.getNormalize(), gateSeed(),
+          gate.getSampleOffsetOrZero(), gate.getTauOrDefault(), in[0]->view(),
+          in[1]->view(), opt(in, 2), ct[0]->view(), g[0]->view(), g[1]->view(),
+          opt(g, 2)));
   } else if (auto x = dyn_cast<ExpertOp>(fwd)) {
     auto [gp, down] = gateDown(in, x.isGated());
     auto [dgp, ddown] = gateDown(g, x.isGated());
@@ -694,6 +700,7 @@ int main(int argc, char **argv) {
   for (int s = 1; s <= steps; ++s) {
     if (!text.empty() && s > 1)
       runner.loadText(text, s - 1);
+    runner.step = s;
     runner.run();
     auto res = runner.results();
     // Global mean loss over the data-parallel ranks.

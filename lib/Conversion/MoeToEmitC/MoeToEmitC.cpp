@@ -107,6 +107,25 @@ public:
     return result ? callOp.getResult(0) : Value();
   }
 
+  /// A double printed with 17 significant digits, so the generated code
+  /// passes the very double moe-run reads from the attribute.
+  Attribute exact(double v) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << llvm::format("%.17g", v);
+    return opaque(text);
+  }
+
+  /// noisy_topk's seed of the running step, moe_step_gate_seed(s): fetched
+  /// once per step function, so forward and backward gates share it.
+  Value gateSeed() {
+    if (!stepSeed)
+      stepSeed = call("moe_step_gate_seed",
+                      emitc::OpaqueType::get(b.getContext(), "uint64_t"),
+                      {ctx});
+    return stepSeed;
+  }
+
   Value tensor(Value v) {
     auto it = tensors.find(v);
     if (it != tensors.end())
@@ -147,6 +166,7 @@ private:
   std::map<std::string, Value> comms;
   DenseMap<Value, Value> events;
   int64_t nextEvent = 0;
+  Value stepSeed;
   /// The op being emitted, for error messages of the generated code.
   std::string what;
 };
@@ -263,11 +283,12 @@ LogicalResult StepEmitter::forward(Operation *op, Value s, ArrayRef<Value> in,
               {s, i64(g.getTopK()), i64(g.getNormalize() ? 1 : 0), t(in[0]),
                t(in[1]), t(out[0]), t(out[1]), t(out[2])});
     else
-      runtime("moe_rt_gate",
+      runtime("moe_rt_gate_at",
               {s, opaque(gateKindName(g.getKind())), i64(g.getTopK()),
-               i64(g.getNormalize() ? 1 : 0), opaque("MOE_RT_GATE_NOISE_SEED"),
-               opaque("MOE_RT_GATE_COSINE_TAU"), t(in[0]), t(in[1]),
-               opt(in, 2), t(out[0]), t(out[1]), t(out[2])});
+               i64(g.getNormalize() ? 1 : 0), gateSeed(),
+               i64(g.getSampleOffsetOrZero()), exact(g.getTauOrDefault()),
+               t(in[0]), t(in[1]), opt(in, 2), t(out[0]), t(out[1]),
+               t(out[2])});
   } else if (isa<ExpertOp, SharedExpertOp>(op)) {
     bool gated = isa<ExpertOp>(op)
                      ? cast<ExpertOp>(op).isGated()
@@ -343,12 +364,12 @@ LogicalResult StepEmitter::backward(Operation *fwd, Value s,
               {s, i64(gate.getTopK()), i64(gate.getNormalize() ? 1 : 0),
                t(in[0]), t(in[1]), t(ct[0]), t(g[0]), t(g[1])});
     else
-      runtime("moe_rt_gate_grad",
+      runtime("moe_rt_gate_grad_at",
               {s, opaque(gateKindName(gate.getKind())), i64(gate.getTopK()),
-               i64(gate.getNormalize() ? 1 : 0),
-               opaque("MOE_RT_GATE_NOISE_SEED"),
-               opaque("MOE_RT_GATE_COSINE_TAU"), t(in[0]), t(in[1]),
-               opt(in, 2), t(ct[0]), t(g[0]), t(g[1]), opt(g, 2)});
+               i64(gate.getNormalize() ? 1 : 0), gateSeed(),
+               i64(gate.getSampleOffsetOrZero()), exact(gate.getTauOrDefault()),
+               t(in[0]), t(in[1]), opt(in, 2), t(ct[0]), t(g[0]), t(g[1]),
+               opt(g, 2)});
   } else if (isa<ExpertOp, SharedExpertOp>(fwd)) {
     bool gated = isa<ExpertOp>(fwd)
                      ? cast<ExpertOp>(fwd).isGated()

@@ -390,6 +390,20 @@ LogicalResult GateOp::verify() {
       kind != GateKind::noisy_topk)
     return emitOpError() << "normalize applies to softmax_topk and "
                             "noisy_topk gates only";
+  if (std::optional<llvm::APFloat> tau = getTau()) {
+    if (kind != GateKind::cosine)
+      return emitOpError() << "tau applies to cosine gates only";
+    if (!(tau->convertToDouble() > 0.0))
+      return emitOpError() << "tau must be positive, got "
+                           << formatDouble(tau->convertToDouble());
+  }
+  if (std::optional<int64_t> offset = getSampleOffset()) {
+    if (kind != GateKind::noisy_topk)
+      return emitOpError() << "sample_offset applies to noisy_topk gates only";
+    if (*offset < 0)
+      return emitOpError() << "sample_offset must not be negative, got "
+                           << *offset;
+  }
 
   // Capacity: C = ceil(f * k * B * N / E), FlowMoE §2.2.
   std::optional<double> factor;

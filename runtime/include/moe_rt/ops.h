@@ -116,7 +116,8 @@ typedef enum moe_rt_gate_kind {
   MOE_RT_GATE_EXPERT_CHOICE = 4
 } moe_rt_gate_kind;
 
-/* The base seed of noisy_topk's noise when a caller has no other. The
+/* The base seed of noisy_topk's noise when a caller has no other (moe-run's
+ * default --seed, and generated steps' unless moe_step_set_gate_seed). The
  * noise is a pure function of (seed, the token's sample in the step's
  * batch, its position along x's sequence dimension (x's second-to-last),
  * expert) — splitmix64 hashes and Box-Muller, kernels/Gates.h — so forward
@@ -125,7 +126,7 @@ typedef enum moe_rt_gate_kind {
  * sample, moe.gate's sample_offset) never changes it. Runners pass
  * moe_rt_gate_step_seed(base, step) as `seed`, so each training step draws
  * fresh noise (Shazeer et al. 2017) and a run stays reproducible. */
-#define MOE_RT_GATE_NOISE_SEED 0
+#define MOE_RT_GATE_NOISE_SEED 1
 /* cosine's temperature τ when moe.gate has no `tau`: X-MoE's initial 0.07. */
 #define MOE_RT_GATE_COSINE_TAU 0.07
 

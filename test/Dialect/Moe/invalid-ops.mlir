@@ -261,6 +261,46 @@ func.func @gate_normalize(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>) {
 
 // -----
 
+func.func @gate_tau_not_cosine(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>) {
+  // expected-error @+1 {{tau applies to cosine gates only}}
+  %i, %wt, %c = moe.gate softmax_topk %x, %w experts = 4 top_k = 1 tau = 0.5 : (tensor<2x8x16xf32>, tensor<16x4xf32>) -> (tensor<2x8x1xi32>, tensor<2x8x1xf32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_tau_zero(%x: tensor<2x8x16xf32>, %emb: tensor<6x4xf32>, %proj: tensor<16x6xf32>) {
+  // expected-error @+1 {{tau must be positive, got 0}}
+  %i, %wt, %c = moe.gate cosine %x, %emb aux(%proj) experts = 4 top_k = 1 tau = 0.0 : (tensor<2x8x16xf32>, tensor<6x4xf32>, tensor<16x6xf32>) -> (tensor<2x8x1xi32>, tensor<2x8x1xf32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_tau_negative(%x: tensor<2x8x16xf32>, %emb: tensor<6x4xf32>, %proj: tensor<16x6xf32>) {
+  // expected-error @+1 {{tau must be positive, got -0.5}}
+  %i, %wt, %c = moe.gate cosine %x, %emb aux(%proj) experts = 4 top_k = 1 tau = -0.5 : (tensor<2x8x16xf32>, tensor<6x4xf32>, tensor<16x6xf32>) -> (tensor<2x8x1xi32>, tensor<2x8x1xf32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_sample_offset_not_noisy(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>) {
+  // expected-error @+1 {{sample_offset applies to noisy_topk gates only}}
+  %i, %wt, %c = moe.gate sigmoid %x, %w experts = 4 top_k = 1 sample_offset = 2 : (tensor<2x8x16xf32>, tensor<16x4xf32>) -> (tensor<2x8x1xi32>, tensor<2x8x1xf32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+func.func @gate_sample_offset_negative(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>) {
+  // expected-error @+1 {{sample_offset must not be negative, got -2}}
+  %i, %wt, %c = moe.gate noisy_topk %x, %w aux(%w) experts = 4 top_k = 1 sample_offset = -2 : (tensor<2x8x16xf32>, tensor<16x4xf32>, tensor<16x4xf32>) -> (tensor<2x8x1xi32>, tensor<2x8x1xf32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
 func.func @gate_expert_choice_dropless(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>) {
   // expected-error @+1 {{expert_choice gate needs a capacity_factor}}
   %i, %wt, %c = moe.gate expert_choice %x, %w experts = 4 top_k = 2 : (tensor<2x8x16xf32>, tensor<16x4xf32>) -> (tensor<4x8xi32>, tensor<4x8xf32>, tensor<4xi32>)

@@ -52,6 +52,11 @@ func.func @gates(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>,
   %i3, %w3, %c3 = moe.gate cosine %x, %emb aux(%proj) experts = 4 top_k = 2 : (tensor<2x8x16xf32>, tensor<6x4xf32>, tensor<16x6xf32>) -> (tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<4xi32>)
   // CHECK: moe.gate expert_choice %{{.*}}, %{{.*}} experts = 4 top_k = 2 capacity_factor = 1.0 capacity = 8 : {{.*}} -> (tensor<4x8xi32>, tensor<4x8xf32>, tensor<4xi32>)
   %i4, %w4, %c4 = moe.gate expert_choice %x, %w experts = 4 top_k = 2 capacity_factor = 1.0 capacity = 8 : (tensor<2x8x16xf32>, tensor<16x4xf32>) -> (tensor<4x8xi32>, tensor<4x8xf32>, tensor<4xi32>)
+  // cosine's temperature and noisy_topk's first sample in the batch.
+  // CHECK: moe.gate cosine %{{.*}}, %{{.*}} aux(%{{.*}}) experts = 4 top_k = 2 tau = 2.000000e-01 :
+  %i5, %w5, %c5 = moe.gate cosine %x, %emb aux(%proj) experts = 4 top_k = 2 tau = 0.2 : (tensor<2x8x16xf32>, tensor<6x4xf32>, tensor<16x6xf32>) -> (tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<4xi32>)
+  // CHECK: moe.gate noisy_topk %{{.*}}, %{{.*}} aux(%{{.*}}) experts = 4 top_k = 2 normalize sample_offset = 6 :
+  %i6, %w6, %c6 = moe.gate noisy_topk %x, %w aux(%w) experts = 4 top_k = 2 normalize sample_offset = 6 : (tensor<2x8x16xf32>, tensor<16x4xf32>, tensor<16x4xf32>) -> (tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<4xi32>)
   return
 }
 
