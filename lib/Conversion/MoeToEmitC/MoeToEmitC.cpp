@@ -282,13 +282,19 @@ LogicalResult StepEmitter::forward(Operation *op, Value s, ArrayRef<Value> in,
       runtime("moe_rt_gate_topk",
               {s, i64(g.getTopK()), i64(g.getNormalize() ? 1 : 0), t(in[0]),
                t(in[1]), t(out[0]), t(out[1]), t(out[2])});
-    else
+    else if (g.getKind() == GateKind::noisy_topk)
       runtime("moe_rt_gate_at",
               {s, opaque(gateKindName(g.getKind())), i64(g.getTopK()),
                i64(g.getNormalize() ? 1 : 0), gateSeed(),
                i64(g.getSampleOffsetOrZero()), exact(g.getTauOrDefault()),
                t(in[0]), t(in[1]), opt(in, 2), t(out[0]), t(out[1]),
                t(out[2])});
+    else // no noise: neither the step's seed nor the sample matters
+      runtime("moe_rt_gate",
+              {s, opaque(gateKindName(g.getKind())), i64(g.getTopK()),
+               i64(g.getNormalize() ? 1 : 0), opaque("MOE_RT_GATE_NOISE_SEED"),
+               exact(g.getTauOrDefault()), t(in[0]), t(in[1]), opt(in, 2),
+               t(out[0]), t(out[1]), t(out[2])});
   } else if (isa<ExpertOp, SharedExpertOp>(op)) {
     bool gated = isa<ExpertOp>(op)
                      ? cast<ExpertOp>(op).isGated()
@@ -363,13 +369,20 @@ LogicalResult StepEmitter::backward(Operation *fwd, Value s,
       runtime("moe_rt_gate_topk_grad",
               {s, i64(gate.getTopK()), i64(gate.getNormalize() ? 1 : 0),
                t(in[0]), t(in[1]), t(ct[0]), t(g[0]), t(g[1])});
-    else
+    else if (gate.getKind() == GateKind::noisy_topk)
       runtime("moe_rt_gate_grad_at",
               {s, opaque(gateKindName(gate.getKind())), i64(gate.getTopK()),
                i64(gate.getNormalize() ? 1 : 0), gateSeed(),
                i64(gate.getSampleOffsetOrZero()), exact(gate.getTauOrDefault()),
                t(in[0]), t(in[1]), opt(in, 2), t(ct[0]), t(g[0]), t(g[1]),
                opt(g, 2)});
+    else
+      runtime("moe_rt_gate_grad",
+              {s, opaque(gateKindName(gate.getKind())), i64(gate.getTopK()),
+               i64(gate.getNormalize() ? 1 : 0),
+               opaque("MOE_RT_GATE_NOISE_SEED"),
+               exact(gate.getTauOrDefault()), t(in[0]), t(in[1]), opt(in, 2),
+               t(ct[0]), t(g[0]), t(g[1]), opt(g, 2)});
   } else if (isa<ExpertOp, SharedExpertOp>(fwd)) {
     bool gated = isa<ExpertOp>(fwd)
                      ? cast<ExpertOp>(fwd).isGated()
