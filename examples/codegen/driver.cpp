@@ -38,11 +38,10 @@
 //
 // PREFIX.rank<r> is each rank's file. The model's functions are
 // <MOE_MODEL>_declare and <MOE_MODEL>_step (moe_compile_model's PREFIX,
-// `model` by default).
+// `model` by default), declared by the generated <MOE_MODEL>.h.
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/step_support.h"
 #include "moe_rt/text_data.h"
 
 #include <chrono>
@@ -58,9 +57,13 @@
 #endif
 #define MOE_CAT2(a, b) a##b
 #define MOE_CAT(a, b) MOE_CAT2(a, b)
+#define MOE_STR2(x) #x
+#define MOE_STR(x) MOE_STR2(x)
 
-void MOE_CAT(MOE_MODEL, _declare)(moe_step *s);
-void MOE_CAT(MOE_MODEL, _step)(moe_step *s);
+// The header moe_compile_model generates for the model (<prefix>.h on the
+// library's include path): <prefix>_declare, <prefix>_step and the runtime's
+// step API, as a trainer of one model would include it by name.
+#include MOE_STR(MOE_MODEL.h)
 
 static int usage(const char *message) {
   std::fprintf(stderr,

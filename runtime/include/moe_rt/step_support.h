@@ -51,7 +51,8 @@ void moe_step_destroy(moe_step *s);
 int moe_step_rank(const moe_step *s);
 int moe_step_world_size(const moe_step *s);
 
-/* The step's arguments in order (parameters, token ids, labels). */
+/* The step's arguments in the order of the step function's arguments
+ * (generated steps: token ids, labels, then the parameters). */
 int moe_step_num_arguments(const moe_step *s);
 moe_rt_tensor *moe_step_argument_tensor(moe_step *s, int i);
 /* The parameter's name, or NULL for token ids / labels. */
