@@ -9,8 +9,12 @@
 
 #include "moe/Dialect/Moe/MoeOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Parser/Parser.h"
 #include "llvm/ADT/Hashing.h"
 #include "llvm/ADT/STLExtras.h"
 
@@ -48,6 +52,27 @@ int64_t expertGroupIndex(FunctionOpInterface func, int rank) {
   return index;
 }
 
+llvm::Expected<LoadedStep> loadScheduledStep(llvm::StringRef path,
+                                             MLIRContext &context) {
+  DialectRegistry registry;
+  registry.insert<MoeDialect, arith::ArithDialect, func::FuncDialect,
+                  shard::ShardDialect, tensor::TensorDialect>();
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+  LoadedStep step;
+  step.module = parseSourceFile<ModuleOp>(path, &context);
+  if (!step.module)
+    return llvm::createStringError("cannot parse '" + path.str() + "'");
+  for (auto f : step.module->getOps<FunctionOpInterface>())
+    if (f->hasAttr(MoeDialect::getScheduleAttrName()))
+      step.func = f;
+  if (!step.func)
+    return llvm::createStringError(
+        "'" + path.str() +
+        "' has no scheduled step (run moe-opt --moe-flowmoe-pipeline)");
+  return step;
+}
+
 int64_t gridSize(FunctionOpInterface func) {
   ModelAttr model;
   shard::GridOp grid = modelGrid(func, model);
@@ -74,9 +99,10 @@ bool isParameter(FunctionOpInterface func, BlockArgument arg) {
 /// Parameters: deterministic from their name (replicated weights equal on
 /// every rank; expert weights differ per rank, as each holds other
 /// experts). Token ids and labels: per rank.
-llvm::Expected<InitialValues>
-initialValues(FunctionOpInterface func, BlockArgument arg, int rank,
-              uint64_t seed, frontend::WeightLoader *sources) {
+llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
+                                            BlockArgument arg, int rank,
+                                            uint64_t seed,
+                                            frontend::WeightLoader *sources) {
   // Messages as moe-run has always printed them (tests match them).
   auto fail = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
@@ -125,12 +151,12 @@ initialValues(FunctionOpInterface func, BlockArgument arg, int rank,
   }
 
   // Imported parameters start from the model's own weights.
-  auto source = func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
-                                                      "moe.source");
+  auto source =
+      func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(), "moe.source");
   if (source && sources) {
-    int64_t first =
-        expert && !b.shape.empty() ? expertGroupIndex(func, rank) * b.shape[0]
-                                   : 0;
+    int64_t first = expert && !b.shape.empty()
+                        ? expertGroupIndex(func, rank) * b.shape[0]
+                        : 0;
     auto values = sources->load(source, b.shape, first);
     if (!values)
       return fail("parameter '" + argumentName(func, arg) +

@@ -1,4 +1,5 @@
-//===- ParamLoading.h - a step argument's initial values, per rank -*- C++ -*-===//
+//===- ParamLoading.h - a step argument's initial values, per rank -*- C++
+//-*-===//
 //
 // How moe-run starts a step's arguments, as a function of (step, rank)
 // only, so that moe-run (one rank, in its MPI job) and moe-export-params
@@ -14,6 +15,8 @@
 
 #include "moe/Frontend/WeightLoader.h"
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/Support/Error.h"
 
@@ -33,6 +36,20 @@ struct InitialValues {
   /// True when the values came from the parameter's moe.source.
   bool fromSource = false;
 };
+
+/// A scheduled step read from a file: the module and its function marked
+/// by moe-flowmoe-pipeline (the last one, as moe-run runs it).
+struct LoadedStep {
+  OwningOpRef<ModuleOp> module;
+  FunctionOpInterface func;
+};
+
+/// Registers the dialects a scheduled step uses with `context`, parses
+/// `path` and finds the step. Errors: "cannot parse 'PATH'" (the parser's
+/// diagnostics are printed first) and "'PATH' has no scheduled step (run
+/// moe-opt --moe-flowmoe-pipeline)".
+llvm::Expected<LoadedStep> loadScheduledStep(llvm::StringRef path,
+                                             MLIRContext &context);
 
 /// This rank's index in its expert-parallel group (the model's ep_axes of
 /// its grid, row-major), which decides the experts it holds. 0 without a
@@ -54,9 +71,10 @@ bool isParameter(FunctionOpInterface func, BlockArgument arg);
 /// moe.source weights; null means --random-weights (all from the seed).
 /// Fails with a message naming the parameter when its shape is dynamic or
 /// its source cannot be read.
-llvm::Expected<InitialValues>
-initialValues(FunctionOpInterface func, BlockArgument arg, int rank,
-              uint64_t seed, frontend::WeightLoader *sources);
+llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
+                                            BlockArgument arg, int rank,
+                                            uint64_t seed,
+                                            frontend::WeightLoader *sources);
 
 } // namespace mlir::moe::run
 

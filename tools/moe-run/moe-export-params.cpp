@@ -93,21 +93,11 @@ int main(int argc, char **argv) {
   if (input.empty() || output.empty())
     die(std::string("needs a step and -o FILE\n") + kUsage);
 
-  DialectRegistry registry;
-  registry.insert<MoeDialect, arith::ArithDialect, func::FuncDialect,
-                  shard::ShardDialect, tensor::TensorDialect>();
-  MLIRContext context(registry);
-  context.loadAllAvailableDialects();
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(input, &context);
-  if (!module)
-    die("cannot parse '" + input + "'");
-  FunctionOpInterface step;
-  for (auto f : module->getOps<FunctionOpInterface>())
-    if (f->hasAttr(MoeDialect::getScheduleAttrName()))
-      step = f;
-  if (!step)
-    die("'" + input +
-        "' has no scheduled step (run moe-opt --moe-flowmoe-pipeline)");
+  MLIRContext context;
+  llvm::Expected<run::LoadedStep> loaded = run::loadScheduledStep(input, context);
+  if (!loaded)
+    die(llvm::toString(loaded.takeError()));
+  FunctionOpInterface step = loaded->func;
 
   // The grid fixes the number of ranks (the generated step refuses any
   // other); --world-size is for a step without one, or a check.
