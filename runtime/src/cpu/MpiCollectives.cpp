@@ -178,6 +178,18 @@ std::string signatureMismatch(const moe_rt_comm_impl &c, int64_t kind,
   return "";
 }
 
+/// True (with the message) when an earlier collective on `c` timed out:
+/// its requests are still in flight, so nothing more may run on it.
+bool failedEarlier(moe_rt_comm c, std::string &message,
+                   moe_rt_status &status) {
+  std::lock_guard<std::mutex> lock(c->mutex);
+  if (c->failed.empty())
+    return false;
+  message = "communicator failed earlier: " + c->failed;
+  status = MOE_RT_BACKEND_ERROR;
+  return true;
+}
+
 /// A collective as non-blocking steps: [signature exchange,] post, test.
 /// With shape checks, ranks exchange kind and size first (FlowMoE App. K: a
 /// mismatch must not corrupt memory or hang). Non-blocking so that the
@@ -194,14 +206,8 @@ public:
   bool operator()(std::string &message, moe_rt_status &status) {
     if (state == Start) {
       start = Clock::now();
-      {
-        std::lock_guard<std::mutex> lock(c->mutex);
-        if (!c->failed.empty()) {
-          message = "communicator failed earlier: " + c->failed;
-          status = MOE_RT_BACKEND_ERROR;
-          return true;
-        }
-      }
+      if (failedEarlier(c, message, status))
+        return true;
       if (c->checkShapes) {
         mine[0] = kind;
         mine[1] = bytes;
@@ -424,14 +430,8 @@ public:
   bool operator()(std::string &message, moe_rt_status &status) {
     if (state == Start) {
       start = Clock::now();
-      {
-        std::lock_guard<std::mutex> lock(c->mutex);
-        if (!c->failed.empty()) {
-          message = "communicator failed earlier: " + c->failed;
-          status = MOE_RT_BACKEND_ERROR;
-          return true;
-        }
-      }
+      if (failedEarlier(c, message, status))
+        return true;
       if (c->checkShapes) {
         if (int rc = t->postHeaders(c->p2p); rc != MPI_SUCCESS)
           return mpiFailed(rc, message, status);
