@@ -123,11 +123,20 @@ inline bool parseTensor(const std::string &line, Tensor &t,
     error = "parameter '" + t.name + "': bad shape '" + dims + "'";
     return false;
   }
+  // Each value takes at least one character of the line, so a shape that
+  // claims more than the line holds is refused before anything is
+  // allocated (a damaged "999999999999x999999999999" would overflow).
   int64_t n = 1;
-  for (int64_t d : t.shape)
+  for (int64_t d : t.shape) {
+    if (d != 0 && n > static_cast<int64_t>(line.size()) / d) {
+      error = "parameter '" + t.name + "': shape " + dims +
+              " claims more values than its line holds";
+      return false;
+    }
     n *= d;
+  }
   t.values.clear();
-  t.values.reserve(n);
+  t.values.reserve(static_cast<size_t>(n));
   for (int64_t k = 0; k < n; ++k) {
     skipSpace();
     char *end = nullptr;
