@@ -347,79 +347,70 @@ template <typename T> T readLE(const char *p) {
 constexpr uint64_t kMaxValues = uint64_t(1) << 24;
 } // namespace
 
-std::optional<std::vector<int64_t>>
-OnnxGraph::intValues(llvm::StringRef value) const {
+template <typename T>
+std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
+                                                 bool floatsToo) const {
   const onnx::TensorProto *t = constant(value);
   if (!t)
     return std::nullopt;
   auto n = elementCount(*t);
   if (!n || *n > kMaxValues)
     return std::nullopt;
-  std::vector<int64_t> out;
   int32_t dt = t->data_type();
+  bool isInt = dt == onnx::TensorProto::INT64 || dt == onnx::TensorProto::INT32;
+  bool isFloat =
+      dt == onnx::TensorProto::FLOAT || dt == onnx::TensorProto::DOUBLE;
+  if (!isInt && !(floatsToo && isFloat))
+    return std::nullopt;
+  std::vector<T> out;
   if (auto raw = rawBytes(*t, kMaxValues * 8)) {
-    size_t es = elementSize(dt);
-    if (dt != onnx::TensorProto::INT64 && dt != onnx::TensorProto::INT32)
+    if (raw->size() != *n * elementSize(dt))
       return std::nullopt;
-    if (raw->size() != *n * es)
-      return std::nullopt;
+    const char *p = raw->data();
     for (uint64_t i = 0; i < *n; ++i)
-      out.push_back(dt == onnx::TensorProto::INT64
-                        ? readLE<int64_t>(raw->data() + i * 8)
-                        : int64_t(readLE<int32_t>(raw->data() + i * 4)));
+      switch (dt) {
+      case onnx::TensorProto::INT64:
+        out.push_back(T(readLE<int64_t>(p + i * 8)));
+        break;
+      case onnx::TensorProto::INT32:
+        out.push_back(T(readLE<int32_t>(p + i * 4)));
+        break;
+      case onnx::TensorProto::FLOAT:
+        out.push_back(T(readLE<float>(p + i * 4)));
+        break;
+      default:
+        out.push_back(T(readLE<double>(p + i * 8)));
+      }
     return out;
   }
   if (t->data_location() == onnx::TensorProto::EXTERNAL)
     return std::nullopt;
-  if (dt == onnx::TensorProto::INT64 && uint64_t(t->int64_data_size()) == *n)
-    out.assign(t->int64_data().begin(), t->int64_data().end());
-  else if (dt == onnx::TensorProto::INT32 &&
-           uint64_t(t->int32_data_size()) == *n)
-    out.assign(t->int32_data().begin(), t->int32_data().end());
-  else
-    return std::nullopt;
-  return out;
+  auto take = [&](const auto &field) -> std::optional<std::vector<T>> {
+    if (uint64_t(field.size()) != *n)
+      return std::nullopt;
+    out.assign(field.begin(), field.end());
+    return out;
+  };
+  switch (dt) {
+  case onnx::TensorProto::INT64:
+    return take(t->int64_data());
+  case onnx::TensorProto::INT32:
+    return take(t->int32_data());
+  case onnx::TensorProto::FLOAT:
+    return take(t->float_data());
+  default:
+    return take(t->double_data());
+  }
+}
+
+std::optional<std::vector<int64_t>>
+OnnxGraph::intValues(llvm::StringRef value) const {
+  return numbers<int64_t>(value, /*floatsToo=*/false);
 }
 
 std::optional<std::vector<double>>
 OnnxGraph::floatValues(llvm::StringRef value) const {
-  const onnx::TensorProto *t = constant(value);
-  if (!t)
-    return std::nullopt;
-  auto n = elementCount(*t);
-  if (!n || *n > kMaxValues)
-    return std::nullopt;
-  std::vector<double> out;
-  int32_t dt = t->data_type();
-  if (dt == onnx::TensorProto::INT64 || dt == onnx::TensorProto::INT32) {
-    auto ints = intValues(value);
-    if (!ints)
-      return std::nullopt;
-    out.assign(ints->begin(), ints->end());
-    return out;
-  }
-  if (dt != onnx::TensorProto::FLOAT && dt != onnx::TensorProto::DOUBLE)
-    return std::nullopt;
-  if (auto raw = rawBytes(*t, kMaxValues * 8)) {
-    size_t es = elementSize(dt);
-    if (raw->size() != *n * es)
-      return std::nullopt;
-    for (uint64_t i = 0; i < *n; ++i)
-      out.push_back(dt == onnx::TensorProto::FLOAT
-                        ? double(readLE<float>(raw->data() + i * 4))
-                        : readLE<double>(raw->data() + i * 8));
-    return out;
-  }
-  if (t->data_location() == onnx::TensorProto::EXTERNAL)
-    return std::nullopt;
-  if (dt == onnx::TensorProto::FLOAT && uint64_t(t->float_data_size()) == *n)
-    out.assign(t->float_data().begin(), t->float_data().end());
-  else if (dt == onnx::TensorProto::DOUBLE &&
-           uint64_t(t->double_data_size()) == *n)
-    out.assign(t->double_data().begin(), t->double_data().end());
-  else
-    return std::nullopt;
-  return out;
+  return numbers<double>(value, /*floatsToo=*/true);
 }
 
 std::optional<std::vector<int64_t>>

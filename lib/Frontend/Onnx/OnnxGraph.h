@@ -39,9 +39,8 @@ public:
 
   /// Parses an in-memory model (`path` names it in diagnostics and anchors
   /// relative external-data locations). Same errors as load().
-  static std::unique_ptr<OnnxGraph> parse(llvm::StringRef bytes,
-                                          llvm::StringRef path,
-                                          MLIRContext *ctx);
+  static std::unique_ptr<OnnxGraph>
+  parse(llvm::StringRef bytes, llvm::StringRef path, MLIRContext *ctx);
 
   const onnx::ModelProto &model() const { return model_; }
   const onnx::GraphProto &graph() const { return model_.graph(); }
@@ -51,7 +50,8 @@ public:
   /// The node that produces `value`; null for graph inputs and initializers.
   const onnx::NodeProto *producer(llvm::StringRef value) const;
   /// The nodes that read `value`, in graph order.
-  llvm::ArrayRef<const onnx::NodeProto *> consumers(llvm::StringRef value) const;
+  llvm::ArrayRef<const onnx::NodeProto *>
+  consumers(llvm::StringRef value) const;
   /// An initializer, or the `value` attribute of a Constant node, by name.
   const onnx::TensorProto *constant(llvm::StringRef value) const;
   /// True when `value` is an initializer (weights), not a Constant node.
@@ -97,6 +97,12 @@ private:
   void inferShapes();
   std::optional<std::string> rawBytes(const onnx::TensorProto &t,
                                       uint64_t limit) const;
+  /// A small constant's INT32/INT64 values (and, with `floatsToo`,
+  /// FLOAT/DOUBLE ones) as T, from raw or typed fields: what intValues and
+  /// floatValues share.
+  template <typename T>
+  std::optional<std::vector<T>> numbers(llvm::StringRef value,
+                                        bool floatsToo) const;
   /// Constant nodes' values as tensors (stable addresses for constants_).
   std::deque<onnx::TensorProto> ownedConstants_;
   onnx::ModelProto model_;
