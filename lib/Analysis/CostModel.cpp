@@ -104,21 +104,20 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
     // The bytes each rank sends: every slot of the send buffer, E x C x M
     // for dispatch and the same back for combine; dropless sends its k
     // copies of every token.
+    std::optional<RoutingShape> shape = routingShape(forward);
+    if (!shape)
+      return op->emitOpError() << "has no cost model";
+    int64_t experts = shape->experts;
+    std::optional<int64_t> capacity = shape->capacity;
+    // Dispatch moves its input's tokens; combine brings them back.
     Value tokensSide, expertSide;
-    int64_t experts = 0;
-    std::optional<int64_t> capacity;
     if (auto d = dyn_cast<DispatchOp>(forward)) {
       tokensSide = d.getInput();
       expertSide = d.getResult();
-      experts = d.getNumExperts();
-      capacity = d.getCapacity();
-    } else if (auto cmb = dyn_cast<CombineOp>(forward)) {
+    } else {
+      auto cmb = cast<CombineOp>(forward);
       tokensSide = cmb.getResult();
       expertSide = cmb.getInput();
-      experts = cmb.getNumExperts();
-      capacity = cmb.getCapacity();
-    } else {
-      return op->emitOpError() << "has no cost model";
     }
     double m = dim(tokensSide, 2) * elementBytes(tokensSide.getType());
     if (capacity) {

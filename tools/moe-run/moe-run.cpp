@@ -441,10 +441,9 @@ void Runner::issueRouting(Operation *op, moe_rt_stream s, bool backward,
   moe_rt_comm comm =
       commFor(op, collective.getGridAttr(), collective.getAxes());
   bool isDispatch = isa<DispatchOp>(op);
-  int64_t experts = isDispatch ? cast<DispatchOp>(op).getNumExperts()
-                               : cast<CombineOp>(op).getNumExperts();
-  std::optional<int64_t> cap = isDispatch ? cast<DispatchOp>(op).getCapacity()
-                                          : cast<CombineOp>(op).getCapacity();
+  RoutingShape shape = *routingShape(op);
+  int64_t experts = shape.experts;
+  std::optional<int64_t> cap = shape.capacity;
   if (!cap)
     die("dropless dispatch is not supported by moe-run yet");
   if (isDispatch && !backward)

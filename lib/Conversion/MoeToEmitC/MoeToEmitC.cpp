@@ -412,10 +412,9 @@ LogicalResult StepEmitter::routing(Operation *op, Value s, bool isBackward,
   auto collective = cast<CollectiveOpInterface>(op);
   Value c = comm(collective.getGridAttr(), collective.getAxes());
   bool isDispatch = isa<DispatchOp>(op);
-  int64_t experts = isDispatch ? cast<DispatchOp>(op).getNumExperts()
-                               : cast<CombineOp>(op).getNumExperts();
-  std::optional<int64_t> cap = isDispatch ? cast<DispatchOp>(op).getCapacity()
-                                          : cast<CombineOp>(op).getCapacity();
+  RoutingShape shape = *routingShape(op);
+  int64_t experts = shape.experts;
+  std::optional<int64_t> cap = shape.capacity;
   if (!cap)
     return op->emitOpError()
            << "cannot be converted: dropless routing (no capacity) is not "

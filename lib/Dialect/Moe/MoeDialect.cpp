@@ -19,6 +19,15 @@ void MoeDialect::initialize() {
       >();
 }
 
+std::optional<mlir::moe::RoutingShape>
+mlir::moe::routingShape(Operation *op) {
+  if (auto d = dyn_cast<DispatchOp>(op))
+    return RoutingShape{d.getNumExperts(), d.getCapacity()};
+  if (auto c = dyn_cast<CombineOp>(op))
+    return RoutingShape{c.getNumExperts(), c.getCapacity()};
+  return std::nullopt;
+}
+
 /// A task may sit on a communication stream iff it communicates. Upstream
 /// `shard` collectives (FSMoE's intra-node all-gather / reduce-scatter) count
 /// as communication too.

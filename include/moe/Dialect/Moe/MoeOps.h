@@ -13,6 +13,8 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include <optional>
+
 #include "Moe/MoeInterfaces.h.inc"
 
 #define GET_OP_CLASSES
@@ -35,6 +37,17 @@ FailureOr<int64_t> verifyGroupSize(Operation *from, shard::GridOp grid,
 /// rank (§2.2), FSMoE's T (§3.3). Exact for decimal f such as 1.1.
 int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
                        int64_t experts);
+
+/// What a routing all-to-all (moe.dispatch or moe.combine) moves: its
+/// expert count and capacity (none: dropless).
+struct RoutingShape {
+  int64_t experts = 0;
+  std::optional<int64_t> capacity;
+};
+
+/// The routing shape of a moe.dispatch or moe.combine; std::nullopt for
+/// any other op.
+std::optional<RoutingShape> routingShape(Operation *op);
 
 /// Whether `op` occupies a communication stream: moe collectives, their
 /// vjps, and upstream `shard` collectives.
