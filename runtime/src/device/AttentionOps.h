@@ -140,7 +140,7 @@ moe_rt_status probabilities(X &x, const kernels::AttentionShape &s,
     int64_t g = h / z.group;
     // S_bh = Q_bh K_bg^T / sqrt(D).
     if (dense::gemmInto(
-            x, dense::stridedGemm(false, true, z.n, z.n, z.d, inv, q + h * z.d,
+            x, stridedGemm(false, true, z.n, z.n, z.d, inv, q + h * z.d,
                                   z.hd, z.n * z.hd, k + g * z.d, z.kvd,
                                   z.n * z.kvd, 0, a.p + h * z.nn, z.n,
                                   z.pStride, nb)))
@@ -200,7 +200,7 @@ moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
     for (int64_t h = 0; h < s.heads; ++h) {
       int64_t g = h / z.group;
       // O_bh = P_bh V_bg.
-      if (gemmInto(x, dense::stridedGemm(false, false, z.n, z.d, z.n, 1,
+      if (gemmInto(x, stridedGemm(false, false, z.n, z.d, z.n, 1,
                                          a.p + h * z.nn, z.n, z.pStride,
                                          v + g * z.d, z.kvd, z.n * z.kvd, 0,
                                          o + h * z.d, z.hd, z.n * z.hd, nb)))
@@ -218,7 +218,6 @@ moe_rt_status backwardChunk(X &x, const kernels::AttentionShape &s,
                             float *dQAll, float *dKAll, float *dVAll,
                             int64_t b0, int64_t nb) {
   using dense::gemmInto;
-  using dense::stridedGemm;
   Dims z(s);
   if (a.pFirst != b0 && probabilities(x, s, a, b0, nb))
     return x.status();

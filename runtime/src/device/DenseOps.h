@@ -32,35 +32,6 @@ namespace moe_rt::device {
 
 namespace dense {
 
-
-/// A row-major GEMM with explicit leading dimensions and batch strides (the
-/// general form of gemmDesc in Device.h).
-inline GemmDesc stridedGemm(bool transA, bool transB, int64_t m, int64_t n,
-                            int64_t k, float alpha, const float *a,
-                            int64_t lda, int64_t strideA, const float *b,
-                            int64_t ldb, int64_t strideB, float beta, float *c,
-                            int64_t ldc, int64_t strideC, int64_t batch) {
-  GemmDesc g;
-  g.transA = transA;
-  g.transB = transB;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = alpha;
-  g.beta = beta;
-  g.a = a;
-  g.lda = lda;
-  g.strideA = strideA;
-  g.b = b;
-  g.ldb = ldb;
-  g.strideB = strideB;
-  g.c = c;
-  g.ldc = ldc;
-  g.strideC = strideC;
-  g.batch = batch;
-  return g;
-}
-
 /// C = op(A) op(B) (beta 0) or C += ... (beta 1); with k == 0 the product
 /// is empty, and C is zeroed (beta 0) rather than left to the BLAS.
 template <class X> moe_rt_status gemmInto(X &x, const GemmDesc &g) {

@@ -94,10 +94,12 @@ struct GemmDesc {
   int64_t batch = 1;
 };
 
-/// A plain row-major GEMM with packed operands (lda = cols of stored A...).
-inline GemmDesc gemmDesc(bool transA, bool transB, int64_t m, int64_t n,
-                         int64_t k, float alpha, const float *a,
-                         const float *b, float beta, float *c) {
+/// A row-major GEMM with explicit leading dimensions and batch strides.
+inline GemmDesc stridedGemm(bool transA, bool transB, int64_t m, int64_t n,
+                            int64_t k, float alpha, const float *a,
+                            int64_t lda, int64_t strideA, const float *b,
+                            int64_t ldb, int64_t strideB, float beta, float *c,
+                            int64_t ldc, int64_t strideC, int64_t batch) {
   GemmDesc g;
   g.transA = transA;
   g.transB = transB;
@@ -107,12 +109,24 @@ inline GemmDesc gemmDesc(bool transA, bool transB, int64_t m, int64_t n,
   g.alpha = alpha;
   g.beta = beta;
   g.a = a;
-  g.lda = transA ? m : k;
+  g.lda = lda;
+  g.strideA = strideA;
   g.b = b;
-  g.ldb = transB ? k : n;
+  g.ldb = ldb;
+  g.strideB = strideB;
   g.c = c;
-  g.ldc = n;
+  g.ldc = ldc;
+  g.strideC = strideC;
+  g.batch = batch;
   return g;
+}
+
+/// One row-major GEMM with packed operands (row strides = stored columns).
+inline GemmDesc gemmDesc(bool transA, bool transB, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float *a,
+                         const float *b, float beta, float *c) {
+  return stridedGemm(transA, transB, m, n, k, alpha, a, transA ? m : k, 0, b,
+                     transB ? k : n, 0, beta, c, n, 0, 1);
 }
 
 /// cuBLAS is column-major. A row-major C = op(A) op(B) is the column-major
