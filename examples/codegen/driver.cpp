@@ -42,6 +42,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe_rt/option_values.h"
 #include "moe_rt/text_data.h"
 
 #include <chrono>
@@ -159,7 +160,7 @@ int main(int argc, char **argv) {
   std::string inputs, dump, params, data;
   int steps = 1;
   double timeout = 60;
-  std::string seed; // moe-run's default when empty
+  std::optional<uint64_t> seed; // moe-run's default when absent
   moe_rt_backend backend = MOE_RT_CPU;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -174,12 +175,26 @@ int main(int argc, char **argv) {
       params = v;
     else if (a == "--data")
       data = v;
-    else if (a == "--steps")
-      steps = std::atoi(v.c_str());
-    else if (a == "--timeout")
-      timeout = std::atof(v.c_str());
-    else if (a == "--seed")
-      seed = v;
+    else if (a == "--steps") {
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
+      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
+        return usage(("--steps must be a positive integer, not '" + v + "'")
+                         .c_str());
+      steps = int(*n);
+    } else if (a == "--timeout") {
+      std::optional<double> t = moe_rt::options::nonNegativeNumber(v);
+      if (!t)
+        return usage(
+            ("--timeout must be a number of seconds >= 0, not '" + v + "'")
+                .c_str());
+      timeout = *t;
+    } else if (a == "--seed") {
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
+      if (!n)
+        return usage(
+            ("--seed must be a non-negative integer, not '" + v + "'").c_str());
+      seed = *n;
+    }
     else if (a == "--backend") {
       if (v == "cpu")
         backend = MOE_RT_CPU;
@@ -197,14 +212,6 @@ int main(int argc, char **argv) {
   if (!data.empty() && inputs.empty() && params.empty())
     return usage("--data needs the initial parameters: --params FILE (the "
                  "parameter file moe_compile_model writes)");
-  if (steps < 1)
-    return usage("--steps must be positive");
-  char *seedEnd = nullptr;
-  uint64_t seedValue =
-      seed.empty() ? 0 : std::strtoull(seed.c_str(), &seedEnd, 10);
-  if (!seed.empty() && (*seedEnd != '\0' || seed[0] == '-'))
-    return usage(("--seed must be a non-negative integer, not '" + seed + "'")
-                     .c_str());
 
   // Every rank sees the same answer here (the build, the node's devices),
   // so all stop together with status 1 instead of an MPI abort.
@@ -234,8 +241,8 @@ int main(int argc, char **argv) {
   moe_step *s = moe_step_create_on(timeout, backend);
   std::string rank = ".rank" + std::to_string(moe_step_rank(s));
   MOE_CAT(MOE_MODEL, _declare)(s);
-  if (!seed.empty())
-    moe_step_set_gate_seed(s, seedValue);
+  if (seed)
+    moe_step_set_gate_seed(s, *seed);
   TextArguments textArgs;
   if (!data.empty()) {
     std::string error = findTextArguments(s, textArgs);

@@ -18,6 +18,7 @@
 
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "moe/Frontend/WeightLoader.h"
+#include "moe_rt/option_values.h"
 #include "moe_rt/params_file.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -50,12 +51,10 @@ const char *kUsage =
 
 /// A non-negative integer option value, whole.
 uint64_t number(const std::string &option, const std::string &text) {
-  char *end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || *end || errno || text[0] == '-')
+  std::optional<uint64_t> v = moe_rt::options::wholeNumber(text);
+  if (!v)
     die(option + " needs a non-negative integer, got '" + text + "'");
-  return v;
+  return *v;
 }
 
 } // namespace
@@ -94,7 +93,8 @@ int main(int argc, char **argv) {
     die(std::string("needs a step and -o FILE\n") + kUsage);
 
   MLIRContext context;
-  llvm::Expected<run::LoadedStep> loaded = run::loadScheduledStep(input, context);
+  llvm::Expected<run::LoadedStep> loaded =
+      run::loadScheduledStep(input, context);
   if (!loaded)
     die(llvm::toString(loaded.takeError()));
   FunctionOpInterface step = loaded->func;
@@ -103,8 +103,10 @@ int main(int argc, char **argv) {
   // other); --world-size is for a step without one, or a check.
   int64_t grid = run::gridSize(step);
   if (grid && worldSize && grid != worldSize)
-    die("--world-size " + std::to_string(worldSize) + " but the step's grid "
-        "has " + std::to_string(grid) + " ranks");
+    die("--world-size " + std::to_string(worldSize) +
+        " but the step's grid "
+        "has " +
+        std::to_string(grid) + " ranks");
   int64_t world = grid ? grid : worldSize;
   if (world < 1)
     die("the step names no grid; give --world-size");

@@ -24,6 +24,7 @@
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
+#include "moe_rt/option_values.h"
 #include "moe_rt/text_data.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -621,10 +622,19 @@ int main(int argc, char **argv) {
         die(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--steps")
-      steps = std::atoi(value().c_str());
-    else if (a == "--seed")
-      seed = std::strtoull(value().c_str(), nullptr, 10);
+    if (a == "--steps") {
+      std::string v = value();
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
+      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
+        die("--steps needs a positive integer, got '" + v + "'");
+      steps = int(*n);
+    } else if (a == "--seed") {
+      std::string v = value();
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
+      if (!n)
+        die("--seed needs a non-negative integer, got '" + v + "'");
+      seed = *n;
+    }
     else if (a == "--dump")
       dump = value();
     else if (a == "--data")
@@ -633,8 +643,13 @@ int main(int argc, char **argv) {
       randomWeights = true;
     else if (a == "--dump-inputs")
       dumpInputs = value();
-    else if (a == "--timeout")
-      timeout = std::atof(value().c_str());
+    else if (a == "--timeout") {
+      std::string v = value();
+      std::optional<double> t = moe_rt::options::nonNegativeNumber(v);
+      if (!t)
+        die("--timeout needs a number of seconds >= 0, got '" + v + "'");
+      timeout = *t;
+    }
     else if (a == "-h" || a == "--help") {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] [--dump-inputs "
@@ -648,8 +663,6 @@ int main(int argc, char **argv) {
   }
   if (input.empty())
     die("no input step (moe-run STEP.mlir)");
-  if (steps < 1)
-    die("--steps must be positive");
 
   MLIRContext context;
   llvm::Expected<run::LoadedStep> loaded = run::loadScheduledStep(input, context);
