@@ -126,6 +126,30 @@ moe_rt_status task(moe_rt_stream s, std::function<void()> body) {
       false);
 }
 
+/// One routing exchange, as dispatch, combine and dispatch's vjp make it:
+/// `pack` (a task) fills the E x C x M send buffer, the group's all-to-all
+/// moves it, and `unpack` (a task) reads the received buffer. `unpack`
+/// returns "" or the message the stream fails with: an error found while
+/// packing is reported only here, after the all-to-all, so that no peer is
+/// left waiting in it. Both buffers live until `unpack` has run.
+moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm, const Route &r,
+                       std::function<void(float *send)> pack,
+                       std::function<std::string(const float *recv)> unpack) {
+  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
+       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
+  if (moe_rt_status st = task(s, [=] { pack(send->data.data()); }))
+    return st;
+  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
+    return st;
+  return s->impl->enqueueHost(
+      [=](std::string &message) {
+        message = unpack(recv->data.data());
+        (void)send;
+        return message.empty() ? MOE_RT_OK : MOE_RT_INVALID_ARGUMENT;
+      },
+      false);
+}
+
 //===----------------------------------------------------------------------===//
 // Expert choice: slot (e, c) holds token indices[e, c] of this rank.
 //===----------------------------------------------------------------------===//
@@ -166,58 +190,45 @@ moe_rt_status lastTask(moe_rt_stream s, std::shared_ptr<EcError> err,
 moe_rt_status ecDispatch(moe_rt_stream s, moe_rt_comm comm, const Route &r,
                          const int64_t *idx, float *px, float *py) {
   auto err = std::make_shared<EcError>();
-  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
-       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
-  if (moe_rt_status st = task(s, [=] {
+  return exchange(
+      s, comm, r,
+      [=](float *send) {
         if (!err->check("moe_rt_dispatch", r, idx))
-          k::ecDispatchLayout(r.E, r.C, r.M, idx, px, send->data.data());
-      }))
-    return st;
-  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
-    return st;
-  return lastTask(s, err, [=] {
-    k::toExpertMajor(r.G, r.El, r.C, r.M, recv->data.data(), py);
-    (void)send;
-  });
+          k::ecDispatchLayout(r.E, r.C, r.M, idx, px, send);
+      },
+      [=](const float *recv) {
+        k::toExpertMajor(r.G, r.El, r.C, r.M, recv, py);
+        return err->message;
+      });
 }
 
 moe_rt_status ecDispatchGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
                              const int64_t *idx, float *pd, float *pdx) {
-  auto err = std::make_shared<EcError>();
-  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
-       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
-  if (moe_rt_status st = task(s, [=] {
-        k::toRankMajor(r.G, r.El, r.C, r.M, pd, send->data.data());
-      }))
-    return st;
-  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
-    return st;
-  return lastTask(s, err, [=] {
-    std::memset(pdx, 0, sizeof(float) * r.T * r.M);
-    if (!err->check("moe_rt_dispatch_grad", r, idx))
-      k::ecDispatchLayoutBackward(r.E, r.C, r.M, idx, recv->data.data(), pdx);
-    (void)send;
-  });
+  return exchange(
+      s, comm, r,
+      [=](float *send) { k::toRankMajor(r.G, r.El, r.C, r.M, pd, send); },
+      [=](const float *recv) {
+        EcError err;
+        std::memset(pdx, 0, sizeof(float) * r.T * r.M);
+        if (!err.check("moe_rt_dispatch_grad", r, idx))
+          k::ecDispatchLayoutBackward(r.E, r.C, r.M, idx, recv, pdx);
+        return err.message;
+      });
 }
 
 moe_rt_status ecCombine(moe_rt_stream s, moe_rt_comm comm, const Route &r,
                         const int64_t *idx, float *pe, float *pw, float *py) {
-  auto err = std::make_shared<EcError>();
-  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
-       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
-  if (moe_rt_status st = task(s, [=] {
-        k::toRankMajor(r.G, r.El, r.C, r.M, pe, send->data.data());
-      }))
-    return st;
-  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
-    return st;
-  return lastTask(s, err, [=] {
-    if (err->check("moe_rt_combine", r, idx))
-      std::memset(py, 0, sizeof(float) * r.T * r.M);
-    else
-      k::ecCombineGather(r.T, r.E, r.C, r.M, idx, pw, recv->data.data(), py);
-    (void)send;
-  });
+  return exchange(
+      s, comm, r,
+      [=](float *send) { k::toRankMajor(r.G, r.El, r.C, r.M, pe, send); },
+      [=](const float *recv) {
+        EcError err;
+        if (err.check("moe_rt_combine", r, idx))
+          std::memset(py, 0, sizeof(float) * r.T * r.M);
+        else
+          k::ecCombineGather(r.T, r.E, r.C, r.M, idx, pw, recv, py);
+        return err.message;
+      });
 }
 
 moe_rt_status ecCombineGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
@@ -283,23 +294,19 @@ moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
                                    i64(indices), f32(out)));
   if (r.ec)
     return ecDispatch(s, comm, r, i64(indices), f32(x), f32(out));
-  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
-  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
-       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
   const int64_t *idx = i64(indices);
   float *px = f32(x), *py = f32(out);
-  if (moe_rt_status st = task(s, [=] {
-        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
-        k::dispatchLayout(r.T, r.k, r.E, r.C, r.M, idx, slots->data(), px,
-                          send->data.data());
-      }))
-    return st;
-  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
-    return st;
-  return task(s, [=] {
-    k::toExpertMajor(r.G, r.El, r.C, r.M, recv->data.data(), py);
-    (void)send;
-  });
+  return exchange(
+      s, comm, r,
+      [=](float *send) {
+        std::vector<int64_t> slots(r.T * r.k);
+        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots.data());
+        k::dispatchLayout(r.T, r.k, r.E, r.C, r.M, idx, slots.data(), px, send);
+      },
+      [=](const float *recv) {
+        k::toExpertMajor(r.G, r.El, r.C, r.M, recv, py);
+        return std::string();
+      });
 }
 
 moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
@@ -315,24 +322,19 @@ moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
                                        f32(dout), f32(dx)));
   if (r.ec)
     return ecDispatchGrad(s, comm, r, i64(indices), f32(dout), f32(dx));
-  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
-  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
-       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
   const int64_t *idx = i64(indices);
   float *pd = f32(dout), *pdx = f32(dx);
-  if (moe_rt_status st = task(s, [=] {
-        k::toRankMajor(r.G, r.El, r.C, r.M, pd, send->data.data());
-      }))
-    return st;
-  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
-    return st;
-  return task(s, [=] {
-    std::memset(pdx, 0, sizeof(float) * r.T * r.M);
-    k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
-    k::dispatchLayoutBackward(r.T, r.k, r.C, r.M, idx, slots->data(),
-                              recv->data.data(), pdx);
-    (void)send;
-  });
+  return exchange(
+      s, comm, r,
+      [=](float *send) { k::toRankMajor(r.G, r.El, r.C, r.M, pd, send); },
+      [=](const float *recv) {
+        std::vector<int64_t> slots(r.T * r.k);
+        std::memset(pdx, 0, sizeof(float) * r.T * r.M);
+        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots.data());
+        k::dispatchLayoutBackward(r.T, r.k, r.C, r.M, idx, slots.data(), recv,
+                                  pdx);
+        return std::string();
+      });
 }
 
 moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
@@ -352,23 +354,17 @@ moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
   if (r.ec)
     return ecCombine(s, comm, r, i64(indices), f32(expert_out), f32(weights),
                      f32(out));
-  auto slots = std::make_shared<std::vector<int64_t>>(r.T * r.k);
-  auto send = std::make_shared<Scratch>(r.E, r.C, r.M),
-       recv = std::make_shared<Scratch>(r.E, r.C, r.M);
   const int64_t *idx = i64(indices);
   float *pe = f32(expert_out), *pw = f32(weights), *py = f32(out);
-  if (moe_rt_status st = task(s, [=] {
-        k::toRankMajor(r.G, r.El, r.C, r.M, pe, send->data.data());
-      }))
-    return st;
-  if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
-    return st;
-  return task(s, [=] {
-    k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
-    k::combineGather(r.T, r.k, r.C, r.M, idx, slots->data(), pw,
-                     recv->data.data(), py);
-    (void)send;
-  });
+  return exchange(
+      s, comm, r,
+      [=](float *send) { k::toRankMajor(r.G, r.El, r.C, r.M, pe, send); },
+      [=](const float *recv) {
+        std::vector<int64_t> slots(r.T * r.k);
+        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots.data());
+        k::combineGather(r.T, r.k, r.C, r.M, idx, slots.data(), pw, recv, py);
+        return std::string();
+      });
 }
 
 moe_rt_status
