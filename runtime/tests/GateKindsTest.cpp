@@ -25,6 +25,7 @@ namespace {
 
 using moe_rt_test::Tensor;
 
+using moe_rt_test::checkCentralDifferences;
 using moe_rt_test::fillRandom;
 
 double sig(double v) { return 1 / (1 + std::exp(-v)); }
@@ -147,8 +148,8 @@ TEST_F(GateKindsTest, NoiseDiffersPerSampleAndIgnoresMicroBatching) {
   EXPECT_NE(first[0], first[3]); // positions differ
   EXPECT_NE(first[0], first[1]); // experts differ
   // Sample 0 keeps the seed's position hash (sampleSeed(seed, 0) = seed).
-  EXPECT_EQ(first[4], moe_rt::kernels::gateNoise(
-                          moe_rt::kernels::positionHash(5, 1), 1));
+  EXPECT_EQ(first[4],
+            moe_rt::kernels::gateNoise(moe_rt::kernels::positionHash(5, 1), 1));
 }
 
 TEST_F(GateKindsTest, NoisyAtFirstSampleMatchesTheWholeBatch) {
@@ -260,34 +261,13 @@ void gradientCheck(moe_rt_stream s, moe_rt_gate_kind kind, int normalize,
                              &dw, aux ? &da : nullptr),
             MOE_RT_OK);
   ASSERT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
-  double base = objective();
-  (void)base;
-  std::vector<int64_t> before(idx.i(), idx.i() + idx.n());
-  const float h = 1e-3f;
+  std::string kindName = "kind " + std::to_string(kind) + " ";
   int checked = 0;
-  auto check = [&](Tensor &param, Tensor &grad, const char *name) {
-    for (int64_t i = 0; i < param.n(); ++i) {
-      float keep = param.f()[i];
-      param.f()[i] = keep + h;
-      double plus = objective();
-      bool same = std::equal(before.begin(), before.end(), idx.i());
-      param.f()[i] = keep - h;
-      double minus = objective();
-      same &= std::equal(before.begin(), before.end(), idx.i());
-      param.f()[i] = keep;
-      if (!same) // the selection flipped: not differentiable here
-        continue;
-      ++checked;
-      EXPECT_NEAR(grad.f()[i], (plus - minus) / (2 * h),
-                  1e-2 * (1 + std::fabs(grad.f()[i])))
-          << "kind " << kind << " " << name << "[" << i << "]";
-    }
-  };
   if (checkX)
-    check(x, dx, "x");
-  check(w, dw, "w");
+    checked += checkCentralDifferences(x, dx, idx, objective, kindName + "x");
+  checked += checkCentralDifferences(w, dw, idx, objective, kindName + "w");
   if (aux)
-    check(a, da, "aux");
+    checked += checkCentralDifferences(a, da, idx, objective, kindName + "aux");
   EXPECT_GT(checked, int(w.n())); // most points were checked
   // A nonzero gradient everywhere it should be: the check is not vacuous.
   double norm = 0;

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace moe_rt_test {
@@ -53,6 +55,40 @@ inline std::vector<double> randomDoubles(size_t n, std::mt19937 &rng,
   for (double &x : v)
     x = d(rng);
   return v;
+}
+
+/// Central differences of `objective()` (a scalar of the op's outputs)
+/// against `grad` at every element of `param`, skipping the points where a
+/// +-h step changes `selection` (a routing op's indices: not differentiable
+/// there). Returns how many points were checked, so that the caller can
+/// require most of them to have been.
+template <class Objective>
+int checkCentralDifferences(Tensor &param, Tensor &grad, Tensor &selection,
+                            Objective objective, const std::string &name,
+                            float h = 1e-3f) {
+  objective();
+  std::vector<int64_t> before(selection.i(), selection.i() + selection.n());
+  auto unchanged = [&] {
+    return std::equal(before.begin(), before.end(), selection.i());
+  };
+  int checked = 0;
+  for (int64_t i = 0; i < param.n(); ++i) {
+    float keep = param.f()[i];
+    param.f()[i] = keep + h;
+    double plus = objective();
+    bool same = unchanged();
+    param.f()[i] = keep - h;
+    double minus = objective();
+    same &= unchanged();
+    param.f()[i] = keep;
+    if (!same)
+      continue;
+    ++checked;
+    EXPECT_NEAR(grad.f()[i], (plus - minus) / (2 * h),
+                1e-2 * (1 + std::fabs(grad.f()[i])))
+        << name << "[" << i << "]";
+  }
+  return checked;
 }
 
 /// A test holding one CPU stream; sync() waits for it (10 s at most).
