@@ -9,6 +9,18 @@ import sys
 import torch
 
 
+def add_run_arguments(ap):
+    """The options every reference check takes: the run's dumps (prefixes
+    of moe-run --dump-inputs / --dump, one file per rank), its rank count
+    and learning rate, and the fp32 tolerance."""
+    ap.add_argument("--inputs", required=True)
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--lr", type=float, required=True)
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--atol", type=float, default=1e-5)
+
+
 def load_inputs(path):
     """One rank's `moe-run --dump-inputs` file: {name: float64 tensor}."""
     values = {}

@@ -49,7 +49,7 @@ try:
 except ImportError:
     sys.exit("error: needs PyTorch (Debian: python3-torch; run with "
              "/usr/bin/python3)")
-from reference_check import Tally, load_inputs  # noqa: E402
+from reference_check import Tally, add_run_arguments, load_inputs  # noqa: E402
 
 
 def load_results(path):
@@ -233,12 +233,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("preset")
-    ap.add_argument("--inputs", required=True)
-    ap.add_argument("--results", required=True)
-    ap.add_argument("--ranks", type=int, required=True)
-    ap.add_argument("--lr", type=float, required=True)
-    ap.add_argument("--rtol", type=float, default=1e-3)
-    ap.add_argument("--atol", type=float, default=1e-5)
+    add_run_arguments(ap)
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--capacity-factor")
     ap.add_argument("--grid")

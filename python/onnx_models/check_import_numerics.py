@@ -34,7 +34,7 @@ except ImportError:
     sys.exit("error: needs PyTorch (Debian: python3-torch; run with "
              "/usr/bin/python3)")
 import torch_models  # noqa: E402
-from reference_check import Tally, load_inputs  # noqa: E402
+from reference_check import Tally, add_run_arguments, load_inputs  # noqa: E402
 
 
 def parse_sources(text):
@@ -87,12 +87,7 @@ def main():
     ap.add_argument("style")
     ap.add_argument("--ir", required=True, help="the imported IR (moe-opt "
                     "model.onnx output), for its moe.source attributes")
-    ap.add_argument("--inputs", required=True)
-    ap.add_argument("--results", required=True)
-    ap.add_argument("--ranks", type=int, required=True)
-    ap.add_argument("--lr", type=float, required=True)
-    ap.add_argument("--rtol", type=float, default=1e-3)
-    ap.add_argument("--atol", type=float, default=1e-5)
+    add_run_arguments(ap)
     args = ap.parse_args()
 
     with open(args.ir) as f:
