@@ -113,6 +113,6 @@ fi
 check_cuda
 # ccache keeps rebuilds of a fresh clone fast; bound its size.
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-command -v ccache >/dev/null && ccache -M 2G >/dev/null
+command -v ccache >/dev/null && ccache -M 8G >/dev/null
 configure_and_build
 log "done: $BUILD_DIR/bin/moe-opt"
