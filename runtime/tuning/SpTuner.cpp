@@ -1,5 +1,4 @@
-//===- SpTuner.cpp - Bayesian optimisation of S_p
-//---------------------------===//
+//===- SpTuner.cpp - Bayesian optimisation of S_p -------------------------===//
 //
 // FlowMoE App. D: GP regression with a Matern kernel (5/2 here), Expected
 // Improvement with xi = 0.1, 8 samples over (0, largest per-block all-reduce
@@ -12,7 +11,7 @@
 
 #include "moe_rt/sp_tuner.h"
 
-#include "../Error.h"
+#include "../src/Error.h"
 
 #include <Eigen/Cholesky>
 #include <Eigen/Dense>
