@@ -14,15 +14,15 @@
 using namespace mlir;
 using namespace mlir::moe;
 
-#include "Moe/MoeEnums.cpp.inc"
+#include "moe/Dialect/Moe/MoeEnums.cpp.inc"
 
 #define GET_ATTRDEF_CLASSES
-#include "Moe/MoeAttrs.cpp.inc"
+#include "moe/Dialect/Moe/MoeAttrs.cpp.inc"
 
 void MoeDialect::registerAttributes() {
   addAttributes<
 #define GET_ATTRDEF_LIST
-#include "Moe/MoeAttrs.cpp.inc"
+#include "moe/Dialect/Moe/MoeAttrs.cpp.inc"
       >();
 }
 

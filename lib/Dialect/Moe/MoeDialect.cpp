@@ -8,14 +8,14 @@
 using namespace mlir;
 using namespace mlir::moe;
 
-#include "Moe/MoeDialect.cpp.inc"
+#include "moe/Dialect/Moe/MoeDialect.cpp.inc"
 
 void MoeDialect::initialize() {
   registerAttributes();
   registerTypes();
   addOperations<
 #define GET_OP_LIST
-#include "Moe/MoeOps.cpp.inc"
+#include "moe/Dialect/Moe/MoeOps.cpp.inc"
       >();
 }
 

@@ -19,7 +19,7 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::detail;
 
-#include "Moe/MoeInterfaces.cpp.inc"
+#include "moe/Dialect/Moe/MoeInterfaces.cpp.inc"
 
 static ShapedType shapeOf(Value value) {
   return cast<ShapedType>(value.getType());
@@ -795,4 +795,4 @@ LogicalResult WaitEventOp::verify() {
 }
 
 #define GET_OP_CLASSES
-#include "Moe/MoeOps.cpp.inc"
+#include "moe/Dialect/Moe/MoeOps.cpp.inc"
