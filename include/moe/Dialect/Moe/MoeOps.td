@@ -459,6 +459,12 @@ def Moe_VjpOp : Moe_Op<"vjp", [
     ::mlir::Operation *getForwardOp();
     /// Grid and axes of the collective this vjp is the adjoint of, if any.
     ::mlir::moe::CollectiveOpInterface getCollective();
+    /// The cotangent of result `index` of the body op; null for an integer
+    /// result (it has none).
+    ::mlir::Value getCotangentOf(unsigned index);
+    /// The gradient of operand `index` of the body op; null for an integer
+    /// operand (it has none).
+    ::mlir::Value getGradientOf(unsigned index);
   }];
 }
 

@@ -5,12 +5,12 @@
 // `<prefix>_step` (the step itself), which mlir-translate --mlir-to-cpp
 // prints as C++ against moe_rt/step_support.h and moe_rt/ops.h.
 //
-// The step is tools/moe-run's interpreter unrolled: the same op order, the
-// same runtime call per op and vjp with the same arguments, the same stream
-// per #moe.stream, the same event edges and group communicators. Where the
-// two could drift (which operand goes where), the code below mirrors
-// moe-run.cpp's issueForward / issueBackward / issueRouting line by line,
-// and test/Conversion/codegen-e2e.test compares their dumps.
+// The step is moe-run's interpreter unrolled: the same op order, the same
+// stream per #moe.stream, the same event edges and group communicators,
+// and the same runtime call per op and vjp — both read the calls from one
+// table, include/moe/Target/RuntimeCalls.h; CallPrinter below is the
+// table's visitor that prints them. test/Conversion/codegen-e2e.test
+// compares the two byte for byte.
 //
 // Tensors are not SSA values of the generated code: every tensor value of
 // the step gets a buffer id, allocated once by the support library, and
@@ -20,10 +20,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe/Conversion/Passes.h"
+#include "moe/Target/EmitC/Passes.h"
 
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Target/RuntimeCalls.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -33,18 +34,19 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
-#include "llvm/Support/FormatVariadic.h"
 
+#include <functional>
 #include <map>
 #include <variant>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOECONVERTTOEMITC
-#include "moe/Conversion/Passes.h.inc"
+#include "moe/Target/EmitC/Passes.h.inc"
 } // namespace mlir::moe
 
 using namespace mlir;
 using namespace mlir::moe;
+using namespace mlir::moe::target;
 
 namespace {
 
@@ -107,13 +109,27 @@ public:
     return result ? callOp.getResult(0) : Value();
   }
 
-  /// A double printed with 17 significant digits, so the generated code
-  /// passes the very double moe-run reads from the attribute.
-  Attribute exact(double v) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << llvm::format("%.17g", v);
-    return opaque(text);
+  /// A comment saying what the next runtime call is (describeCall).
+  void commentCall() {
+    emitc::VerbatimOp::create(b, loc, b.getStringAttr("// " + comment));
+  }
+
+  /// A runtime op call, its status to moe_step_check, which names the op
+  /// if it failed (the runtime only queues work, so most errors surface at
+  /// moe_step_end's synchronisation, also with a message).
+  void runtime(StringRef callee, ArrayRef<Arg> args) {
+    Value status = call(callee, statusTy, args);
+    call("moe_step_check", Type(), {ctx, status, str(what)});
+  }
+
+  /// `value` in a local of the generated step, and its address: a C struct
+  /// argument (the runtime copies it when it queues the task).
+  Value local(StringRef type, StringRef initializer) {
+    auto ty = emitc::OpaqueType::get(b.getContext(), type);
+    auto var = emitc::VariableOp::create(b, loc, emitc::LValueType::get(ty),
+                                         opaque(initializer));
+    return emitc::AddressOfOp::create(b, loc, emitc::PointerType::get(ty),
+                                      var);
   }
 
   /// noisy_topk's seed of the running step, moe_step_gate_seed(s): fetched
@@ -133,29 +149,10 @@ public:
     return tensors[v] = call("moe_step_tensor", tensorPtr, {ctx, i64(ids.lookup(v))});
   }
 
-private:
-  /// A runtime op call: its status goes to moe_step_check, which names the
-  /// op if it failed (the runtime only queues work, so most errors surface
-  /// at moe_step_end's synchronisation, also with a message).
-  void runtime(StringRef callee, ArrayRef<Arg> args) {
-    Value status = call(callee, statusTy, args);
-    call("moe_step_check", Type(), {ctx, status, str(what)});
-  }
-  Arg opt(ArrayRef<Value> vs, size_t i) {
-    if (i < vs.size())
-      return tensor(vs[i]);
-    return null();
-  }
   Value stream(StreamAttr s);
   Value comm(FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
-  LogicalResult forward(Operation *op, Value s, ArrayRef<Value> in,
-                        ArrayRef<Value> out);
-  LogicalResult backward(Operation *fwd, Value s, ArrayRef<Value> in,
-                         ArrayRef<Value> ct, ArrayRef<Value> g);
-  LogicalResult routing(Operation *op, Value s, bool isBackward,
-                        ArrayRef<Value> in, ArrayRef<Value> out);
-  Attribute attentionAttrs(AttentionOp a);
 
+private:
   OpBuilder &b;
   Value ctx;
   const DenseMap<Value, int64_t> &ids;
@@ -167,8 +164,9 @@ private:
   DenseMap<Value, Value> events;
   int64_t nextEvent = 0;
   Value stepSeed;
-  /// The op being emitted, for error messages of the generated code.
-  std::string what;
+  /// The op being emitted, for error messages of the generated code and the
+  /// comment above each of its calls.
+  std::string what, comment;
 };
 
 Value StepEmitter::stream(StreamAttr s) {
@@ -199,241 +197,127 @@ Value StepEmitter::comm(FlatSymbolRefAttr grid, ArrayRef<int16_t> axes) {
   return comms[key] = call("moe_step_comm", commTy, args);
 }
 
-/// The runtime's enumerator for a gate kind (moe_rt_gate's first argument).
-static const char *gateKindName(GateKind k) {
-  switch (k) {
-  case GateKind::softmax_topk:
-    return "MOE_RT_GATE_SOFTMAX_TOPK";
-  case GateKind::noisy_topk:
-    return "MOE_RT_GATE_NOISY_TOPK";
-  case GateKind::sigmoid:
-    return "MOE_RT_GATE_SIGMOID";
-  case GateKind::cosine:
-    return "MOE_RT_GATE_COSINE";
-  case GateKind::expert_choice:
-    return "MOE_RT_GATE_EXPERT_CHOICE";
+/// One argument of a runtime call as generated code passes it, of C type
+/// T: made when the call is emitted, in argument order, so that buffers,
+/// streams and communicators are fetched in the order the call lists them.
+template <class T> struct GenArg {
+  std::function<Arg()> make;
+};
+
+/// A double with 17 significant digits: the very double moe-run passes.
+std::string decimal(double x) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::format("%.17g", x);
+  return text;
+}
+
+/// A constant argument as C text inside an aggregate initializer.
+std::string cText(Attribute a) {
+  if (auto i = dyn_cast<IntegerAttr>(a))
+    return std::to_string(i.getInt());
+  if (auto f = dyn_cast<FloatAttr>(a))
+    return decimal(f.getValueAsDouble());
+  return cast<emitc::OpaqueAttr>(a).getValue().str();
+}
+
+/// The runtime-call table's visitor for generated code
+/// (include/moe/Target/RuntimeCalls.h lists what it provides): each call
+/// becomes an emitc.call_opaque of the moe_rt function, its status checked.
+class CallPrinter {
+public:
+  CallPrinter(StepEmitter &e, Operation *stepOp, StreamAttr streamAttr)
+      : e(e), values(stepOp), streamAttr(streamAttr) {}
+
+  GenArg<moe_rt_stream> stream() {
+    return {[this] { return Arg(e.stream(streamAttr)); }};
   }
-  return "MOE_RT_GATE_SOFTMAX_TOPK";
-}
-
-static const char *normName(NormKind k) {
-  return k == NormKind::rms ? "MOE_RT_NORM_RMS" : "MOE_RT_NORM_LAYER";
-}
-
-static FailureOr<const char *> activationName(Activation a) {
-  switch (a) {
-  case Activation::relu:
-    return "MOE_RT_RELU";
-  case Activation::gelu:
-    return "MOE_RT_GELU";
-  case Activation::silu:
-    return "MOE_RT_SILU";
+  GenArg<moe_rt_comm> comm(CollectiveOpInterface c) {
+    return {[this, c]() mutable {
+      return Arg(e.comm(c.getGridAttr(), c.getAxes()));
+    }};
   }
-  return failure();
-}
-
-/// moe_rt_attention_attrs as an aggregate initializer, in its field order
-/// (heads, kv_heads, head_dim, causal, rotary, norm, eps).
-Attribute StepEmitter::attentionAttrs(AttentionOp a) {
-  std::optional<NormKind> norm = a.getNorm();
-  std::string eps;
-  llvm::raw_string_ostream os(eps);
-  // %.17g round-trips the double moe-run passes.
-  os << llvm::format("%.17g", a.getEpsilon().convertToDouble());
-  return opaque(llvm::formatv("{{{0}, {1}, {2}, {3}, {4}, {5}, {6}}",
-                              a.getNumHeads(), a.getNumKvHeads(),
-                              a.getHeadDim(), a.getCausal() ? 1 : 0,
-                              a.getRotary() ? 1 : 0,
-                              norm ? normName(*norm) : "MOE_RT_NORM_NONE", eps)
-                    .str());
-}
-
-LogicalResult StepEmitter::forward(Operation *op, Value s, ArrayRef<Value> in,
-                                   ArrayRef<Value> out) {
-  auto t = [&](Value v) -> Arg { return tensor(v); };
-  if (auto a = dyn_cast<AttentionOp>(op)) {
-    // The attrs live in a local of the step: moe_rt_attention copies them
-    // when it queues the task.
-    auto var = emitc::VariableOp::create(
-        b, loc,
-        emitc::LValueType::get(
-            emitc::OpaqueType::get(b.getContext(), "moe_rt_attention_attrs")),
-        attentionAttrs(a));
-    Value ptr = emitc::AddressOfOp::create(
-        b, loc,
-        emitc::PointerType::get(emitc::OpaqueType::get(
-            b.getContext(), "moe_rt_attention_attrs")),
-        var);
-    runtime("moe_rt_attention",
-            {s, ptr, t(in[0]), t(in[1]), t(in[2]), t(in[3]), t(in[4]),
-             opt(in, 5), opt(in, 6), t(out[0])});
-  } else if (auto n = dyn_cast<NormOp>(op)) {
-    runtime("moe_rt_norm", {s, opaque(normName(n.getKind())),
-                            f64(n.getEpsilon().convertToDouble()), t(in[0]),
-                            t(in[1]), opt(in, 2), t(out[0])});
-  } else if (isa<LinearOp>(op)) {
-    runtime("moe_rt_linear", {s, t(in[0]), t(in[1]), opt(in, 2), t(out[0])});
-  } else if (isa<EmbeddingOp>(op)) {
-    runtime("moe_rt_embedding", {s, t(in[0]), t(in[1]), t(out[0])});
-  } else if (isa<CrossEntropyOp>(op)) {
-    runtime("moe_rt_cross_entropy", {s, t(in[0]), t(in[1]), t(out[0])});
-  } else if (auto g = dyn_cast<GateOp>(op)) {
-    if (g.getKind() == GateKind::softmax_topk)
-      runtime("moe_rt_gate_topk",
-              {s, i64(g.getTopK()), i64(g.getNormalize() ? 1 : 0), t(in[0]),
-               t(in[1]), t(out[0]), t(out[1]), t(out[2])});
-    else if (g.getKind() == GateKind::noisy_topk)
-      runtime("moe_rt_gate_at",
-              {s, opaque(gateKindName(g.getKind())), i64(g.getTopK()),
-               i64(g.getNormalize() ? 1 : 0), gateSeed(),
-               i64(g.getSampleOffsetOrZero()), exact(g.getTauOrDefault()),
-               t(in[0]), t(in[1]), opt(in, 2), t(out[0]), t(out[1]),
-               t(out[2])});
-    else // no noise: neither the step's seed nor the sample matters
-      runtime("moe_rt_gate",
-              {s, opaque(gateKindName(g.getKind())), i64(g.getTopK()),
-               i64(g.getNormalize() ? 1 : 0), opaque("MOE_RT_GATE_NOISE_SEED"),
-               exact(g.getTauOrDefault()), t(in[0]), t(in[1]), opt(in, 2),
-               t(out[0]), t(out[1]), t(out[2])});
-  } else if (isa<ExpertOp, SharedExpertOp>(op)) {
-    bool gated = isa<ExpertOp>(op)
-                     ? cast<ExpertOp>(op).isGated()
-                     : static_cast<bool>(cast<SharedExpertOp>(op).getGateProj());
-    Activation act = isa<ExpertOp>(op)
-                         ? cast<ExpertOp>(op).getActivation()
-                         : cast<SharedExpertOp>(op).getActivation();
-    FailureOr<const char *> actName = activationName(act);
-    if (failed(actName))
-      return op->emitOpError() << "cannot be converted: unknown activation";
-    runtime("moe_rt_expert",
-            {s, opaque(*actName), t(in[0]), t(in[1]),
-             gated ? t(in[2]) : Arg(null()), t(in[gated ? 3 : 2]), t(out[0])});
-  } else if (isa<arith::AddFOp>(op)) {
-    runtime("moe_rt_add", {s, t(in[0]), t(in[1]), t(out[0])});
-  } else if (isa<SplitOp>(op)) {
-    // Each result is the next contiguous run of the input's elements.
-    int64_t offset = 0;
-    for (Value o : out) {
-      int64_t n = cast<RankedTensorType>(o.getType()).getNumElements();
-      runtime("moe_rt_copy", {s, t(in[0]), i64(offset), t(o), i64(0), i64(n)});
-      offset += n;
-    }
-  } else if (isa<MergeOp>(op)) {
-    int64_t offset = 0;
-    for (Value i : in) {
-      int64_t n = cast<RankedTensorType>(i.getType()).getNumElements();
-      runtime("moe_rt_copy",
-              {s, t(i), i64(0), t(out[0]), i64(offset), i64(n)});
-      offset += n;
-    }
-  } else if (auto sgd = dyn_cast<SgdOp>(op)) {
-    runtime("moe_rt_sgd", {s, t(in[0]), t(in[1]),
-                           f64(sgd.getLr().convertToDouble()), t(out[0])});
-  } else {
-    return op->emitOpError()
-           << "cannot be converted to a moe runtime call (moe_rt/ops.h has "
-              "none for it)";
+  GenArg<moe_rt_tensor *> in(Value v) { return tensor(values.in(v)); }
+  GenArg<moe_rt_tensor *> out(Value v) { return tensor(values.out(v)); }
+  GenArg<moe_rt_tensor *> cotangent(Value v) {
+    return tensor(values.cotangent(v));
   }
-  return success();
-}
-
-LogicalResult StepEmitter::backward(Operation *fwd, Value s,
-                                    ArrayRef<Value> in, ArrayRef<Value> ct,
-                                    ArrayRef<Value> g) {
-  auto t = [&](Value v) -> Arg { return tensor(v); };
-  if (auto a = dyn_cast<AttentionOp>(fwd)) {
-    auto attrsTy = emitc::OpaqueType::get(b.getContext(), "moe_rt_attention_attrs");
-    auto var = emitc::VariableOp::create(b, loc, emitc::LValueType::get(attrsTy),
-                                         attentionAttrs(a));
-    Value ptr = emitc::AddressOfOp::create(
-        b, loc, emitc::PointerType::get(attrsTy), var);
-    runtime("moe_rt_attention_grad",
-            {s, ptr, t(in[0]), t(in[1]), t(in[2]), t(in[3]), t(in[4]),
-             opt(in, 5), opt(in, 6), t(ct[0]), t(g[0]), t(g[1]), t(g[2]),
-             t(g[3]), t(g[4]), opt(g, 5), opt(g, 6)});
-  } else if (auto n = dyn_cast<NormOp>(fwd)) {
-    runtime("moe_rt_norm_grad",
-            {s, opaque(normName(n.getKind())),
-             f64(n.getEpsilon().convertToDouble()), t(in[0]), t(in[1]),
-             opt(in, 2), t(ct[0]), t(g[0]), t(g[1]), opt(g, 2)});
-  } else if (isa<LinearOp>(fwd)) {
-    runtime("moe_rt_linear_grad", {s, t(in[0]), t(in[1]), t(ct[0]), t(g[0]),
-                                   t(g[1]), opt(g, 2)});
-  } else if (isa<EmbeddingOp>(fwd)) {
-    runtime("moe_rt_embedding_grad", {s, t(in[0]), t(ct[0]), t(g[0])});
-  } else if (isa<CrossEntropyOp>(fwd)) {
-    runtime("moe_rt_cross_entropy_grad",
-            {s, t(in[0]), t(in[1]), t(ct[0]), t(g[0])});
-  } else if (auto gate = dyn_cast<GateOp>(fwd)) {
-    if (gate.getKind() == GateKind::softmax_topk)
-      runtime("moe_rt_gate_topk_grad",
-              {s, i64(gate.getTopK()), i64(gate.getNormalize() ? 1 : 0),
-               t(in[0]), t(in[1]), t(ct[0]), t(g[0]), t(g[1])});
-    else if (gate.getKind() == GateKind::noisy_topk)
-      runtime("moe_rt_gate_grad_at",
-              {s, opaque(gateKindName(gate.getKind())), i64(gate.getTopK()),
-               i64(gate.getNormalize() ? 1 : 0), gateSeed(),
-               i64(gate.getSampleOffsetOrZero()), exact(gate.getTauOrDefault()),
-               t(in[0]), t(in[1]), opt(in, 2), t(ct[0]), t(g[0]), t(g[1]),
-               opt(g, 2)});
-    else
-      runtime("moe_rt_gate_grad",
-              {s, opaque(gateKindName(gate.getKind())), i64(gate.getTopK()),
-               i64(gate.getNormalize() ? 1 : 0),
-               opaque("MOE_RT_GATE_NOISE_SEED"),
-               exact(gate.getTauOrDefault()), t(in[0]), t(in[1]), opt(in, 2),
-               t(ct[0]), t(g[0]), t(g[1]), opt(g, 2)});
-  } else if (isa<ExpertOp, SharedExpertOp>(fwd)) {
-    bool gated = isa<ExpertOp>(fwd)
-                     ? cast<ExpertOp>(fwd).isGated()
-                     : static_cast<bool>(cast<SharedExpertOp>(fwd).getGateProj());
-    Activation act = isa<ExpertOp>(fwd)
-                         ? cast<ExpertOp>(fwd).getActivation()
-                         : cast<SharedExpertOp>(fwd).getActivation();
-    FailureOr<const char *> actName = activationName(act);
-    if (failed(actName))
-      return fwd->emitOpError() << "cannot be converted: unknown activation";
-    // Operands x, up, [gate], down; gradients dx, dup, [dgate], ddown.
-    runtime("moe_rt_expert_grad",
-            {s, opaque(*actName), t(in[0]), t(in[1]),
-             gated ? t(in[2]) : Arg(null()), t(in[gated ? 3 : 2]), t(ct[0]),
-             t(g[0]), t(g[1]), gated ? t(g[2]) : Arg(null()),
-             t(g[gated ? 3 : 2])});
-  } else {
-    return fwd->emitOpError()
-           << "cannot be differentiated by the moe runtime (moe_rt/ops.h has "
-              "no backward call for it)";
+  GenArg<moe_rt_tensor *> grad(Value v) { return tensor(values.grad(v)); }
+  GenArg<int64_t> i64(int64_t x) { return constant<int64_t>(e.i64(x)); }
+  GenArg<int> flag(bool x) { return constant<int>(e.i64(x ? 1 : 0)); }
+  GenArg<double> f64(double x) { return constant<double>(e.f64(x)); }
+  GenArg<double> f64Text(double x) {
+    return constant<double>(e.opaque(decimal(x)));
   }
-  return success();
-}
+  template <class T> GenArg<T> named(Named<T> n) {
+    return constant<T>(e.opaque(n.name));
+  }
+  GenArg<uint64_t> gateSeed() {
+    return {[this] { return Arg(e.gateSeed()); }};
+  }
+  /// A struct of constants, as a local initialised in field order.
+  template <class T, class... Fields>
+  GenArg<const T *> aggregate(CStruct<T> type, GenArg<Fields>... fields) {
+    static_assert(std::is_same_v<decltype(T{std::declval<Fields>()...}), T>,
+                  "the fields do not initialise the runtime's struct");
+    return {[this, type, fields...] {
+      std::string init;
+      for (const Arg &f : {fields.make()...})
+        init += (init.empty() ? "{" : ", ") + cText(std::get<Attribute>(f));
+      return Arg(e.local(type.name, init + "}"));
+    }};
+  }
 
-LogicalResult StepEmitter::routing(Operation *op, Value s, bool isBackward,
-                                   ArrayRef<Value> in, ArrayRef<Value> out) {
-  auto collective = cast<CollectiveOpInterface>(op);
-  Value c = comm(collective.getGridAttr(), collective.getAxes());
-  bool isDispatch = isa<DispatchOp>(op);
-  RoutingShape shape = *routingShape(op);
-  int64_t experts = shape.experts;
-  std::optional<int64_t> cap = shape.capacity;
-  if (!cap)
-    return op->emitOpError()
-           << "cannot be converted: dropless routing (no capacity) is not "
-              "supported by the runtime's step ops yet";
-  auto t = [&](Value v) -> Arg { return tensor(v); };
-  if (isDispatch && !isBackward)
-    runtime("moe_rt_dispatch",
-            {s, c, i64(experts), i64(*cap), t(in[0]), t(in[1]), t(out[0])});
-  else if (isDispatch) // operands x, indices, counts; cotangent d(result)
-    runtime("moe_rt_dispatch_grad",
-            {s, c, i64(experts), i64(*cap), t(in[1]), t(in[3]), t(out[0])});
-  else if (!isBackward)
-    runtime("moe_rt_combine", {s, c, i64(experts), i64(*cap), t(in[0]),
-                               t(in[1]), t(in[2]), t(out[0])});
-  else // operands expert_out, indices, weights, counts; cotangent d(result)
-    runtime("moe_rt_combine_grad",
-            {s, c, i64(experts), i64(*cap), t(in[0]), t(in[1]), t(in[2]),
-             t(in[4]), t(out[0]), t(out[1])});
-  return success();
+  template <class Sig, class Invoke, class... Args>
+  LogicalResult call(RuntimeFn<Sig, Invoke> fn, GenArg<Args>... args) {
+    static_assert(callableWith<Sig, Args...>,
+                  "the entry's arguments do not match the runtime function");
+    e.commentCall();
+    // A braced list is evaluated left to right.
+    e.runtime(fn.name, {args.make()...});
+    return success();
+  }
+
+  LogicalResult unsupported(const Twine &why) {
+    return values.stepOp()->emitOpError() << "cannot be converted: " << why;
+  }
+
+private:
+  template <class T> GenArg<T> constant(Attribute a) {
+    return {[a] { return Arg(a); }};
+  }
+  GenArg<moe_rt_tensor *> tensor(Value v) {
+    if (!v)
+      return constant<moe_rt_tensor *>(e.null());
+    return {[this, v] { return Arg(e.tensor(v)); }};
+  }
+
+  StepEmitter &e;
+  StepValues values;
+  StreamAttr streamAttr;
+};
+
+/// What a call is, for a reader of the generated C++ beside
+/// moe-print-schedule: the FlowMoE task label (TaskAttr::getLabel, as the
+/// schedule prints it), the block and micro-batch as the IR numbers them,
+/// the op and its stream.
+std::string describeCall(Operation *op, StreamAttr stream) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  if (auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName())) {
+    os << "task " << task.getLabel();
+    if (task.getBlock() >= 0)
+      os << " (block = " << task.getBlock() << ", micro = " << task.getMicro()
+         << ")";
+    os << ": ";
+  }
+  os << op->getName();
+  if (auto vjp = dyn_cast<VjpOp>(op))
+    if (Operation *fwd = vjp.getForwardOp())
+      os << " of " << fwd->getName();
+  os << " on " << stringifyStreamKind(stream.getKind()) << " stream "
+     << stream.getIndex();
+  return text;
 }
 
 LogicalResult StepEmitter::emit(Operation *op, int64_t index) {
@@ -485,34 +369,9 @@ LogicalResult StepEmitter::emit(Operation *op, int64_t index) {
     call("moe_step_wait", Type(), {ctx, s, e});
     return success();
   }
-  SmallVector<Value> in(op->getOperands()), out(op->getResults());
-  if (auto ar = dyn_cast<AllReduceOp>(op)) {
-    // Copy and reduce on the pool's low-priority queue (FlowMoE: chunks
-    // yield to all-to-alls).
-    Value c = comm(ar.getGridAttr(), ar.getAxes());
-    int64_t offset = 0, size = -1;
-    if (auto bytes = ar.getBytes()) {
-      offset = (*bytes)[0];
-      size = (*bytes)[1];
-    }
-    for (auto [src, dst] : llvm::zip(in, out))
-      runtime("moe_rt_all_reduce_into", {s, c, tensor(src), tensor(dst),
-                                         i64(offset), i64(size)});
-    return success();
-  }
-  if (isa<DispatchOp, CombineOp>(op))
-    return routing(op, s, false, in, out);
-  if (auto vjp = dyn_cast<VjpOp>(op)) {
-    Operation *fwd = vjp.getForwardOp();
-    if (!fwd)
-      return op->emitOpError() << "has no forward op";
-    size_t primals = vjp.getPrimals().size();
-    if (isa<DispatchOp, CombineOp>(fwd))
-      return routing(fwd, s, true, in, out);
-    return backward(fwd, s, ArrayRef(in).take_front(primals),
-                    ArrayRef(in).drop_front(primals), out);
-  }
-  return forward(op, s, in, out);
+  comment = describeCall(op, streamAttr);
+  CallPrinter printer(*this, op, streamAttr);
+  return issueRuntimeCalls(op, printer);
 }
 
 /// The C expression of a dtype: integer tensors are I64 in the runtime

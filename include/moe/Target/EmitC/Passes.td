@@ -1,13 +1,12 @@
-//===- Passes.td - moe conversion passes -------------------*- tablegen -*-===//
+//===- Passes.td - moe-convert-to-emitc --------------------*- tablegen -*-===//
 //
-// Conversions out of the moe dialect. The C++ lives in
-// lib/Conversion/<Name>/, the tests in test/Conversion/, the design in
-// docs/codegen.md.
+// Generated C++ out of the moe dialect. The C++ lives in lib/Target/EmitC,
+// the tests in test/Conversion/, the design in docs/codegen.md.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef MOE_CONVERSION_PASSES_TD
-#define MOE_CONVERSION_PASSES_TD
+#ifndef MOE_TARGET_EMITC_PASSES_TD
+#define MOE_TARGET_EMITC_PASSES_TD
 
 include "mlir/Pass/PassBase.td"
 
@@ -42,4 +41,4 @@ def MoeConvertToEmitC : Pass<"moe-convert-to-emitc", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::emitc::EmitCDialect"];
 }
 
-#endif // MOE_CONVERSION_PASSES_TD
+#endif // MOE_TARGET_EMITC_PASSES_TD
