@@ -306,9 +306,14 @@ std::string describeCall(Operation *op, StreamAttr stream) {
   llvm::raw_string_ostream os(text);
   if (auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName())) {
     os << "task " << task.getLabel();
-    if (task.getBlock() >= 0)
-      os << " (block = " << task.getBlock() << ", micro = " << task.getMicro()
-         << ")";
+    bool perMicroBatch = llvm::is_contained(
+        {TaskKind::AT, TaskKind::D, TaskKind::E, TaskKind::C}, task.getKind());
+    if (task.getBlock() >= 0) {
+      os << " (block = " << task.getBlock();
+      if (perMicroBatch)
+        os << ", micro = " << task.getMicro();
+      os << ")";
+    }
     os << ": ";
   }
   os << op->getName();
