@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe/Frontend/WeightLoader.h"
+#include "WeightLoader.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"

@@ -17,7 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe/Dialect/Moe/MoeOps.h"
-#include "moe/Frontend/WeightLoader.h"
+#include "WeightLoader.h"
 #include "moe/Target/Interpreter.h"
 
 #include "ParamLoading.h"

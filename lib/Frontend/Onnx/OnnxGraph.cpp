@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "OnnxGraph.h"
-#include "TensorData.h"
+#include "moe/Frontend/TensorData.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/Support/FileSystem.h"

@@ -10,10 +10,10 @@
 // drawn from the seed per rank.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOE_TOOLS_MOE_RUN_PARAMLOADING_H
-#define MOE_TOOLS_MOE_RUN_PARAMLOADING_H
+#ifndef MOE_TOOLS_PARAMLOADING_H
+#define MOE_TOOLS_PARAMLOADING_H
 
-#include "moe/Frontend/WeightLoader.h"
+#include "WeightLoader.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -78,4 +78,4 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
 
 } // namespace mlir::moe::run
 
-#endif // MOE_TOOLS_MOE_RUN_PARAMLOADING_H
+#endif // MOE_TOOLS_PARAMLOADING_H

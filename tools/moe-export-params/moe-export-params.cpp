@@ -17,7 +17,7 @@
 #include "ParamLoading.h"
 
 #include "moe/Dialect/Moe/MoeOps.h"
-#include "moe/Frontend/WeightLoader.h"
+#include "WeightLoader.h"
 #include "moe_rt/option_values.h"
 #include "moe_rt/params_file.h"
 

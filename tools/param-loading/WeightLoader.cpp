@@ -1,8 +1,8 @@
 //===- WeightLoader.cpp - a parameter's values from its moe.source --------===//
 
-#include "moe/Frontend/WeightLoader.h"
+#include "WeightLoader.h"
 
-#include "Onnx/TensorData.h"
+#include "moe/Frontend/TensorData.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"

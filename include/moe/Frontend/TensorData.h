@@ -7,8 +7,8 @@
 // regular file, only within its length.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOE_LIB_FRONTEND_ONNX_TENSORDATA_H
-#define MOE_LIB_FRONTEND_ONNX_TENSORDATA_H
+#ifndef MOE_FRONTEND_TENSORDATA_H
+#define MOE_FRONTEND_TENSORDATA_H
 
 #include "llvm/ADT/StringRef.h"
 
@@ -57,4 +57,4 @@ std::optional<std::string> readExternal(const ExternalRange &r);
 
 } // namespace mlir::moe::frontend
 
-#endif // MOE_LIB_FRONTEND_ONNX_TENSORDATA_H
+#endif // MOE_FRONTEND_TENSORDATA_H

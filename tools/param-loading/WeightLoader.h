@@ -9,8 +9,8 @@
 // model's real weights. Parsed files are cached per loader.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOE_FRONTEND_WEIGHTLOADER_H
-#define MOE_FRONTEND_WEIGHTLOADER_H
+#ifndef MOE_TOOLS_WEIGHTLOADER_H
+#define MOE_TOOLS_WEIGHTLOADER_H
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -66,4 +66,4 @@ private:
 
 } // namespace mlir::moe::frontend
 
-#endif // MOE_FRONTEND_WEIGHTLOADER_H
+#endif // MOE_TOOLS_WEIGHTLOADER_H
