@@ -241,16 +241,15 @@ int runTimeSolve(const std::vector<std::string> &args) {
     t1 = std::chrono::steady_clock::now();
     square.push_back(std::chrono::duration<double, std::milli>(t1 - t0)
                          .count());
-    if (a.interNodeTokens != b.interNodeTokens ||
-        a.intraNodeTokens != b.intraNodeTokens)
-      return fail("time-solve", "the two forms disagree: inter-node " +
+    // Stage 1's optimum is unique in value; when it has several solutions
+    // the forms may pick different ones, and stage 2 then works within
+    // different node assignments, so only stage 1 must agree.
+    if (a.interNodeTokens != b.interNodeTokens)
+      return fail("time-solve", "the two forms disagree on stage 1: " +
                                     std::to_string(a.interNodeTokens) +
                                     " vs " +
                                     std::to_string(b.interNodeTokens) +
-                                    ", intra-node " +
-                                    std::to_string(a.intraNodeTokens) +
-                                    " vs " +
-                                    std::to_string(b.intraNodeTokens));
+                                    " inter-node tokens");
   }
   std::printf("{\"samples\": %lld, \"nodes\": %lld, \"ranks_per_node\": %lld, "
               "\"experts\": %lld, \"reps\": %lld, \"transport_ms_median\": "
