@@ -88,30 +88,21 @@ std::string solveFlow(int items, int columns, const std::vector<int> &demand,
   return "";
 }
 
-} // namespace
-
-std::string solveBalancedAssignment(const std::vector<int64_t> &cost,
-                                    int items, int bins,
-                                    const std::vector<int> &capacity,
-                                    std::vector<int> &assignment) {
+/// Checks the arguments, then solves on the transportation network or on
+/// the paper's expanded graph.
+std::string solve(const std::vector<int64_t> &cost, int items, int bins,
+                  const std::vector<int> &capacity, bool expanded,
+                  std::vector<int> &assignment) {
   std::string e = checkArguments(cost, items, bins, capacity);
   if (!e.empty())
     return e;
-  return solveFlow(
-      items, bins, capacity,
-      [&](int i, int b) { return cost[size_t(i) * bins + b]; },
-      [](int b) { return b; }, assignment);
-}
-
-std::string solveExpandedAssignment(const std::vector<int64_t> &cost,
-                                    int items, int bins,
-                                    const std::vector<int> &capacity,
-                                    std::vector<int> &assignment) {
-  std::string e = checkArguments(cost, items, bins, capacity);
-  if (!e.empty())
-    return e;
+  if (!expanded)
+    return solveFlow(
+        items, bins, capacity,
+        [&](int i, int b) { return cost[size_t(i) * bins + b]; },
+        [](int b) { return b; }, assignment);
   // Slot s is a copy of bin slotBin[s] (the paper's Q: node n duplicated
-  // B = I/N times, slot s standing for bin floor(s / B) when equal).
+  // B = I/N times, slot s standing for node floor(s / B)).
   std::vector<int> slotBin;
   slotBin.reserve(items);
   for (int b = 0; b < bins; ++b)
@@ -120,6 +111,22 @@ std::string solveExpandedAssignment(const std::vector<int64_t> &cost,
       items, items, std::vector<int>(items, 1),
       [&](int i, int s) { return cost[size_t(i) * bins + slotBin[s]]; },
       [&](int s) { return slotBin[s]; }, assignment);
+}
+
+} // namespace
+
+std::string solveBalancedAssignment(const std::vector<int64_t> &cost,
+                                    int items, int bins,
+                                    const std::vector<int> &capacity,
+                                    std::vector<int> &assignment) {
+  return solve(cost, items, bins, capacity, false, assignment);
+}
+
+std::string solveExpandedAssignment(const std::vector<int64_t> &cost,
+                                    int items, int bins,
+                                    const std::vector<int> &capacity,
+                                    std::vector<int> &assignment) {
+  return solve(cost, items, bins, capacity, true, assignment);
 }
 
 } // namespace planning

@@ -93,12 +93,8 @@ TEST(Predictor, HelpsNetMoEOnLocalityTraces) {
   s.locality = 0.7;
   s.seed = 3;
   TraceHeader h = syntheticHeader(s);
-  std::vector<TraceRecord> all;
-  ASSERT_EQ(generateSyntheticRouting(s, [&](const TraceRecord &r) {
-              all.push_back(r);
-              return true;
-            }),
-            "");
+  std::vector<TraceRecord> all = generated(s);
+  ASSERT_EQ(all.size(), size_t(s.steps * s.blocks));
   NetMoeReplay none(h, NextCounts::None), transition(h, NextCounts::Transition),
       oracle(h, NextCounts::Oracle);
   uint64_t interNone = 0, interTransition = 0, interOracle = 0;

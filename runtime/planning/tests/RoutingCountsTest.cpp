@@ -49,12 +49,7 @@ TEST(RoutingCounts, Figure2Volumes) {
   for (std::vector<int> rank : {std::vector<int>{0, 1, 2, 3},
                                 std::vector<int>{3, 1, 2, 0},
                                 std::vector<int>{2, 1, 3, 0}}) {
-    AllToAllVolume v = allToAllVolume(c, rank, experts, g);
-    int64_t inter, intra;
-    volumes(c, rank, experts, g, inter, intra);
-    EXPECT_EQ(int64_t(v.interNode), inter);
-    EXPECT_EQ(int64_t(v.intraNode), intra);
-    EXPECT_EQ(v.local + v.intraNode + v.interNode, c.total());
+    EXPECT_VOLUMES_MATCH(c, rank, experts, g);
   }
   // Fig. 4: within node 1, swapping samples 0 and 2 saves one token.
   EXPECT_EQ(allToAllVolume(c, {3, 1, 2, 0}, experts, g).intraNode -
@@ -90,12 +85,7 @@ TEST(RoutingCounts, VolumesPartitionTheTokens) {
       rank[i] = int(rng() % 12);
       experts[i] = int(rng() % 12);
     }
-    AllToAllVolume v = allToAllVolume(c, rank, experts, g);
-    int64_t inter, intra;
-    volumes(c, rank, experts, g, inter, intra);
-    EXPECT_EQ(int64_t(v.interNode), inter);
-    EXPECT_EQ(int64_t(v.intraNode), intra);
-    EXPECT_EQ(v.local + v.intraNode + v.interNode, c.total());
+    EXPECT_VOLUMES_MATCH(c, rank, experts, g);
   }
 }
 

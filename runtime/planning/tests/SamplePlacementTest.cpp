@@ -201,12 +201,8 @@ TEST(SamplePlacement, NeverWorseThanStaying) {
   s.topK = 2;
   s.blocks = 2;
   s.locality = 0.6;
-  std::vector<TraceRecord> recs;
-  ASSERT_EQ(generateSyntheticRouting(s, [&](const TraceRecord &r) {
-              recs.push_back(r);
-              return true;
-            }),
-            "");
+  std::vector<TraceRecord> recs = generated(s);
+  ASSERT_EQ(recs.size(), 2u);
   TraceHeader h = syntheticHeader(s);
   Instance x{s.grid, recs[0].counts, recs[1].counts, h.blocks[0].expertRank,
              h.blocks[1].expertRank};

@@ -9,18 +9,9 @@
 #include <set>
 
 using namespace moe_rt::planning;
+using namespace planning_test;
 
 namespace {
-
-std::vector<TraceRecord> generate(const SyntheticRouting &s) {
-  std::vector<TraceRecord> out;
-  std::string e = generateSyntheticRouting(s, [&](const TraceRecord &r) {
-    out.push_back(r);
-    return true;
-  });
-  EXPECT_EQ(e, "");
-  return out;
-}
 
 SyntheticRouting small() {
   SyntheticRouting s;
@@ -60,7 +51,7 @@ TEST(SyntheticRouting, RecordsAreValidAndInTraceOrder) {
   SyntheticRouting s = small();
   TraceHeader h = syntheticHeader(s);
   ASSERT_EQ(checkHeader(h), "");
-  std::vector<TraceRecord> rs = generate(s);
+  std::vector<TraceRecord> rs = generated(s);
   ASSERT_EQ(rs.size(), size_t(s.steps * s.micro * s.blocks));
   RecordSequence seq(h);
   for (const TraceRecord &r : rs) {
@@ -75,9 +66,9 @@ TEST(SyntheticRouting, RecordsAreValidAndInTraceOrder) {
 
 TEST(SyntheticRouting, DeterministicPerSeed) {
   SyntheticRouting s = small();
-  std::vector<TraceRecord> a = generate(s), b = generate(s);
+  std::vector<TraceRecord> a = generated(s), b = generated(s);
   s.seed = 2;
-  std::vector<TraceRecord> c = generate(s);
+  std::vector<TraceRecord> c = generated(s);
   bool sameAB = true, sameAC = true;
   for (size_t k = 0; k < a.size(); ++k) {
     sameAB &= a[k].counts == b[k].counts;
@@ -94,7 +85,7 @@ TEST(SyntheticRouting, UniformWithoutSkewOrLocality) {
   s.locality = 0;
   s.tokens = 512;
   s.steps = 4;
-  std::vector<double> share = expertShares(generate(s), 0);
+  std::vector<double> share = expertShares(generated(s), 0);
   for (double x : share)
     EXPECT_NEAR(x, 1.0 / 8, 0.01);
 }
@@ -108,7 +99,7 @@ TEST(SyntheticRouting, ZipfSkew) {
   s.locality = 0;
   s.tokens = 1024;
   s.steps = 6;
-  std::vector<double> share = expertShares(generate(s), 1);
+  std::vector<double> share = expertShares(generated(s), 1);
   std::sort(share.rbegin(), share.rend());
   double h = 0;
   for (int r = 1; r <= 8; ++r)
@@ -123,7 +114,7 @@ TEST(SyntheticRouting, FullLocalityConfinesSamples) {
   SyntheticRouting s = small();
   s.locality = 1;
   s.topicExperts = 3;
-  for (const TraceRecord &r : generate(s))
+  for (const TraceRecord &r : generated(s))
     for (int i = 0; i < r.counts.rows; ++i) {
       int used = 0;
       for (int e = 0; e < r.counts.experts; ++e)

@@ -9,6 +9,7 @@
 #define MOE_PLANNING_TESTSUPPORT_H
 
 #include "moe_rt/routing_counts.h"
+#include "moe_rt/synthetic_routing.h"
 
 #include <cstdint>
 #include <functional>
@@ -57,6 +58,33 @@ inline void volumes(const CountMatrix &num, const std::vector<int> &rank,
       else if (rank[i] != expertRank[e])
         intra += num.at(i, e);
     }
+}
+
+/// The library's Eq. 3-4 volumes agree with the pairwise count, and the
+/// three shares partition the tokens.
+#define EXPECT_VOLUMES_MATCH(counts, rank, experts, grid)                      \
+  do {                                                                         \
+    moe_rt::planning::AllToAllVolume v_ =                                      \
+        moe_rt::planning::allToAllVolume(counts, rank, experts, grid);         \
+    int64_t inter_, intra_;                                                    \
+    planning_test::volumes(counts, rank, experts, grid, inter_, intra_);       \
+    EXPECT_EQ(int64_t(v_.interNode), inter_);                                  \
+    EXPECT_EQ(int64_t(v_.intraNode), intra_);                                  \
+    EXPECT_EQ(v_.local + v_.intraNode + v_.interNode, (counts).total());       \
+  } while (0)
+
+/// Every record the generator writes for `config`, in trace order.
+inline std::vector<moe_rt::planning::TraceRecord>
+generated(const moe_rt::planning::SyntheticRouting &config) {
+  std::vector<moe_rt::planning::TraceRecord> out;
+  std::string e = moe_rt::planning::generateSyntheticRouting(
+      config, [&](const moe_rt::planning::TraceRecord &r) {
+        out.push_back(r);
+        return true;
+      });
+  if (!e.empty())
+    out.clear(); // callers check the count they expect
+  return out;
 }
 
 /// Random counts: each of `tokens` tokens of a sample picks `k` distinct
