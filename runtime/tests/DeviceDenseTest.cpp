@@ -16,8 +16,8 @@
 #include "../src/device/DenseOps.h"
 #include "CheckedExecutor.h"
 
-#include "moe_rt/kernels/Attention.h"
-#include "moe_rt/kernels/Dense.h"
+#include "kernels/Attention.h"
+#include "kernels/Dense.h"
 
 #ifdef MOE_RT_HAVE_CUDA
 #include "../src/cuda/CudaDenseOps.h"

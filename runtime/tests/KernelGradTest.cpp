@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/kernels/Dense.h"
-#include "moe_rt/kernels/Expert.h"
+#include "kernels/Dense.h"
+#include "kernels/Expert.h"
 
 #include "TestTensor.h"
 
@@ -183,7 +183,7 @@ TEST(Kernels, GeluMatchesPyTorchDefault) {
 
 } // namespace
 
-#include "moe_rt/kernels/Attention.h"
+#include "kernels/Attention.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 
 #include "DenseOps.h"
 
-#include "moe_rt/kernels/Attention.h"
+#include "kernels/Attention.h"
 
 #include <cmath>
 #include <cstdint>

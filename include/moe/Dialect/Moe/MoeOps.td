@@ -226,7 +226,7 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
     (FlowMoE §2.2); with neither, routing is dropless. Expert choice always
     needs a capacity. When an expert overflows, slots go in GShard order:
     every token's first choice before any second choice, tokens in order
-    (runtime/include/moe_rt/kernels/Routing.h).
+    (runtime/src/kernels/Routing.h).
 
     `tau` (cosine only, > 0) is the cosine temperature τ; without it τ =
     0.07 (X-MoE's initial value). `sample_offset` (noisy_topk only, >= 0)

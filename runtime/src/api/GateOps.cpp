@@ -13,8 +13,8 @@
 
 #include "OpChecks.h"
 
-#include "moe_rt/kernels/ExpertChoice.h"
-#include "moe_rt/kernels/Gates.h"
+#include "kernels/ExpertChoice.h"
+#include "kernels/Gates.h"
 
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaRoutingOps.h"

@@ -15,10 +15,10 @@
 
 #include "../Backend.h"
 #include "../Error.h"
-#include "../OnCuda.h"
+#include "OnCuda.h"
 
-#include "moe_rt/kernels/ExpertChoice.h"
-#include "moe_rt/kernels/Routing.h"
+#include "kernels/ExpertChoice.h"
+#include "kernels/Routing.h"
 
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaDenseOps.h"

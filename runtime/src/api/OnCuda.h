@@ -10,8 +10,8 @@
 #ifndef MOE_RT_SRC_ONCUDA_H
 #define MOE_RT_SRC_ONCUDA_H
 
-#include "Backend.h"
-#include "Error.h"
+#include "../Backend.h"
+#include "../Error.h"
 
 namespace moe_rt {
 

@@ -14,7 +14,7 @@
 
 #include "moe_rt/step_support.h"
 
-#include "Backend.h"
+#include "../Backend.h"
 
 #include <algorithm>
 #include <cstdio>

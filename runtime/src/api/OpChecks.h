@@ -12,7 +12,7 @@
 
 #include "../Backend.h"
 #include "../Error.h"
-#include "../OnCuda.h"
+#include "OnCuda.h"
 
 #include <cstring>
 #include <functional>

@@ -12,7 +12,7 @@
 #ifndef MOE_RT_KERNELS_DENSE_H
 #define MOE_RT_KERNELS_DENSE_H
 
-#include "moe_rt/kernels/Gemm.h"
+#include "Gemm.h"
 
 #include <algorithm>
 #include <cmath>

@@ -20,7 +20,7 @@
 #ifndef MOE_RT_KERNELS_GATES_H
 #define MOE_RT_KERNELS_GATES_H
 
-#include "moe_rt/kernels/Routing.h"
+#include "Routing.h"
 
 
 namespace moe_rt::kernels {

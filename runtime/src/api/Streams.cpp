@@ -1,8 +1,8 @@
 //===- Stream.cpp - C API for streams and events
 //------------------------------===//
 
-#include "Backend.h"
-#include "Error.h"
+#include "../Backend.h"
+#include "../Error.h"
 
 #include <new>
 

@@ -1,8 +1,8 @@
 //===- Tensor.cpp - C API for tensors
 //------------------------------------------===//
 
-#include "Backend.h"
-#include "Error.h"
+#include "../Backend.h"
+#include "../Error.h"
 
 #include <cstdlib>
 #include <cstring>

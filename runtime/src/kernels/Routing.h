@@ -20,7 +20,7 @@
 #ifndef MOE_RT_KERNELS_ROUTING_H
 #define MOE_RT_KERNELS_ROUTING_H
 
-#include "moe_rt/kernels/Dense.h"
+#include "Dense.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,8 @@
 //===- Ops.cpp - C API for tensor ops
 //------------------------------------------===//
 
-#include "Backend.h"
-#include "Error.h"
+#include "../Backend.h"
+#include "../Error.h"
 
 using namespace moe_rt;
 

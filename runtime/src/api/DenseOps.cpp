@@ -10,9 +10,9 @@
 
 #include "OpChecks.h"
 
-#include "moe_rt/kernels/Attention.h"
-#include "moe_rt/kernels/Expert.h"
-#include "moe_rt/kernels/Routing.h"
+#include "kernels/Attention.h"
+#include "kernels/Expert.h"
+#include "kernels/Routing.h"
 
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaDenseOps.h"

@@ -11,7 +11,7 @@
 #ifndef MOE_RT_KERNELS_EXPERT_H
 #define MOE_RT_KERNELS_EXPERT_H
 
-#include "moe_rt/kernels/Gemm.h"
+#include "Gemm.h"
 
 #include <cmath>
 #include <cstdint>

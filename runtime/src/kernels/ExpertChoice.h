@@ -22,7 +22,7 @@
 #ifndef MOE_RT_KERNELS_EXPERTCHOICE_H
 #define MOE_RT_KERNELS_EXPERTCHOICE_H
 
-#include "moe_rt/kernels/Routing.h"
+#include "Routing.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -15,7 +15,7 @@
 #ifndef MOE_RT_KERNELS_ATTENTION_H
 #define MOE_RT_KERNELS_ATTENTION_H
 
-#include "moe_rt/kernels/Dense.h"
+#include "Dense.h"
 
 #include <cmath>
 #include <cstdint>
