@@ -1,5 +1,4 @@
-//===- Backend.h - what a stream/event backend implements ---------*- C++
-//-*-===//
+//===- Backend.h - what a stream/event backend implements -------*- C++ -*-===//
 //
 // The C API in moe_rt.h dispatches to these interfaces; the CPU backend
 // (src/cpu) and the CUDA backend (src/cuda) implement them.

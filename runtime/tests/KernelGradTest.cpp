@@ -1,5 +1,4 @@
-//===- KernelGradTest.cpp - backward kernels against finite differences
-//----===//
+//===- KernelGradTest.cpp - backward kernels against finite differences ---===//
 //
 // Every backward kernel is checked against central differences of the
 // forward kernel in double precision: with a random cotangent c, the

@@ -1,5 +1,4 @@
-//===- RoutingTest.cpp - gate, capacity slots, dispatch and combine
-//---------===//
+//===- RoutingTest.cpp - gate, capacity slots, dispatch and combine -------===//
 
 #include "kernels/Routing.h"
 

@@ -1,8 +1,9 @@
-//===- StepOps.cpp - the step's ops, queued on streams
-//----------------------===//
+//===- DenseOps.cpp - the dense op calls: checks, then the backend --------===//
 //
-// Argument checks, then the CPU kernel as a stream task. Shapes are read
-// when the call is made; data when the task runs.
+// Attention, norms, linear, embedding, cross-entropy and the expert FFN,
+// each with its vjp: argument checks (shapes are read when the call is
+// made), then the op goes to its stream's backend (src/cpu/CpuOps.h or
+// src/cuda's), which reads the data when the work runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,20 +11,15 @@
 
 #include "OpChecks.h"
 
+#include "../cpu/CpuOps.h"
 #include "kernels/Attention.h"
-#include "kernels/Expert.h"
-#include "kernels/Routing.h"
 
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaDenseOps.h"
 #include "../cuda/CudaRoutingOps.h"
 #endif
 
-#include <algorithm>
-#include <cstring>
-#include <memory>
 #include <string>
-#include <vector>
 
 using namespace moe_rt;
 namespace k = moe_rt::kernels;
@@ -140,37 +136,9 @@ Check crossEntropyChecks(const char *call, moe_rt_stream s,
                 "one label per token");
 }
 
-/// A top-k gate's x (... x M) routed by w (M x E) over T tokens.
-struct GateShape {
-  int64_t m, experts, tokens;
-};
-
-/// What moe_rt_gate_topk and its vjp both check: the stream, x, w whose
-/// rows are x's last dimension, and k in [1, E].
-Check gateChecks(const char *call, moe_rt_stream s, int64_t kk,
-                 const moe_rt_tensor *x, const moe_rt_tensor *w, GateShape &g) {
-  Check c{call, backendOf(s)};
-  c.that(s != nullptr, "NULL stream")
-      .tensor(x, "x", MOE_RT_F32, 1)
-      .tensor(w, "w", MOE_RT_F32, 2);
-  if (c.status)
-    return c;
-  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
-  if (c.status)
-    return c;
-  g = {dim(w, 0), dim(w, 1), moe_rt_tensor_numel(x) / dim(w, 0)};
-  return c.that(kk >= 1 && kk <= g.experts, "k must be in [1, experts]");
-}
-
-/// Experts, slots, M and H of an expert call: 3-D weights are per local
-/// expert; 2-D weights (shared experts) make one expert of every token.
-struct FfnShape {
-  int64_t experts, slots, m, h;
-};
-
 Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
                 const moe_rt_tensor *up, const moe_rt_tensor *gate,
-                const moe_rt_tensor *down, FfnShape &shape) {
+                const moe_rt_tensor *down, ExpertShape &shape) {
   Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(x, "x", MOE_RT_F32, 1)
@@ -198,30 +166,6 @@ Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
   return c;
 }
 
-#if MOE_RT_HAVE_CUDA
-/// The CUDA gate's description of a softmax_topk gate (moe_rt_gate_topk).
-moe_rt::device::GateShape softmaxGateShape(const GateShape &g, int64_t kk,
-                                           int normalize) {
-  moe_rt::device::GateShape z;
-  z.kind = MOE_RT_GATE_SOFTMAX_TOPK;
-  z.tokens = g.tokens;
-  z.m = g.m;
-  z.d = g.m;
-  z.experts = g.experts;
-  z.k = kk;
-  z.normalize = normalize != 0;
-  return z;
-}
-
-moe_rt::device::ExpertShape deviceShape(const FfnShape &f) {
-  moe_rt::device::ExpertShape e;
-  e.experts = f.experts;
-  e.slots = f.slots;
-  e.m = f.m;
-  e.h = f.h;
-  return e;
-}
-#endif
 
 } // namespace
 
@@ -239,14 +183,10 @@ moe_rt_status moe_rt_attention(moe_rt_stream s, const moe_rt_attention_attrs *a,
   if (c.status)
     return c.status;
   k::AttentionShape shape = attentionShape(a, x);
-  float *px = f32(x), *pq = f32(wq), *pk = f32(wk), *pv = f32(wv),
-        *po = f32(wo), *ps = f32(scale), *pb = f32(bias), *pout = f32(out);
-  MOE_RT_ON_CUDA(s,
-                 cuda::attention(s, shape, px, pq, pk, pv, po, ps, pb, pout));
-  return enqueue(s, [=](std::string &) {
-    k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout);
-    return MOE_RT_OK;
-  });
+  MOE_RT_ON_CUDA(s, cuda::attention(s, shape, f32(x), f32(wq), f32(wk),
+                                    f32(wv), f32(wo), f32(scale), f32(bias),
+                                    f32(out)));
+  return cpu::attention(s, shape, x, wq, wk, wv, wo, scale, bias, out);
 }
 
 moe_rt_status moe_rt_attention_grad(
@@ -283,14 +223,8 @@ moe_rt_status moe_rt_attention_grad(
                         s, shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
                         f32(scale), f32(bias), f32(dout), f32(dx), f32(dwq),
                         f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias)));
-  return enqueue(s, [=](std::string &) {
-    for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias})
-      zero(g);
-    k::attentionBackward(shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
-                         f32(scale), f32(bias), f32(dout), f32(dx), f32(dwq),
-                         f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias));
-    return MOE_RT_OK;
-  });
+  return cpu::attentionGrad(s, shape, x, wq, wk, wv, wo, scale, bias, dout, dx,
+                            dwq, dwk, dwv, dwo, dscale, dbias);
 }
 
 moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
@@ -303,11 +237,8 @@ moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
   int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
   MOE_RT_ON_CUDA(s, cuda::norm(s, kind == MOE_RT_NORM_RMS, rows, m, eps, f32(x),
                                f32(scale), f32(bias), f32(out)));
-  return enqueue(s, [=](std::string &) {
-    k::normForward(kind == MOE_RT_NORM_RMS, rows, m, f32(x), f32(scale),
-                   f32(bias), eps, f32(out));
-    return MOE_RT_OK;
-  });
+  return cpu::norm(s, kind == MOE_RT_NORM_RMS, rows, m, eps, x, scale, bias,
+                   out);
 }
 
 moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
@@ -334,13 +265,8 @@ moe_rt_status moe_rt_norm_grad(moe_rt_stream s, moe_rt_norm_kind kind,
   MOE_RT_ON_CUDA(s, cuda::normGrad(s, kind == MOE_RT_NORM_RMS, rows, m, eps,
                                    f32(x), f32(scale), f32(dout), f32(dx),
                                    f32(dscale), f32(dbias)));
-  return enqueue(s, [=](std::string &) {
-    for (moe_rt_tensor *g : {dx, dscale, dbias})
-      zero(g);
-    k::normBackward(kind == MOE_RT_NORM_RMS, rows, m, f32(x), f32(scale), eps,
-                    f32(dout), f32(dx), f32(dscale), f32(dbias));
-    return MOE_RT_OK;
-  });
+  return cpu::normGrad(s, kind == MOE_RT_NORM_RMS, rows, m, eps, x, scale,
+                       dout, dx, dscale, dbias);
 }
 
 moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
@@ -356,10 +282,7 @@ moe_rt_status moe_rt_linear(moe_rt_stream s, const moe_rt_tensor *x,
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
   MOE_RT_ON_CUDA(
       s, cuda::linear(s, rows, kk, n, f32(x), f32(w), f32(bias), f32(out)));
-  return enqueue(s, [=](std::string &) {
-    k::linearForward(rows, kk, n, f32(x), f32(w), f32(bias), f32(out));
-    return MOE_RT_OK;
-  });
+  return cpu::linear(s, rows, kk, n, x, w, bias, out);
 }
 
 moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
@@ -382,13 +305,7 @@ moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
   int64_t kk = dim(w, 0), n = dim(w, 1), rows = moe_rt_tensor_numel(x) / kk;
   MOE_RT_ON_CUDA(s, cuda::linearGrad(s, rows, kk, n, f32(x), f32(w), f32(dout),
                                      f32(dx), f32(dw), f32(dbias)));
-  return enqueue(s, [=](std::string &) {
-    for (moe_rt_tensor *g : {dx, dw, dbias})
-      zero(g);
-    k::linearBackward(rows, kk, n, f32(x), f32(w), f32(dout), f32(dx), f32(dw),
-                      f32(dbias));
-    return MOE_RT_OK;
-  });
+  return cpu::linearGrad(s, rows, kk, n, x, w, dout, dx, dw, dbias);
 }
 
 moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
@@ -401,13 +318,7 @@ moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,
           m = dim(table, 1);
   MOE_RT_ON_CUDA(
       s, cuda::embedding(s, tokens, vocab, m, i64(ids), f32(table), f32(out)));
-  return enqueue(s, [=](std::string &message) {
-    if (k::embeddingForward(tokens, vocab, m, i64(ids), f32(table), f32(out)))
-      return MOE_RT_OK;
-    message = "moe_rt_embedding: a token id is outside [0, " +
-              std::to_string(vocab) + ")";
-    return MOE_RT_INVALID_ARGUMENT;
-  });
+  return cpu::embedding(s, tokens, vocab, m, ids, table, out);
 }
 
 moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
@@ -421,14 +332,7 @@ moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
           m = dim(dtable, 1);
   MOE_RT_ON_CUDA(s, cuda::embeddingGrad(s, tokens, vocab, m, i64(ids),
                                         f32(dout), f32(dtable)));
-  return enqueue(s, [=](std::string &message) {
-    zero(dtable);
-    if (k::embeddingBackward(tokens, vocab, m, i64(ids), f32(dout),
-                             f32(dtable)))
-      return MOE_RT_OK;
-    message = "moe_rt_embedding_grad: a token id is outside the table";
-    return MOE_RT_INVALID_ARGUMENT;
-  });
+  return cpu::embeddingGrad(s, tokens, vocab, m, ids, dout, dtable);
 }
 
 moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
@@ -441,12 +345,7 @@ moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
   int64_t v = dim(logits, -1), tokens = moe_rt_tensor_numel(logits) / v;
   MOE_RT_ON_CUDA(
       s, cuda::crossEntropy(s, tokens, v, f32(logits), i64(labels), f32(loss)));
-  return enqueue(s, [=](std::string &message) {
-    if (k::crossEntropyForward(tokens, v, f32(logits), i64(labels), f32(loss)))
-      return MOE_RT_OK;
-    message = "moe_rt_cross_entropy: a label is outside the vocabulary";
-    return MOE_RT_INVALID_ARGUMENT;
-  });
+  return cpu::crossEntropy(s, tokens, v, logits, labels, loss);
 }
 
 moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
@@ -465,96 +364,21 @@ moe_rt_status moe_rt_cross_entropy_grad(moe_rt_stream s,
   MOE_RT_ON_CUDA(s,
                  cuda::crossEntropyGrad(s, tokens, v, f32(logits), i64(labels),
                                         f32(dloss), f32(dlogits)));
-  return enqueue(s, [=](std::string &message) {
-    zero(dlogits);
-    if (k::crossEntropyBackward(tokens, v, f32(logits), i64(labels),
-                                f32(dloss)[0], f32(dlogits)))
-      return MOE_RT_OK;
-    message = "moe_rt_cross_entropy_grad: a label is outside the vocabulary";
-    return MOE_RT_INVALID_ARGUMENT;
-  });
-}
-
-moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t kk, int normalize,
-                               const moe_rt_tensor *x, const moe_rt_tensor *w,
-                               moe_rt_tensor *indices, moe_rt_tensor *weights,
-                               moe_rt_tensor *counts) {
-  GateShape g{};
-  Check c = gateChecks("moe_rt_gate_topk", s, kk, x, w, g);
-  c.tensor(indices, "indices", MOE_RT_I64)
-      .tensor(weights, "weights", MOE_RT_F32)
-      .tensor(counts, "counts", MOE_RT_I64);
-  int64_t m = g.m, e = g.experts, t = g.tokens;
-  c.that(moe_rt_tensor_numel(indices) == t * kk &&
-             moe_rt_tensor_numel(weights) == t * kk &&
-             moe_rt_tensor_numel(counts) == e,
-         "indices and weights need tokens x k entries, counts E");
-  if (c.status)
-    return c.status;
-  MOE_RT_ON_CUDA(s, cuda::gate(s, softmaxGateShape(g, kk, normalize), f32(x),
-                               f32(w), nullptr, i64(indices), f32(weights),
-                               i64(counts)));
-  return enqueue(s, [=](std::string &) {
-    std::vector<float> logits(t * e);
-    k::linearForward(t, m, e, f32(x), f32(w), (const float *)nullptr,
-                     logits.data());
-    k::softmaxTopK(t, e, kk, normalize != 0, logits.data(), i64(indices),
-                   f32(weights), i64(counts));
-    return MOE_RT_OK;
-  });
-}
-
-moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
-                                    const moe_rt_tensor *x,
-                                    const moe_rt_tensor *w,
-                                    const moe_rt_tensor *dweights,
-                                    moe_rt_tensor *dx, moe_rt_tensor *dw) {
-  GateShape g{};
-  Check c = gateChecks("moe_rt_gate_topk_grad", s, kk, x, w, g);
-  c.tensor(dweights, "dweights", MOE_RT_F32)
-      .tensor(dx, "dx", MOE_RT_F32, 1)
-      .tensor(dw, "dw", MOE_RT_F32, 2);
-  int64_t m = g.m, e = g.experts, t = g.tokens;
-  c.size(dweights, "dweights", t * kk).sizeOf(dx, "dx", x).sizeOf(dw, "dw", w);
-  if (c.status)
-    return c.status;
-  MOE_RT_ON_CUDA(s, cuda::gateGrad(s, softmaxGateShape(g, kk, normalize),
-                                   f32(x), f32(w), nullptr, f32(dweights),
-                                   f32(dx), f32(dw), nullptr));
-  return enqueue(s, [=](std::string &) {
-    // The selection is recomputed from x and w, as the forward made it.
-    std::vector<float> logits(t * e), dlogits(t * e), weights(t * kk);
-    std::vector<int64_t> idx(t * kk), counts(e);
-    k::linearForward(t, m, e, f32(x), f32(w), (const float *)nullptr,
-                     logits.data());
-    k::softmaxTopK(t, e, kk, normalize != 0, logits.data(), idx.data(),
-                   weights.data(), counts.data());
-    k::softmaxTopKBackward(t, e, kk, normalize != 0, logits.data(), idx.data(),
-                           f32(dweights), dlogits.data());
-    zero(dx);
-    zero(dw);
-    k::linearBackward(t, m, e, f32(x), f32(w), dlogits.data(), f32(dx), f32(dw),
-                      (float *)nullptr);
-    return MOE_RT_OK;
-  });
+  return cpu::crossEntropyGrad(s, tokens, v, logits, labels, dloss, dlogits);
 }
 
 moe_rt_status moe_rt_expert(moe_rt_stream s, moe_rt_activation act,
                             const moe_rt_tensor *x, const moe_rt_tensor *up,
                             const moe_rt_tensor *gate,
                             const moe_rt_tensor *down, moe_rt_tensor *out) {
-  FfnShape f{};
+  ExpertShape f{};
   Check c = ffnChecks("moe_rt_expert", s, x, up, gate, down, f);
   c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(s, cuda::expert(s, act, deviceShape(f), f32(x), f32(up),
+  MOE_RT_ON_CUDA(s, cuda::expert(s, act, f, f32(x), f32(up),
                                  f32(gate), f32(down), f32(out)));
-  return enqueue(s, [=](std::string &) {
-    k::expertForward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
-                     f32(up), f32(gate), f32(down), f32(out));
-    return MOE_RT_OK;
-  });
+  return cpu::expert(s, act, f, x, up, gate, down, out);
 }
 
 moe_rt_status moe_rt_expert_grad(
@@ -562,7 +386,7 @@ moe_rt_status moe_rt_expert_grad(
     const moe_rt_tensor *up, const moe_rt_tensor *gate,
     const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
     moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
-  FfnShape f{};
+  ExpertShape f{};
   Check c = ffnChecks("moe_rt_expert_grad", s, x, up, gate, down, f);
   c.tensor(dout, "dout", MOE_RT_F32, 1)
       .tensor(dx, "dx", MOE_RT_F32, 1)
@@ -576,18 +400,12 @@ moe_rt_status moe_rt_expert_grad(
       .sizeOf(ddown, "ddown", down);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(s, cuda::expertGrad(s, act, deviceShape(f), f32(x), f32(up),
+  MOE_RT_ON_CUDA(s, cuda::expertGrad(s, act, f, f32(x), f32(up),
                                      f32(gate), f32(down), f32(dout), f32(dx),
                                      f32(dup), gate ? f32(dgate) : nullptr,
                                      f32(ddown)));
-  return enqueue(s, [=](std::string &) {
-    for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
-      zero(g);
-    k::expertBackward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
-                      f32(up), f32(gate), f32(down), f32(dout), f32(dx),
-                      f32(dup), gate ? f32(dgate) : nullptr, f32(ddown));
-    return MOE_RT_OK;
-  });
+  return cpu::expertGrad(s, act, f, x, up, gate, down, dout, dx, dup, dgate,
+                         ddown);
 }
 
 } // extern "C"

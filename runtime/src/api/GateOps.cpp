@@ -1,11 +1,9 @@
-//===- GateOps.cpp - moe_rt_gate and its vjp: every gate kind
-//--------------===//
+//===- GateOps.cpp - the gate calls: checks, then the stream's backend ----===//
 //
-// Argument checks, then scores -> top-k (kernels/Gates.h, Routing.h) as a
-// stream task; expert_choice selects top-C tokens per expert instead
-// (kernels/ExpertChoice.h, E x C outputs). The backward recomputes scores,
-// selection and noise from x and the weights, so it needs nothing saved
-// from the forward.
+// moe_rt_gate / moe_rt_gate_at and their vjps for every gate kind, and
+// moe_rt_gate_topk (softmax_topk) with its vjp: each checks its arguments,
+// describes the call as a GateShape and hands it to the stream's backend
+// (src/cpu/CpuGateOps.cpp, or src/cuda's gate).
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,7 +11,7 @@
 
 #include "OpChecks.h"
 
-#include "kernels/ExpertChoice.h"
+#include "../cpu/CpuOps.h"
 #include "kernels/Gates.h"
 
 #if MOE_RT_HAVE_CUDA
@@ -21,7 +19,6 @@
 #endif
 
 #include <string>
-#include <vector>
 
 using namespace moe_rt;
 namespace k = moe_rt::kernels;
@@ -103,57 +100,12 @@ Check &expertChoiceChecks(Check &c, const Sizes &z, int normalize,
                     " tokens");
 }
 
-/// The forward's pre-top-k scores (tokens x E) and what the backward needs
-/// again: the clean and noisy logits, the noise, the cosine projection.
-struct Scores {
-  std::vector<float> scores, clean, noisy, proj;
-  std::vector<double> noise;
-};
-
-void computeScores(moe_rt_gate_kind kind, const Sizes &z, uint64_t seed,
-                   int64_t firstSample, double tau, const float *x,
-                   const float *w, const float *aux, Scores &r) {
-  r.scores.assign(z.t * z.e, 0.0f);
-  switch (kind) {
-  case MOE_RT_GATE_NOISY_TOPK:
-    r.clean.assign(z.t * z.e, 0.0f);
-    r.noisy.assign(z.t * z.e, 0.0f);
-    k::linearForward(z.t, z.m, z.e, x, w, (const float *)nullptr,
-                     r.clean.data());
-    k::linearForward(z.t, z.m, z.e, x, aux, (const float *)nullptr,
-                     r.noisy.data());
-    k::noiseFor(seed, z.t, z.seq, z.e, r.noise, firstSample);
-    k::noisyScores(z.t * z.e, r.clean.data(), r.noisy.data(), r.noise,
-                   r.scores.data());
-    break;
-  case MOE_RT_GATE_COSINE:
-    r.proj.assign(z.t * z.d, 0.0f);
-    k::linearForward(z.t, z.m, z.d, x, aux, (const float *)nullptr,
-                     r.proj.data());
-    k::cosineScores(z.t, z.d, z.e, tau, r.proj.data(), w, r.scores.data());
-    break;
-  default: // softmax_topk, sigmoid: plain logits
-    k::linearForward(z.t, z.m, z.e, x, w, (const float *)nullptr,
-                     r.scores.data());
-  }
-}
-
-void topK(moe_rt_gate_kind kind, const Sizes &z, int64_t kk, bool normalize,
-          const float *scores, int64_t *indices, float *weights,
-          int64_t *counts) {
-  if (kind == MOE_RT_GATE_SIGMOID)
-    k::sigmoidTopK(z.t, z.e, kk, normalize, scores, indices, weights, counts);
-  else
-    k::softmaxTopK(z.t, z.e, kk, normalize, scores, indices, weights, counts);
-}
-
-#if MOE_RT_HAVE_CUDA
-/// The CUDA gate's description of a checked call; `k` is the capacity C
+/// What the backends are told of a checked call; `k` is the capacity C
 /// for expert_choice.
-device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
+GateShape gateShape(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
                              int normalize, uint64_t seed, int64_t first,
                              double tau) {
-  device::GateShape g;
+  GateShape g;
   g.kind = kind;
   g.tokens = z.t;
   g.m = z.m;
@@ -167,7 +119,43 @@ device::GateShape deviceGate(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
   g.tau = tau;
   return g;
 }
-#endif
+
+/// A top-k gate's x (... x M) routed by w (M x E) over T tokens.
+struct TopKSizes {
+  int64_t m, experts, tokens;
+};
+
+/// What moe_rt_gate_topk and its vjp both check: the stream, x, w whose
+/// rows are x's last dimension, and k in [1, E].
+Check gateChecks(const char *call, moe_rt_stream s, int64_t kk,
+                 const moe_rt_tensor *x, const moe_rt_tensor *w, TopKSizes &g) {
+  Check c{call, backendOf(s)};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2);
+  if (c.status)
+    return c;
+  c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
+  if (c.status)
+    return c;
+  g = {dim(w, 0), dim(w, 1), moe_rt_tensor_numel(x) / dim(w, 0)};
+  return c.that(kk >= 1 && kk <= g.experts, "k must be in [1, experts]");
+}
+
+/// moe_rt_gate_topk as the backends' softmax_topk gate.
+GateShape softmaxGate(const TopKSizes &g, int64_t kk, int normalize) {
+  GateShape z;
+  z.kind = MOE_RT_GATE_SOFTMAX_TOPK;
+  z.tokens = g.tokens;
+  z.m = g.m;
+  z.d = g.m;
+  z.experts = g.experts;
+  z.k = kk;
+  z.normalize = normalize != 0;
+  return z;
+}
+
+
 
 } // namespace
 
@@ -198,41 +186,21 @@ moe_rt_status moe_rt_gate_at(moe_rt_stream s, moe_rt_gate_kind kind,
       .tensor(counts, "counts", MOE_RT_I64);
   if (c.status)
     return c.status;
-  if (kind == MOE_RT_GATE_EXPERT_CHOICE) {
-    int64_t cap = 0;
-    expertChoiceChecks(c, z, normalize, indices, "indices", cap)
-        .size(weights, "weights", z.e * cap)
+  int64_t choices = kk;
+  if (kind == MOE_RT_GATE_EXPERT_CHOICE)
+    expertChoiceChecks(c, z, normalize, indices, "indices", choices)
+        .size(weights, "weights", z.e * choices)
         .size(counts, "counts", z.e);
-    if (c.status)
-      return c.status;
-    MOE_RT_ON_CUDA(s,
-                   cuda::gate(s, deviceGate(kind, z, cap, normalize, seed, first, tau),
-                              f32(x), f32(w), f32(aux), i64(indices),
-                              f32(weights), i64(counts)));
-    return enqueue(s, [=](std::string &) {
-      Scores r;
-      computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
-      k::expertChoiceTopC(z.t, z.e, cap, r.scores.data(), i64(indices),
-                          f32(weights), i64(counts));
-      return MOE_RT_OK;
-    });
-  }
-  c.size(indices, "indices", z.t * kk)
-      .size(weights, "weights", z.t * kk)
-      .size(counts, "counts", z.e);
+  else
+    c.size(indices, "indices", z.t * kk)
+        .size(weights, "weights", z.t * kk)
+        .size(counts, "counts", z.e);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(s, cuda::gate(s, deviceGate(kind, z, kk, normalize, seed, first, tau),
-                               f32(x), f32(w), f32(aux), i64(indices),
+  GateShape g = gateShape(kind, z, choices, normalize, seed, first, tau);
+  MOE_RT_ON_CUDA(s, cuda::gate(s, g, f32(x), f32(w), f32(aux), i64(indices),
                                f32(weights), i64(counts)));
-  bool norm = normalize != 0;
-  return enqueue(s, [=](std::string &) {
-    Scores r;
-    computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
-    topK(kind, z, kk, norm, r.scores.data(), i64(indices), f32(weights),
-         i64(counts));
-    return MOE_RT_OK;
-  });
+  return cpu::gate(s, g, x, w, aux, indices, weights, counts);
 }
 
 moe_rt_status moe_rt_gate_grad(moe_rt_stream s, moe_rt_gate_kind kind,
@@ -263,86 +231,66 @@ moe_rt_status moe_rt_gate_grad_at(moe_rt_stream s, moe_rt_gate_kind kind,
       .tensor(daux, "daux", MOE_RT_F32, 2, true);
   if (c.status)
     return c.status;
-  if (kind == MOE_RT_GATE_EXPERT_CHOICE) {
-    int64_t cap = 0;
-    expertChoiceChecks(c, z, normalize, dweights, "dweights", cap)
+  int64_t choices = kk;
+  if (kind == MOE_RT_GATE_EXPERT_CHOICE)
+    expertChoiceChecks(c, z, normalize, dweights, "dweights", choices)
         .that(daux == nullptr, "expert_choice takes no daux")
         .sizeOf(dx, "dx", x)
         .sizeOf(dw, "dw", w);
-    if (c.status)
-      return c.status;
-    MOE_RT_ON_CUDA(
-        s, cuda::gateGrad(s, deviceGate(kind, z, cap, normalize, seed, first, tau),
-                          f32(x), f32(w), nullptr, f32(dweights), f32(dx),
-                          f32(dw), nullptr));
-    return enqueue(s, [=](std::string &) {
-      Scores r;
-      computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
-      std::vector<float> wts(z.e * cap), dlogits(z.t * z.e, 0.0f);
-      std::vector<int64_t> idx(z.e * cap), counts(z.e);
-      k::expertChoiceTopC(z.t, z.e, cap, r.scores.data(), idx.data(),
-                          wts.data(), counts.data());
-      k::expertChoiceBackward(z.t, z.e, cap, r.scores.data(), idx.data(),
-                              f32(dweights), dlogits.data());
-      zero(dx);
-      zero(dw);
-      k::linearBackward(z.t, z.m, z.e, f32(x), f32(w), dlogits.data(), f32(dx),
-                        f32(dw), (float *)nullptr);
-      return MOE_RT_OK;
-    });
-  }
-  c.that((aux != nullptr) == (daux != nullptr),
-         "daux must be given exactly when aux is")
-      .size(dweights, "dweights", z.t * kk)
-      .sizeOf(dx, "dx", x)
-      .sizeOf(dw, "dw", w)
-      .sizeOf(daux, "daux", aux);
+  else
+    c.that((aux != nullptr) == (daux != nullptr),
+           "daux must be given exactly when aux is")
+        .size(dweights, "dweights", z.t * kk)
+        .sizeOf(dx, "dx", x)
+        .sizeOf(dw, "dw", w)
+        .sizeOf(daux, "daux", aux);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(
-      s, cuda::gateGrad(s, deviceGate(kind, z, kk, normalize, seed, first, tau),
-                        f32(x), f32(w), f32(aux), f32(dweights), f32(dx),
-                        f32(dw), f32(daux)));
-  bool norm = normalize != 0;
-  return enqueue(s, [=](std::string &) {
-    Scores r;
-    computeScores(kind, z, seed, first, tau, f32(x), f32(w), f32(aux), r);
-    std::vector<float> wts(z.t * kk), dscores(z.t * z.e, 0.0f);
-    std::vector<int64_t> idx(z.t * kk), counts(z.e);
-    topK(kind, z, kk, norm, r.scores.data(), idx.data(), wts.data(),
-         counts.data());
-    if (kind == MOE_RT_GATE_SIGMOID)
-      k::sigmoidTopKBackward(z.t, z.e, kk, norm, r.scores.data(), idx.data(),
-                             f32(dweights), dscores.data());
-    else
-      k::softmaxTopKBackward(z.t, z.e, kk, norm, r.scores.data(), idx.data(),
-                             f32(dweights), dscores.data());
-    zero(dx);
-    zero(dw);
-    zero(daux);
-    switch (kind) {
-    case MOE_RT_GATE_NOISY_TOPK: {
-      std::vector<float> dclean(z.t * z.e), dnoisy(z.t * z.e);
-      k::noisyScoresBackward(z.t * z.e, r.noisy.data(), r.noise, dscores.data(),
-                             dclean.data(), dnoisy.data());
-      k::linearBackward(z.t, z.m, z.e, f32(x), f32(w), dclean.data(), f32(dx),
-                        f32(dw), (float *)nullptr);
-      k::linearBackward(z.t, z.m, z.e, f32(x), f32(aux), dnoisy.data(), f32(dx),
-                        f32(daux), (float *)nullptr);
-      break;
-    }
-    case MOE_RT_GATE_COSINE: {
-      std::vector<float> dproj(z.t * z.d);
-      k::cosineScoresBackward(z.t, z.d, z.e, tau, r.proj.data(), f32(w),
-                              dscores.data(), dproj.data(), f32(dw));
-      k::linearBackward(z.t, z.m, z.d, f32(x), f32(aux), dproj.data(), f32(dx),
-                        f32(daux), (float *)nullptr);
-      break;
-    }
-    default:
-      k::linearBackward(z.t, z.m, z.e, f32(x), f32(w), dscores.data(), f32(dx),
-                        f32(dw), (float *)nullptr);
-    }
-    return MOE_RT_OK;
-  });
+  GateShape g = gateShape(kind, z, choices, normalize, seed, first, tau);
+  MOE_RT_ON_CUDA(s, cuda::gateGrad(s, g, f32(x), f32(w), f32(aux),
+                                   f32(dweights), f32(dx), f32(dw),
+                                   f32(daux)));
+  return cpu::gateGrad(s, g, x, w, aux, dweights, dx, dw, daux);
+}
+
+moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t kk, int normalize,
+                               const moe_rt_tensor *x, const moe_rt_tensor *w,
+                               moe_rt_tensor *indices, moe_rt_tensor *weights,
+                               moe_rt_tensor *counts) {
+  TopKSizes g{};
+  Check c = gateChecks("moe_rt_gate_topk", s, kk, x, w, g);
+  c.tensor(indices, "indices", MOE_RT_I64)
+      .tensor(weights, "weights", MOE_RT_F32)
+      .tensor(counts, "counts", MOE_RT_I64);
+  int64_t e = g.experts, t = g.tokens;
+  c.that(moe_rt_tensor_numel(indices) == t * kk &&
+             moe_rt_tensor_numel(weights) == t * kk &&
+             moe_rt_tensor_numel(counts) == e,
+         "indices and weights need tokens x k entries, counts E");
+  if (c.status)
+    return c.status;
+  GateShape z = softmaxGate(g, kk, normalize);
+  MOE_RT_ON_CUDA(s, cuda::gate(s, z, f32(x), f32(w), nullptr, i64(indices),
+                               f32(weights), i64(counts)));
+  return cpu::gate(s, z, x, w, nullptr, indices, weights, counts);
+}
+
+moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
+                                    const moe_rt_tensor *x,
+                                    const moe_rt_tensor *w,
+                                    const moe_rt_tensor *dweights,
+                                    moe_rt_tensor *dx, moe_rt_tensor *dw) {
+  TopKSizes g{};
+  Check c = gateChecks("moe_rt_gate_topk_grad", s, kk, x, w, g);
+  c.tensor(dweights, "dweights", MOE_RT_F32)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dw, "dw", MOE_RT_F32, 2);
+  int64_t t = g.tokens;
+  c.size(dweights, "dweights", t * kk).sizeOf(dx, "dx", x).sizeOf(dw, "dw", w);
+  if (c.status)
+    return c.status;
+  GateShape z = softmaxGate(g, kk, normalize);
+  MOE_RT_ON_CUDA(s, cuda::gateGrad(s, z, f32(x), f32(w), nullptr,
+                                   f32(dweights), f32(dx), f32(dw), nullptr));
+  return cpu::gateGrad(s, z, x, w, nullptr, dweights, dx, dw, nullptr);
 }

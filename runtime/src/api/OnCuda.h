@@ -1,14 +1,13 @@
-//===- OnCuda.h - sending an op to the CUDA backend ---------------*- C++
-//-*-===//
+//===- OnCuda.h - sending an op to the CUDA backend -------------*- C++ -*-===//
 //
 // Every op of moe_rt/ops.h checks its operands, then runs on its stream's
-// backend: the CPU kernels as stream tasks, or the CUDA entry points of
-// src/cuda (CudaDenseOps.h, CudaRoutingOps.h). Operands must live on the
-// stream's backend.
+// backend: the CPU backend's entry points (src/cpu/CpuOps.h), or the CUDA
+// ones (src/cuda: CudaDenseOps.h, CudaRoutingOps.h), which take the same
+// checked sizes. Operands must live on the stream's backend.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOE_RT_SRC_ONCUDA_H
-#define MOE_RT_SRC_ONCUDA_H
+#ifndef MOE_RT_API_ONCUDA_H
+#define MOE_RT_API_ONCUDA_H
 
 #include "../Backend.h"
 #include "../Error.h"
@@ -36,4 +35,4 @@ inline moe_rt_backend backendOf(moe_rt_stream s) {
                         "the runtime was built without CUDA")
 #endif
 
-#endif // MOE_RT_SRC_ONCUDA_H
+#endif // MOE_RT_API_ONCUDA_H

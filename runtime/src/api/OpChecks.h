@@ -1,34 +1,23 @@
-//===- OpChecks.h - argument checks and stream helpers of the CPU ops -*- C++
-//-*-===//
+//===- OpChecks.h - argument checks of the op calls -------------*- C++ -*-===//
 //
-// Shared by the op files (StepOps.cpp, GateOps.cpp): every call checks its
-// arguments the same way and reports the same messages.
+// Shared by the op entry points (DenseOps.cpp, GateOps.cpp): every call
+// checks its arguments the same way and reports the same messages.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOE_RT_CPU_OPCHECKS_H
-#define MOE_RT_CPU_OPCHECKS_H
+#ifndef MOE_RT_API_OPCHECKS_H
+#define MOE_RT_API_OPCHECKS_H
 
 #include "moe_rt/ops.h"
 
 #include "../Backend.h"
 #include "../Error.h"
+#include "../TensorAccess.h"
 #include "OnCuda.h"
 
-#include <cstring>
-#include <functional>
 #include <string>
 
 namespace moe_rt {
 namespace {
-
-float *f32(const moe_rt_tensor *t) {
-  return t ? static_cast<float *>(t->data) : nullptr;
-}
-int64_t *i64(const moe_rt_tensor *t) { return static_cast<int64_t *>(t->data); }
-
-int64_t dim(const moe_rt_tensor *t, int i) {
-  return t->shape[i < 0 ? t->rank + i : i];
-}
 
 /// A failed check: the status and a message naming the call and operand.
 struct Check {
@@ -78,19 +67,7 @@ struct Check {
   }
 };
 
-moe_rt_status enqueue(moe_rt_stream s,
-                      std::function<moe_rt_status(std::string &)> task,
-                      bool low = false) {
-  return s->impl->enqueueHost(std::move(task), low);
-}
-
-void zero(moe_rt_tensor *t) {
-  if (t)
-    std::memset(t->data, 0,
-                moe_rt_tensor_numel(t) * moe_rt_dtype_size(t->dtype));
-}
-
 } // namespace
 } // namespace moe_rt
 
-#endif // MOE_RT_CPU_OPCHECKS_H
+#endif // MOE_RT_API_OPCHECKS_H

@@ -1,5 +1,4 @@
-//===- Stream.cpp - C API for streams and events
-//------------------------------===//
+//===- Stream.cpp - C API for streams and events --------------------------===//
 
 #include "../Backend.h"
 #include "../Error.h"

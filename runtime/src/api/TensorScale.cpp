@@ -1,5 +1,4 @@
-//===- Ops.cpp - C API for tensor ops
-//------------------------------------------===//
+//===- Ops.cpp - C API for tensor ops -------------------------------------===//
 
 #include "../Backend.h"
 #include "../Error.h"

@@ -1,5 +1,4 @@
-//===- Tensor.cpp - C API for tensors
-//------------------------------------------===//
+//===- Tensor.cpp - C API for tensors -------------------------------------===//
 
 #include "../Backend.h"
 #include "../Error.h"

@@ -1,5 +1,4 @@
-//===- CpuStream.cpp - a stream as an in-order worker thread
-//----------------===//
+//===- CpuStream.cpp - a stream as an in-order worker thread --------------===//
 //
 // CUDA stream semantics on the host: tasks run one at a time in issue order
 // on a dedicated thread; events mark points in that order; a wait blocks the

@@ -1,5 +1,4 @@
-//===- MpiCollectives.cpp - bounded MPI collectives on streams
-//--------------===//
+//===- MpiCollectives.cpp - bounded MPI collectives on streams ------------===//
 //
 // Non-blocking MPI collectives polled to a deadline, so that no rank waits
 // forever on a dead or stuck peer (FlowMoE App. K.3: a barrier with timeout

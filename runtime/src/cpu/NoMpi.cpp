@@ -1,5 +1,4 @@
-//===- NoMpi.cpp - collectives when built without MPI
-//----------------------===//
+//===- NoMpi.cpp - collectives when built without MPI ---------------------===//
 
 #include "moe_rt/collectives.h"
 

@@ -1,6 +1,6 @@
-//===- CudaDenseOps.h - moe_rt/ops.h dense ops on CUDA ---------*- C++ -*-===//
+//===- CudaDenseOps.h - moe_rt/ops.h dense ops on CUDA ----------*- C++ -*-===//
 //
-// Entry points the C API (src/cpu/StepOps.cpp, RoutingOps.cpp) calls when
+// Entry points the C API (src/api/DenseOps.cpp, RoutingOps.cpp) calls when
 // the stream is a CUDA stream, after it has checked the operands: each
 // builds a CudaExecutor on `s` and queues the op template of
 // src/device/DenseOps.h or AttentionOps.h. Pointers are device pointers

@@ -1,5 +1,4 @@
-//===- Attention.h - multi-head / grouped-query attention ---------*- C++
-//-*-===//
+//===- Attention.h - multi-head / grouped-query attention -------*- C++ -*-===//
 //
 // moe.attention on the CPU, forward and backward: optional pre-norm, Q, K, V
 // projections, rotary embeddings, scaled dot-product attention (causal or

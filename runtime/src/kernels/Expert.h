@@ -1,5 +1,4 @@
-//===- Expert.h - grouped expert FFN: forward and backward -------*- C++
-//-*-===//
+//===- Expert.h - grouped expert FFN: forward and backward ------*- C++ -*-===//
 //
 // moe.expert / moe.shared_expert on the CPU: for each local expert e of an
 // E_l x S x M input, h = x up[e]; a = act(h) (or act(x gate[e]) * h when
