@@ -1,4 +1,4 @@
-//===- ParamLoading.h - a step argument's initial values, per rank -*- C++ -*-===//
+//===- ParamLoading.h - step arguments' first values ------------*- C++ -*-===//
 //
 // How moe-run starts a step's arguments, as a function of (step, rank)
 // only, so that moe-run (one rank, in its MPI job) and moe-export-params

@@ -1,4 +1,4 @@
-//===- CudaRoutingOps.h - gates, routing and experts on a CUDA stream -*- C++ -*-===//
+//===- CudaRoutingOps.h - gates, routing, experts on CUDA -------*- C++ -*-===//
 //
 // What the C API (src/api/GateOps.cpp, RoutingOps.cpp, DenseOps.cpp) calls
 // when the stream is a CUDA one, after its own argument checks: the shapes

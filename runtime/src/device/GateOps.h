@@ -1,4 +1,4 @@
-//===- GateOps.h - the gate kinds over an executor: forward and vjp -*- C++ -*-===//
+//===- GateOps.h - the gate kinds and vjps, any executor --------*- C++ -*-===//
 //
 // moe_rt_gate / moe_rt_gate_grad for the CUDA backend, written over an
 // executor (Device.h) so that CI runs the same code on the host against the

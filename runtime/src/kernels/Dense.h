@@ -1,4 +1,4 @@
-//===- Dense.h - linear, norms, embedding, loss: forward and backward -*- C++ -*-===//
+//===- Dense.h - linear, norms, embedding, loss, with vjps ------*- C++ -*-===//
 //
 // The CPU kernels of the dense ops (moe.linear, moe.norm, moe.embedding,
 // moe.cross_entropy) and their vjps, on row-major buffers: T rows (tokens)

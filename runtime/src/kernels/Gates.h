@@ -1,4 +1,4 @@
-//===- Gates.h - the token-choice gate kinds: scores, top-k, backward -*- C++ -*-===//
+//===- Gates.h - token-choice gates: scores, top-k, vjp ---------*- C++ -*-===//
 //
 // The moe.gate kinds other than softmax_topk (Routing.h has that one), as
 // "scores -> top-k -> weights" over T tokens and E experts:

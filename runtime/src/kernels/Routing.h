@@ -1,4 +1,4 @@
-//===- Routing.h - gate, dispatch and combine: forward and backward -*- C++ -*-===//
+//===- Routing.h - gate, dispatch and combine, with vjps --------*- C++ -*-===//
 //
 // The token side of MoE routing on the CPU (the all-to-all between is the
 // collectives' job):
