@@ -1,4 +1,4 @@
-//===- TensorAccess.h - typed views of a checked tensor --------*- C++ -*-===//
+//===- TensorAccess.h - typed views of a checked tensor ---------*- C++ -*-===//
 //
 // Data pointers and dimensions of tensors whose checks passed, as the C
 // API (src/api) and the CPU backend (src/cpu) read them.

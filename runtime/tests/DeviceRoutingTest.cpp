@@ -1,4 +1,4 @@
-//===- DeviceRoutingTest.cpp - the CUDA gate/routing/expert code, on the host -===//
+//===- DeviceRoutingTest.cpp - CUDA gate/routing/expert code on host ------===//
 //
 // The CUDA backend's gate, routing and expert ops (src/device/GateOps.h,
 // RoutingOps.h, ExpertOps.h) run on the HostExecutor and are checked

@@ -1,4 +1,4 @@
-//===- CpuOps.h - moe_rt/ops.h's ops on the CPU backend --------*- C++ -*-===//
+//===- CpuOps.h - moe_rt/ops.h's ops on the CPU backend ---------*- C++ -*-===//
 //
 // What the C API (src/api) calls when an op's stream is a CPU stream,
 // after it has checked the operands: each queues the CPU kernels

@@ -1,4 +1,4 @@
-//===- CpuTasks.h - queueing the CPU backend's work ------------*- C++ -*-===//
+//===- CpuTasks.h - queueing the CPU backend's work -------------*- C++ -*-===//
 //
 // The CPU backend runs an op as host tasks on its stream (a worker thread,
 // or the communication pool's): shapes arrive checked from the C API, data

@@ -1,4 +1,4 @@
-//===- Device.h - what the runtime's device kernels are written against -*- C++ -*-===//
+//===- Device.h - what the device kernels are written against ---*- C++ -*-===//
 //
 // The CUDA backend's ops are written once, as templates over an *executor*,
 // so that the same code runs on a GPU (CudaExecutor, src/cuda) and on the

@@ -1,4 +1,4 @@
-//===- ExpertChoice.h - expert-choice gate, dispatch and combine -*- C++ -*-===//
+//===- ExpertChoice.h - expert-choice gate and routing ----------*- C++ -*-===//
 //
 // Expert-choice routing (Zhou et al. 2022) on the CPU, over T tokens (the
 // B x N tokens of one gate call, flattened), E experts and capacity C:
