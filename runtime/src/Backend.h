@@ -115,6 +115,17 @@ public:
 void watchCudaStream(struct ::moe_rt_stream_impl *stream,
                      std::weak_ptr<CommWatch> watch);
 
+/// Why a wait that timed out made no progress, when another rank is the
+/// cause: "rank(s) 3 did not respond". The MPI transport provides it once a
+/// world group exists (src/mpi/Liveness.h); streams append it to the error
+/// of an event wait or a synchronize that timed out, so that every rank of
+/// a job with a dead or stopped rank names it, whatever it was waiting on.
+/// "" when no transport is set or every rank answered.
+using StallDiagnosis = std::string (*)(double timeoutSeconds);
+void setStallDiagnosis(StallDiagnosis diagnosis);
+/// `message` followed by "; " and the diagnosis, if there is one.
+std::string withStallDiagnosis(std::string message, double timeoutSeconds);
+
 } // namespace moe_rt
 
 struct moe_rt_stream_impl {

@@ -216,18 +216,16 @@ void dumpInputs(Interpreter &run, const std::string &path) {
   std::fclose(f);
 }
 
-/// The mean loss over the data-parallel ranks.
-float globalLoss(Buffer &loss, int world, double timeout) {
-  moe_rt_stream sync;
-  moe_rt_stream_create_pool(&sync);
-  moe_rt_comm all;
-  moe_rt_comm_create_world(timeout, 0, &all);
+/// The mean loss over the data-parallel ranks, summed over `all` (the
+/// world) on `sync`. Both are made once, before the first step: creating a
+/// communicator is a collective without a timeout, which a rank that stops
+/// between two steps would leave the others waiting in.
+float globalLoss(Buffer &loss, int rank, int world, double timeout,
+                 moe_rt_stream sync, moe_rt_comm all) {
   Buffer total = loss;
-  moe_rt_all_reduce(sync, all, total.view(), 0, -1);
-  if (moe_rt_stream_synchronize(sync, timeout) != MOE_RT_OK)
-    die(moe_rt_last_error());
-  moe_rt_stream_destroy(sync);
-  moe_rt_comm_destroy(all);
+  if (moe_rt_all_reduce(sync, all, total.view(), 0, -1) != MOE_RT_OK ||
+      moe_rt_stream_synchronize(sync, timeout) != MOE_RT_OK)
+    die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
   return total.f[0] / world;
 }
 
@@ -278,12 +276,18 @@ int main(int argc, char **argv) {
   if (!o.dumpInputs.empty())
     dumpInputs(run, o.dumpInputs + ".rank" + std::to_string(rank));
 
+  moe_rt_stream sync;
+  moe_rt_comm all;
+  if (moe_rt_stream_create_pool(&sync) != MOE_RT_OK ||
+      moe_rt_comm_create_world(o.timeout, 0, &all) != MOE_RT_OK)
+    die(moe_rt_last_error());
   auto start = std::chrono::steady_clock::now();
   for (int s = 1; s <= o.steps; ++s) {
     if (!text.empty() && s > 1)
       loadText(run, text, s - 1);
     check(run.run(s));
-    float loss = globalLoss(*run.results()[0].second, world, o.timeout);
+    float loss =
+        globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);
     if (rank == 0) {
       std::chrono::duration<double> elapsed =
           std::chrono::steady_clock::now() - start;
@@ -299,6 +303,8 @@ int main(int argc, char **argv) {
   }
   if (!o.dump.empty())
     dumpResults(run, o.dump + ".rank" + std::to_string(rank));
+  moe_rt_stream_destroy(sync);
+  moe_rt_comm_destroy(all);
   moe_rt_mpi_finalize();
   return 0;
 }

@@ -8,11 +8,14 @@
 #include "Communicator.h"
 
 #include "../Error.h"
+#include "Liveness.h"
 #ifdef MOE_RT_HAVE_CUDA
 #include "NcclGroups.h"
 #endif
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 using namespace moe_rt;
 using namespace moe_rt::mpi;
@@ -104,7 +107,13 @@ extern "C" moe_rt_status moe_rt_mpi_finalize(void) {
   return ok();
 }
 
-extern "C" void moe_rt_mpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+extern "C" void moe_rt_mpi_abort(int code) {
+  // A liveness probe found silent ranks: the other survivors are finishing
+  // the same probe; let them report before the job ends.
+  if (double grace = abortGrace(); grace > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
 
 extern "C" moe_rt_status
 moe_rt_comm_create_world(double timeout_s, int check_shapes, moe_rt_comm *out) {
@@ -116,6 +125,7 @@ moe_rt_comm_create_world(double timeout_s, int check_shapes, moe_rt_comm *out) {
   if (!initialized)
     return fail(MOE_RT_UNAVAILABLE,
                 "moe_rt_comm_create_world: call moe_rt_mpi_init first");
+  openWorldLiveness();
   return commFromMpi(MPI_COMM_WORLD, timeout_s, check_shapes != 0, out);
 }
 

@@ -81,17 +81,15 @@ private:
                         " did not respond (no matching send/recv, or it is "
                         "dead or stuck)");
     }
-    double window = c->timeoutSeconds > 0 ? std::min(2.0, c->timeoutSeconds)
-                                          : 2.0;
-    std::string missing = unresponsiveRanks(*c, window);
+    std::string silent = silentRanks(c->timeoutSeconds);
     nccl::abortComm(comm);
     return markFailed(
         nccl::label(comm) + " on rank " + std::to_string(c->rank) + ": " +
         why + "; the communicator was aborted; " +
-        (missing.empty()
+        (silent.empty()
              ? std::string("every rank answered a liveness probe, so a rank "
                            "is stuck elsewhere")
-             : "rank(s) " + missing + " did not respond"));
+             : silent));
   }
 
   std::string markFailed(std::string message) {

@@ -62,6 +62,11 @@ struct moe_step {
   moe_rt_backend backend = MOE_RT_CPU;
   int rank = 0, world = 1;
   moe_rt_comm worldComm = nullptr;
+  /// moe_step_global_loss's stream and world group, made with the step:
+  /// creating a communicator is a collective without a timeout, which a
+  /// rank that stops between two steps would leave the others waiting in.
+  moe_rt_stream lossStream = nullptr;
+  moe_rt_comm lossComm = nullptr;
   std::vector<Buffer> buffers;
   std::vector<int64_t> arguments;
   std::vector<std::string> argumentNames; // "" for token ids / labels
@@ -115,6 +120,10 @@ moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend) {
         "creating the world communicator");
   s->rank = moe_rt_comm_rank(s->worldComm);
   s->world = moe_rt_comm_size(s->worldComm);
+  check(s.get(), moe_rt_stream_create_pool(&s->lossStream),
+        "creating a stream");
+  check(s.get(), moe_rt_comm_create_world(timeout_s, 0, &s->lossComm),
+        "creating the world communicator");
   if (backend == MOE_RT_CUDA) {
     if (!moe_rt_cuda_compiled())
       fail(s.get(), "no CUDA backend: the runtime was built without CUDA");
@@ -143,6 +152,10 @@ void moe_step_destroy(moe_step *s) {
   for (Buffer &b : s->buffers)
     if (b.declared)
       moe_rt_tensor_destroy(&b.t);
+  if (s->lossStream)
+    moe_rt_stream_destroy(s->lossStream);
+  if (s->lossComm)
+    moe_rt_comm_destroy(s->lossComm);
   if (s->worldComm)
     moe_rt_comm_destroy(s->worldComm);
   delete s;
@@ -461,16 +474,11 @@ double moe_step_global_loss(moe_step *s) {
   HostCopy host(loss.t);
   check(s, moe_rt_tensor_copy(&host.t, &loss.t), "reading the loss");
   *static_cast<float *>(total.data) = *static_cast<const float *>(host.t.data);
-  moe_rt_stream sync;
-  moe_rt_comm all;
-  check(s, moe_rt_stream_create_pool(&sync), "creating a stream");
-  check(s, moe_rt_comm_create_world(s->timeout, 0, &all),
-        "creating the world communicator");
-  check(s, moe_rt_all_reduce(sync, all, &total, 0, -1), "summing the loss");
-  check(s, moe_rt_stream_synchronize(sync, s->timeout), "summing the loss");
+  check(s, moe_rt_all_reduce(s->lossStream, s->lossComm, &total, 0, -1),
+        "summing the loss");
+  check(s, moe_rt_stream_synchronize(s->lossStream, s->timeout),
+        "summing the loss");
   double mean = *static_cast<float *>(total.data) / s->world;
-  moe_rt_stream_destroy(sync);
-  moe_rt_comm_destroy(all);
   moe_rt_tensor_destroy(&total);
   return mean;
 }
