@@ -152,7 +152,8 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
 
   // Imported parameters start from the model's own weights.
   auto source =
-      func.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(), "moe.source");
+      func.getArgAttrOfType<SourceAttr>(arg.getArgNumber(),
+                                        MoeDialect::getSourceAttrName());
   if (source && sources) {
     int64_t first = expert && !b.shape.empty()
                         ? expertGroupIndex(func, rank) * b.shape[0]

@@ -173,23 +173,16 @@ WeightLoader::model(const std::string &path) {
 }
 
 llvm::Expected<std::vector<float>>
-WeightLoader::load(DictionaryAttr source, llvm::ArrayRef<int64_t> shape,
+WeightLoader::load(SourceAttr source, llvm::ArrayRef<int64_t> shape,
                    int64_t firstExpert) {
-  auto file = source.getAs<StringAttr>("file");
-  auto names = source.getAs<ArrayAttr>("names");
-  if (!file || !names || names.empty())
-    return fail("moe.source needs `file` (a string) and `names` (a non-empty "
-                "list of initializer names)");
-  bool stacked = source.contains("stacked");
-  bool transpose = source.contains("transpose");
-  auto slice = source.getAs<DenseI64ArrayAttr>("slice");
-  if (slice && slice.size() != 3)
-    return fail("moe.source `slice` must be [axis, begin, size]");
-  double scale = 1.0;
-  if (auto s = source.getAs<FloatAttr>("scale"))
-    scale = s.getValueAsDouble();
+  // The fields were checked when the attribute was built (SourceAttr).
+  llvm::ArrayRef<StringAttr> names = source.getNames();
+  bool stacked = source.getStacked();
+  bool transpose = source.getTranspose();
+  llvm::ArrayRef<int64_t> slice = source.getSlice();
+  double scale = source.getScaleOrOne();
 
-  std::string path = file.getValue().str();
+  std::string path = source.getFile().getValue().str();
   if (!fallbackDir.empty() && llvm::sys::path::is_relative(path) &&
       !llvm::sys::fs::exists(path)) {
     llvm::SmallString<256> next(fallbackDir);
@@ -216,7 +209,7 @@ WeightLoader::load(DictionaryAttr source, llvm::ArrayRef<int64_t> shape,
     auto h = readTensor(*t, dir);
     if (!h)
       return h.takeError();
-    if (slice) {
+    if (!slice.empty()) {
       int64_t axis = slice[0], begin = slice[1], size = slice[2];
       int64_t rank = h->shape.size();
       if (axis < 0 || axis >= rank || begin < 0 || size <= 0 ||
@@ -269,9 +262,7 @@ WeightLoader::load(DictionaryAttr source, llvm::ArrayRef<int64_t> shape,
                   " do not exist");
     all.shape.push_back(local);
     for (int64_t e = firstExpert; e < firstExpert + local; ++e) {
-      auto name = dyn_cast<StringAttr>(names[e]);
-      if (!name)
-        return fail("moe.source `names` must be strings");
+      StringAttr name = names[e];
       auto h = one(name.getValue());
       if (!h)
         return h.takeError();
@@ -284,12 +275,7 @@ WeightLoader::load(DictionaryAttr source, llvm::ArrayRef<int64_t> shape,
       all.values.insert(all.values.end(), h->values.begin(), h->values.end());
     }
   } else {
-    if (names.size() != 1)
-      return fail("moe.source lists " + std::to_string(names.size()) +
-                  " initializers but is not `stacked`");
-    auto name = dyn_cast<StringAttr>(names[0]);
-    if (!name)
-      return fail("moe.source `names` must be strings");
+    StringAttr name = names[0];
     auto h = one(name.getValue());
     if (!h)
       return h.takeError();
@@ -315,7 +301,7 @@ WeightLoader::load(DictionaryAttr source, llvm::ArrayRef<int64_t> shape,
   if (!llvm::equal(all.shape, shape))
     return fail("'" + path + "': the source of a " + dims(shape) +
                 " parameter is " + dims(all.shape) + " after " +
-                (slice ? "slicing, " : "") +
+                (!slice.empty() ? "slicing, " : "") +
                 (transpose ? "transposing, " : "") +
                 (stacked ? "stacking" : "loading"));
   if (scale != 1.0)

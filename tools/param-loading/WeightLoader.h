@@ -1,8 +1,8 @@
 //===- WeightLoader.h - a parameter's values from its moe.source -*- C++ -*-===//
 //
 // The importer never copies weights into the IR: each parameter argument
-// carries `moe.source = {file, names, stacked, transpose, slice, scale}`
-// (docs/frontend/builder.md). This reads those values back from the ONNX
+// carries a `moe.source = #moe.source<file, names, scale, slice, stacked,
+// transpose>` (SourceAttr; docs/frontend/builder.md). This reads those values back from the ONNX
 // file (inline or external data; float32, float16, bfloat16 and float64
 // initializers, converted to float32) and applies the recorded slice,
 // transpose, stacking and scale, so that a runtime can start from the
@@ -11,6 +11,8 @@
 //===----------------------------------------------------------------------===//
 #ifndef MOE_TOOLS_WEIGHTLOADER_H
 #define MOE_TOOLS_WEIGHTLOADER_H
+
+#include "moe/Dialect/Moe/MoeAttrs.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/ArrayRef.h"
@@ -49,7 +51,7 @@ public:
   /// stacked source (one initializer per expert), `firstExpert` and
   /// shape[0] pick the experts this rank holds. Errors name the file and
   /// initializer and say what does not match.
-  llvm::Expected<std::vector<float>> load(DictionaryAttr source,
+  llvm::Expected<std::vector<float>> load(SourceAttr source,
                                           llvm::ArrayRef<int64_t> shape,
                                           int64_t firstExpert = 0);
 

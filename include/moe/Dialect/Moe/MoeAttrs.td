@@ -179,4 +179,49 @@ def Moe_ModelAttr : Moe_Attr<"Model", "model"> {
   }];
 }
 
+def Moe_SourceAttr : Moe_Attr<"Source", "source"> {
+  let summary = "where an imported parameter's values are";
+  let description = [{
+    On a parameter argument of an imported model, as `moe.source`: the
+    importer leaves the weights in the ONNX file and records where each
+    parameter's values are; the tools that run or export a step read them
+    back (tools/param-loading/WeightLoader.h), each rank the experts it
+    holds.
+
+    ```mlir
+    %w: tensor<2x64x96xf32> {moe.param = "block0.experts.up",
+        moe.source = #moe.source<file = "m.onnx", names = ["e0.w3", "e1.w3",
+                                 "e2.w3", "e3.w3"], stacked, transpose>}
+    ```
+
+    - `file`: the ONNX file; a relative path is looked up from the working
+      directory, then next to the step's IR file.
+    - `names`: the initializers, exactly one unless `stacked`.
+    - `scale = s`: every value times s (a constant the importer folded).
+    - `slice = [axis, begin, size]`: each initializer's slice along `axis`
+      (one part of a packed projection), size > 0.
+    - `stacked`: one initializer per expert, stacked along a new first
+      dimension.
+    - `transpose`: each initializer's last two dimensions swapped.
+
+    Applied in the order slice, transpose, stack, scale.
+  }];
+  let parameters = (ins
+    "::mlir::StringAttr":$file,
+    ArrayRefParameter<"::mlir::StringAttr", "initializer names">:$names,
+    OptionalParameter<"::mlir::FloatAttr", "scale (absent: 1)">:$scale,
+    OptionalArrayRefParameter<"int64_t", "axis, begin, size">:$slice,
+    DefaultValuedParameter<"bool", "false">:$stacked,
+    DefaultValuedParameter<"bool", "false">:$transpose);
+  // `<file = "m.onnx", names = ["a"], scale = 2.0, slice = [0, 1, 2],
+  // stacked, transpose>`: the optional keys in any order, each once.
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    double getScaleOrOne() const {
+      return getScale() ? getScale().getValueAsDouble() : 1.0;
+    }
+  }];
+}
+
 #endif // MOE_ATTRS_TD
