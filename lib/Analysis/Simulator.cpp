@@ -1,6 +1,7 @@
 //===- Simulator.cpp - timeline of a scheduled step -----------------------===//
 
 #include "moe/Analysis/Simulator.h"
+#include "moe/Analysis/ListScheduler.h"
 #include "moe/Analysis/ModelStats.h"
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Analysis/Tasks.h"
@@ -17,13 +18,6 @@ using namespace mlir::moe;
 namespace {
 
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
-
-struct Queue {
-  int stream;
-  bool low;
-  std::vector<unsigned> tasks; // indices into SimulationResult::tasks
-  size_t next = 0;
-};
 
 /// Total length of the union of intervals.
 double unionLength(std::vector<std::pair<double, double>> v) {
@@ -69,18 +63,10 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     return streams.size() - 1;
   };
 
-  // Tasks, their queues, and the events each waits for.
-  std::vector<Queue> queues;
-  auto queueOf = [&](int stream, bool low) -> Queue & {
-    for (Queue &q : queues)
-      if (q.stream == stream && q.low == low)
-        return q;
-    queues.push_back({stream, low, {}, 0});
-    return queues.back();
-  };
+  // Tasks and the events each waits for.
+  std::vector<QueuedTask> queued;
   // A wait gates the queue of the next task on its stream (StreamOrder.h);
   // an event completes with the task recorded after.
-  std::vector<std::vector<unsigned>> deps;         // per task: producer tasks
   std::vector<std::vector<unsigned>> pendingWaits; // per stream
   std::vector<int> lastTaskOnStream;
   DenseMap<Value, int> eventProducer; // -1: completes at time 0
@@ -125,50 +111,24 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     task.cost = *cost;
     unsigned index = result.tasks.size();
     result.tasks.push_back(task);
-    queueOf(s, task.lowPriority).tasks.push_back(index);
-    deps.push_back(std::move(pendingWaits[s]));
+    QueuedTask q;
+    q.stream = s;
+    q.lowPriority = task.lowPriority;
+    q.durationUs = cost->us;
+    q.deps = std::move(pendingWaits[s]);
     pendingWaits[s].clear();
+    queued.push_back(std::move(q));
     lastTaskOnStream[s] = index;
     taskOf[&op] = index;
   }
 
-  // List scheduling: repeatedly commit the task that can start earliest;
-  // every uncommitted task then starts no earlier, which is what makes the
-  // pool's "no all-to-all ready" test exact.
-  std::vector<double> end(result.tasks.size(), kUnknown);
-  std::vector<double> streamFree(streams.size(), 0.0);
-  size_t remaining = result.tasks.size();
-  while (remaining) {
-    double bestStart = kUnknown;
-    Queue *best = nullptr;
-    for (Queue &q : queues) {
-      if (q.next >= q.tasks.size())
-        continue;
-      unsigned t = q.tasks[q.next];
-      double ready = streamFree[q.stream];
-      if (q.next > 0)
-        ready = std::max(ready, end[q.tasks[q.next - 1]]);
-      for (unsigned producer : deps[t])
-        ready = std::max(ready, end[producer]);
-      // Prefer the high-priority queue of a stream on ties.
-      if (ready < bestStart ||
-          (ready == bestStart && best && best->stream == q.stream &&
-           best->low && !q.low)) {
-        bestStart = ready;
-        best = &q;
-      }
-    }
-    if (!best || bestStart == kUnknown)
-      return mlir::emitError(func.getLoc())
-             << "simulation cannot progress: every stream "
-                "waits for a task that cannot start";
-    unsigned t = best->tasks[best->next++];
-    SimulatedTask &task = result.tasks[t];
-    task.startUs = bestStart;
-    task.endUs = bestStart + task.cost.us;
-    end[t] = task.endUs;
-    streamFree[best->stream] = task.endUs;
-    --remaining;
+  if (!listSchedule(queued))
+    return mlir::emitError(func.getLoc())
+           << "simulation cannot progress: every stream "
+              "waits for a task that cannot start";
+  for (auto [task, q] : llvm::zip_equal(result.tasks, queued)) {
+    task.startUs = q.startUs;
+    task.endUs = q.endUs;
   }
 
   // Summary.
