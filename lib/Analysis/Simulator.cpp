@@ -136,6 +136,10 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
   for (const SimulatedTask &t : result.tasks) {
     result.iterationUs = std::max(result.iterationUs, t.endUs);
     (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
+    if (t.cost.link == Link::Inter)
+      result.interCommBusyUs += t.cost.us;
+    else if (t.cost.link == Link::Intra)
+      result.intraCommBusyUs += t.cost.us;
     (t.communication ? comm : compute).push_back({t.startUs, t.endUs});
   }
   result.overlapUs = intersectionLength(compute, comm);
@@ -173,11 +177,26 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
         std::max(result.peakPendingGradientBytes, held);
   }
 
-  for (StreamAttr s : streams)
-    result.streamNames.push_back(
+  // Name each stream; with several communication streams (FSMoE's
+  // inter- and intra-node links), say which links each one's tasks use.
+  std::vector<unsigned> linksOf(streams.size(), 0); // bit 0 intra, 1 inter
+  for (const SimulatedTask &t : result.tasks)
+    if (t.cost.link != Link::None)
+      linksOf[t.stream] |= t.cost.link == Link::Inter ? 2 : 1;
+  size_t commStreams = llvm::count_if(streams, [](StreamAttr s) {
+    return s.getKind() == StreamKind::comm;
+  });
+  for (auto [i, s] : llvm::enumerate(streams)) {
+    std::string name =
         (stringifyStreamKind(s.getKind()) +
          (s.getIndex() ? llvm::Twine(s.getIndex()) : llvm::Twine("")))
-            .str());
+            .str();
+    if (s.getKind() == StreamKind::comm && commStreams > 1 && linksOf[i])
+      name += linksOf[i] == 1   ? " (intra-node)"
+              : linksOf[i] == 2 ? " (inter-node)"
+                                : " (intra- and inter-node)";
+    result.streamNames.push_back(name);
+  }
   return result;
 }
 
@@ -209,9 +228,15 @@ std::string mlir::moe::chromeTrace(const SimulationResult &result,
           {"pid", rank},
           {"tid", static_cast<int64_t>(t.stream)},
           {"args",
-           llvm::json::Object{{"op", t.op->getName().getStringRef().str()},
+           llvm::json::Object{{"op", t.op ? t.op->getName().getStringRef().str()
+                                          : t.label},
                               {"flops", t.cost.flops},
-                              {"bytes", t.cost.bytes}}}});
+                              {"bytes", t.cost.bytes},
+                              {"link", t.cost.link == Link::Inter
+                                           ? "inter-node"
+                                       : t.cost.link == Link::Intra
+                                           ? "intra-node"
+                                           : "none"}}}});
   }
   llvm::json::Object root{
       {"traceEvents", std::move(events)},

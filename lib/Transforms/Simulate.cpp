@@ -74,6 +74,10 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
        << pct(r.computeBusyUs) << "\n";
     os << "  communication busy       " << ms(r.commBusyUs) << " "
        << pct(r.commBusyUs) << "\n";
+    os << "    inter-node links       " << ms(r.interCommBusyUs) << " "
+       << pct(r.interCommBusyUs) << "\n";
+    os << "    intra-node links       " << ms(r.intraCommBusyUs) << " "
+       << pct(r.intraCommBusyUs) << "\n";
     os << "  overlap                  " << ms(r.overlapUs) << "\n";
     os << "  exposed communication    " << ms(r.exposedCommUs) << "\n";
     os << "  lower bound max(cp, cm)  " << ms(r.lowerBoundUs) << "\n";
@@ -108,6 +112,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         {"iteration_us", r.iterationUs},
         {"compute_busy_us", r.computeBusyUs},
         {"comm_busy_us", r.commBusyUs},
+        {"inter_comm_busy_us", r.interCommBusyUs},
+        {"intra_comm_busy_us", r.intraCommBusyUs},
         {"overlap_us", r.overlapUs},
         {"exposed_comm_us", r.exposedCommUs},
         {"lower_bound_us", r.lowerBoundUs},

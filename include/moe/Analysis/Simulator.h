@@ -34,6 +34,10 @@ struct SimulationResult {
   std::vector<SimulatedTask> tasks;
   double iterationUs = 0;
   double computeBusyUs = 0, commBusyUs = 0;
+  /// The two communication resources (FSMoE §4): collectives whose group
+  /// spans nodes, and those within a node. Together they are commBusyUs
+  /// (less collectives over a single rank, which use no link).
+  double interCommBusyUs = 0, intraCommBusyUs = 0;
   /// Time both a compute and a communication stream are busy.
   double overlapUs = 0;
   /// Communication time not hidden behind computation.
@@ -51,6 +55,8 @@ FailureOr<SimulationResult> simulate(FunctionOpInterface func,
                                      CostModel &model);
 
 /// Chrome-trace / Perfetto JSON: one process per rank, one track per stream.
+/// When a step has several communication streams, each one's track name
+/// says which links its collectives use, e.g. "comm1 (intra-node)".
 std::string chromeTrace(const SimulationResult &result, int64_t ranks,
                         llvm::StringRef name);
 
