@@ -15,9 +15,20 @@
 
 using namespace mlir::moe;
 
+namespace {
+
+DegreeChoice moeLayer(const PartitionOptions &options,
+                      const MoePhaseCosts &costs, double tGarUs) {
+  return options.moeLayer
+             ? options.moeLayer(costs, tGarUs)
+             : findOptimalPipelineDegree(costs, tGarUs, options.degrees);
+}
+
+} // namespace
+
 void mlir::moe::evaluatePartition(const std::vector<GradientWindow> &windows,
                                   const AllReduceTime &allReduce,
-                                  const DegreeOptions &degrees,
+                                  const PartitionOptions &options,
                                   const std::vector<double> &bytes,
                                   GradientPlan &plan) {
   plan.windows.resize(windows.size());
@@ -29,8 +40,7 @@ void mlir::moe::evaluatePartition(const std::vector<GradientWindow> &windows,
     w.bytes = bytes[j];
     double slice = allReduce(bytes[j]);
     if (windows[j].moe) {
-      DegreeChoice c =
-          findOptimalPipelineDegree(*windows[j].moe, slice, degrees);
+      DegreeChoice c = moeLayer(options, *windows[j].moe, slice);
       w.degree = c.degree;
       w.timeUs = c.timeUs;
     } else {
@@ -65,7 +75,7 @@ namespace {
 /// after window j.
 std::vector<double> greedyCarry(const std::vector<GradientWindow> &windows,
                                 const AllReduceTime &allReduce,
-                                const DegreeOptions &degrees,
+                                const PartitionOptions &options,
                                 std::vector<double> &pending) {
   std::vector<double> slices(windows.size(), 0.0);
   pending.assign(windows.size(), 0.0);
@@ -76,8 +86,10 @@ std::vector<double> greedyCarry(const std::vector<GradientWindow> &windows,
     double window = w.denseUs;
     if (w.moe) {
       // t_olp,moe at the degree Algorithm 1 picks without a slice (§5.2).
-      DegreeChoice alone = findOptimalPipelineDegree(*w.moe, 0.0, degrees);
-      window = pipelineOverlapWindow(*w.moe, double(alone.degree));
+      DegreeChoice alone = moeLayer(options, *w.moe, 0.0);
+      window = options.overlapWindow
+                   ? options.overlapWindow(*w.moe, alone.degree)
+                   : pipelineOverlapWindow(*w.moe, double(alone.degree));
     }
     double slice = allReduce(carry) <= window
                        ? carry
@@ -96,9 +108,9 @@ GradientPlan mlir::moe::partitionGradients(
     const PartitionOptions &options) {
   std::vector<double> pending;
   std::vector<double> greedy =
-      greedyCarry(windows, allReduce, options.degrees, pending);
+      greedyCarry(windows, allReduce, options, pending);
   GradientPlan plan;
-  evaluatePartition(windows, allReduce, options.degrees, greedy, plan);
+  evaluatePartition(windows, allReduce, options, greedy, plan);
   for (size_t j = 0; j < windows.size(); ++j)
     plan.windows[j].greedyBytes = greedy[j];
   plan.greedyUs = plan.trivialUs = plan.predictedUs;
@@ -142,7 +154,7 @@ GradientPlan mlir::moe::partitionGradients(
   };
   auto cost = [&](const std::vector<double> &x) {
     GradientPlan scratch;
-    evaluatePartition(windows, allReduce, options.degrees, decode(x), scratch);
+    evaluatePartition(windows, allReduce, options, decode(x), scratch);
     return scratch.predictedUs;
   };
 
@@ -174,7 +186,7 @@ GradientPlan mlir::moe::partitionGradients(
   std::vector<double> bytes = decode(best);
   double greedyUs = plan.greedyUs, trivialUs = plan.trivialUs;
   std::string error = plan.evolutionError;
-  evaluatePartition(windows, allReduce, options.degrees, bytes, plan);
+  evaluatePartition(windows, allReduce, options, bytes, plan);
   for (size_t j = 0; j < windows.size(); ++j)
     plan.windows[j].greedyBytes = greedy[j];
   plan.greedyUs = greedyUs;

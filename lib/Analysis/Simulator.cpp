@@ -47,6 +47,54 @@ double intersectionLength(std::vector<std::pair<double, double>> a,
 
 } // namespace
 
+void mlir::moe::summarizeTimeline(SimulationResult &result,
+                                  llvm::ArrayRef<std::string> streamNames,
+                                  const std::vector<bool> &isCommStream) {
+  std::vector<std::pair<double, double>> compute, comm, inter, intra;
+  result.iterationUs = result.computeBusyUs = result.commBusyUs = 0;
+  result.interCommBusyUs = result.intraCommBusyUs = 0;
+  for (const SimulatedTask &t : result.tasks) {
+    result.iterationUs = std::max(result.iterationUs, t.endUs);
+    (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
+    if (t.cost.link == Link::Inter) {
+      result.interCommBusyUs += t.cost.us;
+      inter.push_back({t.startUs, t.endUs});
+    } else if (t.cost.link == Link::Intra) {
+      result.intraCommBusyUs += t.cost.us;
+      intra.push_back({t.startUs, t.endUs});
+    }
+    (t.communication ? comm : compute).push_back({t.startUs, t.endUs});
+  }
+  result.overlapUs = intersectionLength(compute, comm);
+  result.linkOverlapUs = intersectionLength(inter, intra);
+  result.exposedCommUs = unionLength(comm) - result.overlapUs;
+  // Each stream runs one task at a time: none finishes before its busiest
+  // stream (max(compute, communication) with one stream of each).
+  std::vector<double> streamBusy(streamNames.size(), 0.0);
+  for (const SimulatedTask &t : result.tasks)
+    streamBusy[t.stream] += t.cost.us;
+  result.lowerBoundUs = 0;
+  for (double busy : streamBusy)
+    result.lowerBoundUs = std::max(result.lowerBoundUs, busy);
+
+  // With several communication streams (FSMoE's inter- and intra-node
+  // links), a track's name says which links its collectives use.
+  std::vector<unsigned> linksOf(streamNames.size(), 0); // 1 intra, 2 inter
+  for (const SimulatedTask &t : result.tasks)
+    if (t.cost.link != Link::None)
+      linksOf[t.stream] |= t.cost.link == Link::Inter ? 2 : 1;
+  size_t commStreams = llvm::count(isCommStream, true);
+  result.streamNames.clear();
+  for (auto [i, name] : llvm::enumerate(streamNames)) {
+    std::string track = name;
+    if (isCommStream[i] && commStreams > 1 && linksOf[i])
+      track += linksOf[i] == 1   ? " (intra-node)"
+               : linksOf[i] == 2 ? " (inter-node)"
+                                 : " (intra- and inter-node)";
+    result.streamNames.push_back(track);
+  }
+}
+
 FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
                                                 CostModel &model) {
   Region &body = func.getFunctionBody();
@@ -131,20 +179,16 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     task.endUs = q.endUs;
   }
 
-  // Summary.
-  std::vector<std::pair<double, double>> compute, comm;
-  for (const SimulatedTask &t : result.tasks) {
-    result.iterationUs = std::max(result.iterationUs, t.endUs);
-    (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
-    if (t.cost.link == Link::Inter)
-      result.interCommBusyUs += t.cost.us;
-    else if (t.cost.link == Link::Intra)
-      result.intraCommBusyUs += t.cost.us;
-    (t.communication ? comm : compute).push_back({t.startUs, t.endUs});
+  std::vector<std::string> names;
+  std::vector<bool> isComm;
+  for (StreamAttr st : streams) {
+    names.push_back(
+        (stringifyStreamKind(st.getKind()) +
+         (st.getIndex() ? llvm::Twine(st.getIndex()) : llvm::Twine("")))
+            .str());
+    isComm.push_back(st.getKind() == StreamKind::comm);
   }
-  result.overlapUs = intersectionLength(compute, comm);
-  result.exposedCommUs = unionLength(comm) - result.overlapUs;
-  result.lowerBoundUs = std::max(result.computeBusyUs, result.commBusyUs);
+  summarizeTimeline(result, names, isComm);
 
   // Gradients held from the task that completes them to the all-reduce
   // (chunk) that reduces them.
@@ -177,26 +221,6 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
         std::max(result.peakPendingGradientBytes, held);
   }
 
-  // Name each stream; with several communication streams (FSMoE's
-  // inter- and intra-node links), say which links each one's tasks use.
-  std::vector<unsigned> linksOf(streams.size(), 0); // bit 0 intra, 1 inter
-  for (const SimulatedTask &t : result.tasks)
-    if (t.cost.link != Link::None)
-      linksOf[t.stream] |= t.cost.link == Link::Inter ? 2 : 1;
-  size_t commStreams = llvm::count_if(streams, [](StreamAttr s) {
-    return s.getKind() == StreamKind::comm;
-  });
-  for (auto [i, s] : llvm::enumerate(streams)) {
-    std::string name =
-        (stringifyStreamKind(s.getKind()) +
-         (s.getIndex() ? llvm::Twine(s.getIndex()) : llvm::Twine("")))
-            .str();
-    if (s.getKind() == StreamKind::comm && commStreams > 1 && linksOf[i])
-      name += linksOf[i] == 1   ? " (intra-node)"
-              : linksOf[i] == 2 ? " (inter-node)"
-                                : " (intra- and inter-node)";
-    result.streamNames.push_back(name);
-  }
   return result;
 }
 

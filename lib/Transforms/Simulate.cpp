@@ -80,7 +80,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
        << pct(r.intraCommBusyUs) << "\n";
     os << "  overlap                  " << ms(r.overlapUs) << "\n";
     os << "  exposed communication    " << ms(r.exposedCommUs) << "\n";
-    os << "  lower bound max(cp, cm)  " << ms(r.lowerBoundUs) << "\n";
+    os << "  lower bound              " << ms(r.lowerBoundUs)
+       << "   (the busiest stream)\n";
     os << "  peak un-reduced grads    "
        << llvm::format("%10.3f MiB", r.peakPendingGradientBytes / 1048576.0)
        << "\n";

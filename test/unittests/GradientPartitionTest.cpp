@@ -97,7 +97,7 @@ double bruteForce(const std::vector<GradientWindow> &w,
       bytes[moeIndex[m]] += rest * k[m] / steps;
     if (isCausalPartition(w, bytes, 1e-6)) {
       GradientPlan p;
-      evaluatePartition(w, kAr, {}, bytes, p);
+      evaluatePartition(w, kAr, PartitionOptions{}, bytes, p);
       best = std::min(best, p.predictedUs);
     }
     size_t m = 0;

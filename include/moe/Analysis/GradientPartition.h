@@ -26,6 +26,7 @@
 #include "moe/Analysis/DifferentialEvolution.h"
 #include "moe/Analysis/PipelineDegree.h"
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -57,6 +58,13 @@ struct AllReduceTime {
 
 struct PartitionOptions {
   DegreeOptions degrees;
+  /// An MoE window's degree and time with a slice of t_gar (default:
+  /// Algorithm 1 over `degrees`); another execution model can stand in,
+  /// e.g. a timeline without FSMoE's inter/intra-node overlap.
+  std::function<DegreeChoice(const MoePhaseCosts &, double tGarUs)> moeLayer;
+  /// How long a slice may run in an MoE window without slowing it, at the
+  /// degree chosen without a slice (default: t_olp,moe, §5.2).
+  std::function<double(const MoePhaseCosts &, int64_t degree)> overlapWindow;
   /// Step 2; off: the greedy step 1 alone.
   bool differentialEvolution = true;
   EvolutionOptions evolution;
@@ -98,7 +106,7 @@ GradientPlan partitionGradients(const std::vector<GradientWindow> &windows,
 /// reduced. Fills `plan` (windows, tail, predictedUs). Exposed for tests.
 void evaluatePartition(const std::vector<GradientWindow> &windows,
                        const AllReduceTime &allReduce,
-                       const DegreeOptions &degrees,
+                       const PartitionOptions &options,
                        const std::vector<double> &bytes, GradientPlan &plan);
 
 /// Whether `bytes` respects causality (every prefix reduces at most what
