@@ -74,7 +74,7 @@ REAL_RUNS = [("GPT2-XL", "A", 1024, None), ("GPT2-XL", "B", 256, None),
              ("Mixtral-22B", "A", 1024, 33)]
 
 
-def sweep(testbed, quick, kf=(1.2, 2.4, 2.0)):
+def sweep(testbed, quick, kf=(1.2, 2.4, 2.0), extra=None):
     """Table 4's configured layers."""
     _, seqs = TESTBEDS[testbed]
     heads = [16] if quick else [8, 16, 32]
@@ -89,6 +89,7 @@ def sweep(testbed, quick, kf=(1.2, 2.4, 2.0)):
         if ffn == "mixtral":
             c.update(kv_heads=max(1, h // 4), expert_gemms=3,
                      attention_bias=False)
+        c.update(extra or {})
         yield c
 
 
@@ -277,6 +278,9 @@ def main():
                  ("--no-evolution",), ()),
                 ("Testbed A with beta_ag = 2.32e-6 as printed", {}, (),
                  ("A", printed)),
+                ("two-layer stacks, the first layer's gradient reduced at "
+                 "the end (FSMoE's optim.py default --layer 2)",
+                 dict(extra=dict(layers=2, steady_state=False)), (), ()),
             ]
             for label, kw, flags, override in variants:
                 cells = []

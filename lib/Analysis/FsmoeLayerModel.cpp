@@ -34,12 +34,12 @@ std::string mlir::moe::checkFsmoeLayer(const FsmoeLayerShape &s,
                          {"experts", s.experts},
                          {"top_k", s.topK},
                          {"expert_gemms", s.expertGemms}})
-    if (v < 1)
-      return std::string(name) + " must be positive";
-  if (s.gateAuxColumns < 0)
-    return "gate_aux_columns must not be negative";
-  if (!(s.capacityFactor > 0))
-    return "capacity_factor must be positive";
+    if (v < 1 || v > (int64_t(1) << 30))
+      return std::string(name) + " must be in [1, 2^30]";
+  if (s.gateAuxColumns < 0 || s.gateAuxColumns > (int64_t(1) << 30))
+    return "gate_aux_columns must be in [0, 2^30]";
+  if (!(s.capacityFactor > 0 && s.capacityFactor <= 1e3))
+    return "capacity_factor must be in (0, 1000]";
   if (s.heads % s.kvHeads)
     return "heads must be a multiple of kv_heads";
   if (s.topK > s.experts)

@@ -257,6 +257,8 @@ SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
   std::vector<GradientWindow> windows = backwardWindows(s);
   std::vector<double> slices = plan.sliceBytes;
   slices.resize(windows.size(), 0.0);
+  assert(isCausalPartition(windows, slices, 1e-6 * s.layer.gradientBytes) &&
+         "a plan reduces no gradient before it exists");
 
   TimelineBuilder b(iio);
   // Forward.
@@ -301,7 +303,10 @@ SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
     if (bytes <= 0)
       return kNone;
     unsigned dep = take(bytes);
-    return b.inter(c.gradientAllReduce(bytes), {dep}, "GAR(" + name + ")");
+    unsigned task =
+        b.inter(c.gradientAllReduce(bytes), {dep}, "GAR(" + name + ")");
+    b.tasks[task].cost.bytes = bytes;
+    return task;
   };
 
   // Backward, layer by layer from the last; windows in backwardWindows
@@ -328,6 +333,8 @@ SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
     PhaseTasks p = emitMoePhase(
         b, c.backward, plan.backwardDegree[l - 1], inverse,
         moeSlice > 0 ? c.gradientAllReduce(moeSlice) : 0.0, moeDep, true, l);
+    if (p.slice != kNone)
+      b.tasks[p.slice].cost.bytes = moeSlice;
     // After the MoE.
     slice(w++, "post^" + at);
     unsigned order =
@@ -354,9 +361,11 @@ SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
   // Everything not sliced is reduced after the backward pass.
   double tail = producedBytes - sliced;
   unsigned last = prev;
-  if (tail > 1e-9 * producedBytes)
+  if (tail > 1e-9 * producedBytes) {
     last = b.inter(c.gradientAllReduce(tail), {lastProducer, prev},
                    "GAR(tail)");
+    b.tasks[last].cost.bytes = tail;
+  }
   if (s.optimizerUs > 0) {
     unsigned opt = b.compute(s.optimizerUs, prev, "OPT");
     b.dependOn(opt, last);

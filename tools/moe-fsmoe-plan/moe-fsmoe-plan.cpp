@@ -96,6 +96,11 @@ static cl::opt<int64_t> vocab(
     "vocab", cl::desc("A whole model with this vocabulary (LM head, tied "
                       "embedding, optimizer); 0: a configured layer stack"),
     cl::init(0), cl::cat(category));
+static cl::opt<bool> notSteady(
+    "not-steady",
+    cl::desc("A configured layer stack whose first layer's gradient is "
+             "reduced at the end (default: handed to the next period)"),
+    cl::cat(category));
 
 namespace {
 
@@ -103,6 +108,8 @@ struct Config {
   std::string name;
   FsmoeLayerShape shape;
   int64_t layers = 1, vocab = 0;
+  /// Default: a stack without a vocabulary is a configured-layer period.
+  std::optional<bool> steadyState;
 };
 
 /// Reads a configuration; the error names the field.
@@ -113,7 +120,7 @@ std::optional<Config> readConfig(const json::Object &o, int64_t defaultExperts,
       "name",         "batch",           "seq",         "embed",
       "hidden",       "heads",           "kv_heads",    "experts",
       "top_k",        "capacity_factor", "expert_gemms", "gate_aux_columns",
-      "attention_bias", "layers",        "vocab"};
+      "attention_bias", "layers",        "vocab",      "steady_state"};
   for (const auto &kv : o)
     if (!llvm::is_contained(known, llvm::StringRef(kv.first))) {
       error = "unknown field '" + kv.first.str() + "'";
@@ -151,19 +158,32 @@ std::optional<Config> readConfig(const json::Object &o, int64_t defaultExperts,
     }
     s.capacityFactor = *d;
   }
-  if (const json::Value *v = o.get("attention_bias")) {
+  for (auto [key, field] :
+       {std::pair<llvm::StringRef, std::optional<bool> *>{"attention_bias",
+                                                           nullptr},
+        {"steady_state", &c.steadyState}}) {
+    const json::Value *v = o.get(key);
+    if (!v)
+      continue;
     std::optional<bool> b = v->getAsBoolean();
     if (!b) {
-      error = "field 'attention_bias' must be true or false";
+      error = "field '" + key.str() + "' must be true or false";
       return std::nullopt;
     }
-    s.attentionBias = *b;
+    if (field)
+      *field = *b;
+    else
+      s.attentionBias = *b;
   }
   if (auto n = o.getString("name"))
     c.name = n->str();
   if (c.layers < 1 || c.vocab < 0) {
     error = c.layers < 1 ? "layers must be positive"
                          : "vocab must not be negative";
+    return std::nullopt;
+  }
+  if (c.vocab > 0 && c.steadyState.value_or(false)) {
+    error = "steady_state is for configured layers (vocab 0)";
     return std::nullopt;
   }
   return c;
@@ -178,7 +198,7 @@ FsmoeStack stackOf(const Config &c, const FsmoeLayerShape &shape,
   const double node = p.gpusPerNode, m = shape.embed;
   if (c.vocab == 0) {
     // FSMoE §6.3: a configured layer "with its gradient aggregation added".
-    s.steadyState = true;
+    s.steadyState = c.steadyState.value_or(true);
     return s;
   }
   // LM head tied to the embedding, both vocabulary-parallel over the node.
@@ -361,6 +381,8 @@ int main(int argc, char **argv) {
                    {"attention_bias", !noBias},
                    {"layers", int64_t(layers)},
                    {"vocab", int64_t(vocab)}};
+    if (notSteady)
+      o["steady_state"] = false;
     if (experts)
       o["experts"] = int64_t(experts);
     std::string error;
@@ -394,27 +416,36 @@ int main(int argc, char **argv) {
   }
   if (!traceFile.empty() && configs.size() != 1)
     return fail("--trace needs exactly one configuration");
-
+  if (!traceFile.empty() &&
+      llvm::none_of(schedules, [](LayerSchedule s) {
+        return traceSchedule == scheduleName(s);
+      }))
+    return fail("--trace-schedule '" + traceSchedule +
+                "' is not among --schedules");
+  // Every configuration is checked before any output.
   for (const Config &c : configs) {
     std::string error = checkFsmoeLayer(c.shape, *profile);
     if (!error.empty())
       return fail((c.name.empty() ? "configuration" : c.name) + ": " + error);
+  }
+  std::optional<llvm::ToolOutputFile> trace;
+  if (!traceFile.empty()) {
+    std::error_code ec;
+    trace.emplace(traceFile, ec, llvm::sys::fs::OF_Text);
+    if (ec)
+      return fail("cannot write '" + traceFile + "': " + ec.message());
+  }
+
+  for (const Config &c : configs) {
     SimulationResult traced;
     json::Object out = report(c, *profile, schedules, options,
                               traceFile.empty() ? nullptr : &traced);
     llvm::outs() << json::Value(std::move(out)) << "\n";
-    if (!traceFile.empty()) {
-      if (traced.tasks.empty())
-        return fail("--trace-schedule '" + traceSchedule +
-                    "' is not among --schedules");
-      std::error_code ec;
-      llvm::ToolOutputFile file(traceFile, ec, llvm::sys::fs::OF_Text);
-      if (ec)
-        return fail("cannot write '" + traceFile + "': " + ec.message());
-      file.os() << chromeTrace(traced, profile->nodes * profile->gpusPerNode,
-                               traceSchedule)
-                << "\n";
-      file.keep();
+    if (trace) {
+      trace->os() << chromeTrace(traced, profile->nodes * profile->gpusPerNode,
+                                 traceSchedule)
+                  << "\n";
+      trace->keep();
     }
   }
   return 0;

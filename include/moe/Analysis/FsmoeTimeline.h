@@ -106,8 +106,10 @@ std::vector<GradientWindow> backwardWindows(const FsmoeStack &stack);
 StepPlan planStep(const FsmoeStack &stack, LayerSchedule schedule,
                   const PlanOptions &options = {});
 
-/// The step's timeline under `plan`: tasks with their streams (compute,
-/// inter-node, intra-node), start and end; summarised like the IR
+/// The step's timeline under `plan`, whose slices must be causal
+/// (isCausalPartition over backwardWindows): tasks with their streams
+/// (compute, inter-node "comm", intra-node "comm1"), start and end, a
+/// gradient all-reduce's bytes in its cost; summarised like the IR
 /// simulator's, so chromeTrace writes it for Perfetto.
 SimulationResult simulateStep(const FsmoeStack &stack, const StepPlan &plan);
 
