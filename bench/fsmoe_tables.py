@@ -182,8 +182,12 @@ def main():
         picks = ", ".join(
             f"r={d}: {sum(r['schedules']['tutel']['forward_degree'][0] == d for r in rows[tb])}"
             for d in (1, 2, 4, 8))
+        alone = statistics.mean(
+            r["schedules"]["fsmoe-no-iio"]["forward_moe_us"] /
+            r["schedules"]["fsmoe"]["forward_moe_us"] for r in rows[tb])
         log(f"Testbed {tb}: FSMoE over FSMoE-No-IIo {iio:.3f} (paper "
-            f"{paper:.3f}); Tutel's degree {picks}.")
+            f"{paper:.3f}; the forward MoE layer alone {alone:.3f}); "
+            f"Tutel's degree {picks}.")
 
     log("\n## Forward and backward degrees [simulated]\n")
     log("| testbed | r_fwd != r_bwd (FSMoE's plan) | ... with t_gar = 0 | paper |")
@@ -227,8 +231,9 @@ def main():
         "Tutel 1.19x, over Tutel-Improved 1.12x, over No-IIo 1.07x on "
         "average)\n")
     log("| model | testbed | layers | L | Tutel | Tutel-Improved | "
-        "FSMoE-No-IIo | FSMoE | FSMoE iteration (ms) |")
-    log("|---|---|---|---|---|---|---|---|---|")
+        "FSMoE-No-IIo | FSMoE | FSMoE iteration (ms) | FSMoE planning "
+        "(ms, measured) |")
+    log("|---|---|---|---|---|---|---|---|---|---|")
     model_rows = []
     for name, tb, seq, layers in REAL_RUNS:
         if args.quick and (name, tb) != ("GPT2-XL", "B"):
@@ -243,7 +248,8 @@ def main():
               for s in ("tutel", "tutel-improved", "fsmoe-no-iio", "fsmoe")]
         log(f"| {name} | {tb} | {m['layers']} | {seq} | " +
             " | ".join(f"{x:.2f}" for x in sp) +
-            f" | {t(r, 'fsmoe') / 1e3:.1f} |")
+            f" | {t(r, 'fsmoe') / 1e3:.1f} | "
+            f"{r['schedules']['fsmoe']['planning_ms']:.0f} |")
     for base, paper in (("tutel", 1.19), ("tutel-improved", 1.12),
                         ("fsmoe-no-iio", 1.07)):
         v = statistics.mean(t(r, base) / t(r, "fsmoe") for r in model_rows)
@@ -258,39 +264,54 @@ def main():
             f"{mean_speedup(rows['B'], 'fsmoe'):.3f} | "
             f"{degrees_differ(rows['B'])} |")
         with tempfile.TemporaryDirectory() as tmp:
-            printed = os.path.join(tmp, "testbed-a-printed-ag.json")
-            with open(os.path.join(ROOT, "profiles",
-                                   "fsmoe-testbed-a.json")) as f:
-                p = json.load(f)
-            for link in p["collectives"]["all_gather"].values():
-                link["beta_us_per_byte"] *= 10  # 2.32e-6 as printed
-            p["name"] = "fsmoe-testbed-a-printed-ag"
-            with open(printed, "w") as f:
-                json.dump(p, f)
+            def variant_profile(tb, name, edit):
+                with open(os.path.join(ROOT, "profiles",
+                                       TESTBEDS[tb][0] + ".json")) as f:
+                    p = json.load(f)
+                edit(p)
+                p["name"] = name
+                path = os.path.join(tmp, name + ".json")
+                with open(path, "w") as f:
+                    json.dump(p, f)
+                return path
+
+            def scale(kind, factor):
+                def edit(p):
+                    for link in p["collectives"][kind].values():
+                        link["beta_us_per_byte"] *= factor
+                return edit
+            printed = variant_profile("A", "a-printed-ag",
+                                      scale("all_gather", 10))
+            # A rank's all-to-all carrying k f B L M (not / N_ESP) is the
+            # same line with beta x N_ESP.
+            wide = {tb: variant_profile(tb, tb + "-wide-a2a", scale(
+                "all_to_all", 8 if tb == "A" else 4)) for tb in "AB"}
             variants = [
                 ("k x f in {2.4, 4.8, 2} (f read as the capacity factor)",
-                 dict(kf=(2.4, 4.8, 2.0)), (), ()),
+                 dict(kf=(2.4, 4.8, 2.0)), (), {}),
                 ("FSMoE's code: degree 1 if a forward all-to-all < 1 ms",
-                 {}, ("--small-a2a-rule",), ()),
+                 {}, ("--small-a2a-rule",), {}),
                 ("degrees 1..8 instead of {1, 2, 4, 8}", {},
-                 ("--degrees", "1,2,3,4,5,6,7,8"), ()),
+                 ("--degrees", "1,2,3,4,5,6,7,8"), {}),
                 ("gradient partition by step 1 only (no DE)", {},
-                 ("--no-evolution",), ()),
+                 ("--no-evolution",), {}),
                 ("Testbed A with beta_ag = 2.32e-6 as printed", {}, (),
-                 ("A", printed)),
-                ("two-layer stacks, the first layer's gradient reduced at "
-                 "the end (FSMoE's optim.py default --layer 2)",
-                 dict(extra=dict(layers=2, steady_state=False)), (), ()),
+                 {"A": printed}),
+                ("all-to-all volume k f B L M per rank (Table 2's "
+                 "magnitudes), not / N_ESP", {}, (), wide),
+                ("whole two-layer models: the first layer's gradient "
+                 "reduced after the backward pass", dict(
+                     extra=dict(layers=2, steady_state=False)), (), {}),
             ]
             for label, kw, flags, override in variants:
                 cells = []
                 for tb in "AB":
                     profile = TESTBEDS[tb][0]
                     if override:
-                        if tb != override[0]:
+                        if tb not in override:
                             cells.append("-")
                             continue
-                        profile = override[1]
+                        profile = override[tb]
                     r = plan(args.plan, profile, sweep(tb, False, **kw),
                              *flags)
                     cells.append(f"{mean_speedup(r, 'fsmoe'):.3f}")

@@ -260,7 +260,13 @@ json::Object report(const Config &c, const HardwareProfile &p,
                      {"intra_node_busy_us", sim.intraCommBusyUs},
                      {"link_overlap_us", sim.linkOverlapUs},
                      {"exposed_comm_us", sim.exposedCommUs},
-                     {"planning_ms", planning.count()}};
+                     {"planning_ms", planning.count()},
+                     // The first layer's forward MoE phase alone, without
+                     // a slice: how the MoE layer itself fares.
+                     {"forward_moe_us",
+                      simulateMoePhase(stack.layer.forward,
+                                       plan.forwardDegree.front(), 0,
+                                       plan.overlapIntraInter)}};
     if (schedule == LayerSchedule::Fsmoe ||
         schedule == LayerSchedule::FsmoeNoIIo ||
         schedule == LayerSchedule::TutelImproved) {
