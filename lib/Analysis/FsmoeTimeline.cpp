@@ -246,24 +246,44 @@ DegreeChoice sharedLinkDegree(const MoePhaseCosts &costs, double tGarUs,
 
 } // namespace
 
-SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
-                                         const StepPlan &plan) {
-  const FsmoeLayerCosts &c = s.layer;
-  const double f = c.backwardFactor;
-  const bool iio = plan.overlapIntraInter;
-  assert(int64_t(plan.forwardDegree.size()) == s.layers &&
-         int64_t(plan.backwardDegree.size()) == s.layers);
-  std::vector<WindowSlot> slots = windowSlots(s);
-  std::vector<GradientWindow> windows = backwardWindows(s);
-  std::vector<double> slices = plan.sliceBytes;
-  slices.resize(windows.size(), 0.0);
-  assert(isCausalPartition(windows, slices, 1e-6 * s.layer.gradientBytes) &&
-         "a plan reduces no gradient before it exists");
+namespace {
 
-  TimelineBuilder b(iio);
-  // Forward.
-  unsigned prev = kNone;
-  for (int64_t l = 1; l <= s.layers; ++l) {
+/// The flat gradient buffer in backward order: which task produced which
+/// bytes, and how far the slices have taken from it.
+class GradientBuffer {
+public:
+  void produce(double bytes, unsigned producer) {
+    if (bytes <= 0)
+      return;
+    produced += bytes;
+    producers.push_back({produced, producer});
+  }
+  /// Takes a slice's bytes; returns the producer of its last byte
+  /// (`fallback` if none: only an acausal plan takes bytes not produced).
+  unsigned take(double bytes, unsigned fallback) {
+    taken += bytes;
+    auto it = std::lower_bound(
+        producers.begin(), producers.end(), taken * (1 - 1e-12),
+        [](const auto &e, double v) { return e.first < v; });
+    return it == producers.end() ? fallback : it->second;
+  }
+  double produced = 0, taken = 0;
+
+private:
+  std::vector<std::pair<double, unsigned>> producers; // (cumulative, task)
+};
+
+/// Appends a step's tasks in issue order; windows are visited in
+/// backwardWindows order.
+class StepEmitter {
+public:
+  StepEmitter(const FsmoeStack &s, const StepPlan &plan)
+      : s(s), c(s.layer), plan(plan), b(plan.overlapIntraInter),
+        slices(plan.sliceBytes) {
+    slices.resize(backwardWindows(s).size(), 0.0);
+  }
+
+  void forwardLayer(int64_t l) {
     unsigned att = b.compute(c.attentionUs, prev, label("ATT", false, 0, l));
     unsigned mprs =
         b.intraLink(c.mpReduceScatterUs, att, label("MPRS", false, 0, l));
@@ -275,107 +295,116 @@ SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
                                  label("IO", false, 0, l));
     prev = b.intraLink(c.mpAllGatherUs, inverse, label("MPAG", false, 0, l));
   }
-  if (s.headUs > 0)
-    prev = b.compute(s.headUs, prev, "HEAD");
-  const unsigned forwardEnd = prev;
 
-  // Where each gradient byte comes from: (cumulative bytes, producer).
-  std::vector<std::pair<double, unsigned>> produced;
-  double producedBytes = 0;
-  auto produce = [&](double bytes, unsigned producer) {
-    if (bytes <= 0)
-      return;
-    producedBytes += bytes;
-    produced.push_back({producedBytes, producer});
-  };
-  double sliced = 0;
-  // Takes a slice's bytes off the buffer; returns the producer of its last
-  // byte (a causal plan has one).
-  auto take = [&](double bytes) {
-    sliced += bytes;
-    auto it = std::lower_bound(
-        produced.begin(), produced.end(), sliced * (1 - 1e-12),
-        [](const auto &e, double v) { return e.first < v; });
-    return it == produced.end() ? forwardEnd : it->second;
-  };
-  auto slice = [&](size_t window, const std::string &name) -> unsigned {
-    double bytes = slices[window];
-    if (bytes <= 0)
-      return kNone;
-    unsigned dep = take(bytes);
-    unsigned task =
-        b.inter(c.gradientAllReduce(bytes), {dep}, "GAR(" + name + ")");
-    b.tasks[task].cost.bytes = bytes;
-    return task;
-  };
+  void endForward() {
+    if (s.headUs > 0)
+      prev = b.compute(s.headUs, prev, "HEAD");
+    forwardEnd = prev;
+    if (s.headUs > 0)
+      prev = b.compute(s.headUs * c.backwardFactor, prev, "HEAD'");
+  }
 
-  // Backward, layer by layer from the last; windows in backwardWindows
-  // order.
-  size_t w = 0;
-  if (s.headUs > 0)
-    prev = b.compute(s.headUs * f, prev, "HEAD'");
-  unsigned lastAttention = kNone;
-  for (int64_t l = s.layers; l >= 1; --l) {
+  /// The windows before, in and after layer l's MoE; the layer above's
+  /// gradient (or the one handed in) is ready before the first.
+  void backwardLayer(int64_t l) {
+    const double f = c.backwardFactor;
     if (l < s.layers)
-      produce(c.gradientBytes, lastAttention);
+      grads.produce(c.gradientBytes, prev);
     else if (s.steadyState)
-      produce(c.gradientBytes, forwardEnd);
+      grads.produce(c.gradientBytes, forwardEnd);
     std::string at = llvm::formatv("{0}", l).str();
-    // Before the MoE.
-    slice(w++, "pre^" + at);
-    unsigned mpag = b.intraLink(c.mpAllGatherUs, prev, label("MPAG", true, 0, l));
+    slice("pre^" + at);
+    unsigned mpag =
+        b.intraLink(c.mpAllGatherUs, prev, label("MPAG", true, 0, l));
     unsigned inverse =
         b.compute(c.inverseOrderUs * f, mpag, label("IO", true, 0, l));
-    // The MoE layer; its slice is issued after the last dispatch.
-    size_t moe = w++;
-    double moeSlice = slices[moe];
-    unsigned moeDep = moeSlice > 0 ? take(moeSlice) : kNone;
+    // The MoE layer's slice is issued after its last dispatch.
+    double bytes = slices[window++];
+    unsigned dep = bytes > 0 ? grads.take(bytes, forwardEnd) : kNone;
     PhaseTasks p = emitMoePhase(
         b, c.backward, plan.backwardDegree[l - 1], inverse,
-        moeSlice > 0 ? c.gradientAllReduce(moeSlice) : 0.0, moeDep, true, l);
+        bytes > 0 ? c.gradientAllReduce(bytes) : 0.0, dep, true, l);
     if (p.slice != kNone)
-      b.tasks[p.slice].cost.bytes = moeSlice;
-    // After the MoE.
-    slice(w++, "post^" + at);
+      b.tasks[p.slice].cost.bytes = bytes;
+    slice("post^" + at);
     unsigned order =
         b.compute(c.orderUs * f, p.combine.back(), label("O", true, 0, l));
     unsigned gate = b.compute(c.gateUs * f, order, label("G", true, 0, l));
     unsigned mprs =
         b.intraLink(c.mpReduceScatterUs, gate, label("MPRS", true, 0, l));
-    lastAttention =
-        b.compute(c.attentionUs * f, mprs, label("ATT", true, 0, l));
-    prev = lastAttention;
+    prev = b.compute(c.attentionUs * f, mprs, label("ATT", true, 0, l));
   }
-  unsigned lastProducer = lastAttention;
-  if (s.embeddingBackwardUs > 0) {
-    produce(c.gradientBytes, lastAttention);
-    prev = b.compute(s.embeddingBackwardUs, prev, "EMB'");
-    slice(w++, "emb");
-    lastProducer = prev;
-    produce(s.headGradientBytes, prev);
-  } else if (!s.steadyState) {
-    produce(c.gradientBytes, lastAttention);
-  }
-  assert(slots[w].kind == WindowKind::End);
-  (void)slots;
-  // Everything not sliced is reduced after the backward pass.
-  double tail = producedBytes - sliced;
-  unsigned last = prev;
-  if (tail > 1e-9 * producedBytes) {
-    last = b.inter(c.gradientAllReduce(tail), {lastProducer, prev},
-                   "GAR(tail)");
-    b.tasks[last].cost.bytes = tail;
-  }
-  if (s.optimizerUs > 0) {
-    unsigned opt = b.compute(s.optimizerUs, prev, "OPT");
-    b.dependOn(opt, last);
-  }
-  b.run();
 
-  SimulationResult result;
-  result.tasks = std::move(b.tasks);
-  summarizeTimeline(result, {"compute", "comm", "comm1"}, {false, true, true});
-  return result;
+  /// The embedding's backward, the rest of the gradient after the
+  /// backward pass, the update.
+  SimulationResult finish() {
+    unsigned lastProducer = prev;
+    if (s.embeddingBackwardUs > 0) {
+      grads.produce(c.gradientBytes, prev);
+      prev = b.compute(s.embeddingBackwardUs, prev, "EMB'");
+      slice("emb");
+      lastProducer = prev;
+      grads.produce(s.headGradientBytes, prev);
+    } else if (!s.steadyState) {
+      grads.produce(c.gradientBytes, prev);
+    }
+    double tail = grads.produced - grads.taken;
+    unsigned last = prev;
+    if (tail > 1e-9 * grads.produced) {
+      last = b.inter(c.gradientAllReduce(tail), {lastProducer, prev},
+                     "GAR(tail)");
+      b.tasks[last].cost.bytes = tail;
+    }
+    if (s.optimizerUs > 0) {
+      unsigned opt = b.compute(s.optimizerUs, prev, "OPT");
+      b.dependOn(opt, last);
+    }
+    b.run();
+    SimulationResult result;
+    result.tasks = std::move(b.tasks);
+    summarizeTimeline(result, {"compute", "comm", "comm1"},
+                      {false, true, true});
+    return result;
+  }
+
+private:
+  /// The next window's slice, at its place in the inter-node queue.
+  void slice(const std::string &name) {
+    double bytes = slices[window++];
+    if (bytes <= 0)
+      return;
+    unsigned dep = grads.take(bytes, forwardEnd);
+    unsigned task =
+        b.inter(c.gradientAllReduce(bytes), {dep}, "GAR(" + name + ")");
+    b.tasks[task].cost.bytes = bytes;
+  }
+
+  const FsmoeStack &s;
+  const FsmoeLayerCosts &c;
+  const StepPlan &plan;
+  TimelineBuilder b;
+  std::vector<double> slices;
+  GradientBuffer grads;
+  size_t window = 0;
+  unsigned prev = kNone, forwardEnd = kNone;
+};
+
+} // namespace
+
+SimulationResult mlir::moe::simulateStep(const FsmoeStack &s,
+                                         const StepPlan &plan) {
+  assert(int64_t(plan.forwardDegree.size()) == s.layers &&
+         int64_t(plan.backwardDegree.size()) == s.layers);
+  assert(isCausalPartition(backwardWindows(s), plan.sliceBytes,
+                           1e-6 * s.layer.gradientBytes) &&
+         "a plan reduces no gradient before it exists");
+  StepEmitter e(s, plan);
+  for (int64_t l = 1; l <= s.layers; ++l)
+    e.forwardLayer(l);
+  e.endForward();
+  for (int64_t l = s.layers; l >= 1; --l)
+    e.backwardLayer(l);
+  return e.finish();
 }
 
 namespace {

@@ -58,8 +58,10 @@ void mlir::moe::evaluatePartition(const std::vector<GradientWindow> &windows,
 bool mlir::moe::isCausalPartition(const std::vector<GradientWindow> &windows,
                                   const std::vector<double> &bytes,
                                   double slackBytes) {
+  if (bytes.size() > windows.size())
+    return false;
   double produced = 0, reduced = 0;
-  for (size_t j = 0; j < windows.size(); ++j) {
+  for (size_t j = 0; j < bytes.size(); ++j) {
     produced += windows[j].readyBytes;
     reduced += bytes[j];
     if (bytes[j] < 0 || reduced > produced + slackBytes)

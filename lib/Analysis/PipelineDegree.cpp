@@ -4,11 +4,12 @@
 // chunk time, Q1..Q7, f1..f4) is a + b/r + c r in the degree r, so each is
 // one `Affine` and SLSQP gets exact gradients. A predicate changes sign
 // where c r^2 + a r + b = 0, at most twice; between consecutive sign
-// changes every disjunct of every case is either true or false, which
-// gives one SLSQP start inside each interval where a disjunct holds (the
-// published code starts once per case and can miss an interval). Each
-// f_i is convex on such an interval, so the allowed degrees next to its
-// continuous optimum include the best allowed degree of the interval.
+// changes every disjunct of every case is either true or false, so a case
+// holds on a union of intervals we can list, and SLSQP minimises f_i on
+// each (the published code starts SLSQP once per disjunct and can miss an
+// interval). Each f_i is convex on such an interval, so the allowed
+// degrees next to its continuous optimum include the best allowed degree
+// of the interval.
 //
 //===----------------------------------------------------------------------===//
 

@@ -109,8 +109,9 @@ void evaluatePartition(const std::vector<GradientWindow> &windows,
                        const PartitionOptions &options,
                        const std::vector<double> &bytes, GradientPlan &plan);
 
-/// Whether `bytes` respects causality (every prefix reduces at most what
-/// its windows produced), up to `slackBytes`.
+/// Whether `bytes` (one slice per window; missing trailing ones are 0)
+/// respects causality: every prefix reduces at most what its windows
+/// produced, up to `slackBytes`.
 bool isCausalPartition(const std::vector<GradientWindow> &windows,
                        const std::vector<double> &bytes,
                        double slackBytes = 1e-6);
