@@ -87,6 +87,13 @@ def moe_sublayer(c, p, pre, x, rank, world):
     tok = torch.arange(xf.shape[0]).repeat_interleave(c.top_k)
     order = torch.argsort(e, stable=True)  # grouped by expert, so by rank
     e_sorted, tok_sorted = e[order], tok[order]
+    if c.capacity_factor is not None:
+        load = torch.bincount(e, minlength=c.experts)
+        if int(load.max()) > c.capacity:
+            sys.exit(f"error: {pre}: expert {int(load.argmax())} gets "
+                     f"{int(load.max())} tokens on rank {rank}, over its "
+                     f"capacity {c.capacity}: moe-run drops tokens the peer "
+                     f"keeps (use a larger --capacity-factor)")
     send = torch.bincount(e_sorted // experts_local, minlength=world)
     recv = exchange_counts(send)
     send_l, recv_l = send.tolist(), recv.tolist()
@@ -143,10 +150,20 @@ def sgd_step(params, expert_keys, lr, world):
 
 
 def config(args):
+    """The model from gen_model_mlir's preset and its own override options
+    (the bench passes the peer what it passed the generator)."""
     c = gen.PRESETS[args.preset]
     overrides = {k: int(v) for k, v in (s.split("=") for s in args.set)}
     if args.grid:
         overrides["grid"] = tuple(int(v) for v in args.grid.lower().split("x"))
+    if args.layers:
+        overrides["layers"] = args.layers
+    if args.experts_per_rank:
+        overrides["experts_per_rank"] = args.experts_per_rank
+    if args.capacity_factor is not None:
+        overrides["capacity_factor"] = (
+            None if args.capacity_factor == "dropless"
+            else float(args.capacity_factor))
     c = gen.replace(c, **overrides)
     if c.gate not in ("softmax_topk", "noisy_topk", "sigmoid", "cosine"):
         sys.exit(f"error: the peer routes token-choice gates, not {c.gate}")
@@ -160,7 +177,13 @@ def main():
     ap.add_argument("--set", action="append", default=[],
                     help="a preset field override, e.g. vocab=256")
     ap.add_argument("--grid", help="nodes x ranks per node (default: the "
-                    "preset's); --set experts_per_rank=E/P with it")
+                    "preset's)")
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--experts-per-rank", type=int)
+    ap.add_argument("--capacity-factor",
+                    help="f (a number, or 'dropless'): the peer keeps every "
+                         "token and stops if an expert gets more than its "
+                         "capacity, which the runtime would drop")
     ap.add_argument("--inputs", required=True,
                     help="moe-run --dump-inputs PREFIX: parameters (and tokens)")
     ap.add_argument("--data", help="a text file: byte windows as moe-run --data")

@@ -14,6 +14,7 @@
 #   emulated-cluster.sh status [--name C]
 #   emulated-cluster.sh mpirun [--name C] [-np P] [MPIRUN-OPTIONS] PROGRAM [ARGS]
 #   emulated-cluster.sh run [--name C] -- COMMAND [ARGS]
+#   emulated-cluster.sh session [UP-OPTIONS] -- COMMAND [ARGS]
 #   emulated-cluster.sh probe        # exit 0 if namespaces can be made here
 #
 # `mpirun` starts Open MPI inside the first node with its rsh agent set to
@@ -23,12 +24,16 @@
 # Ranks yield the CPU while they wait in MPI (mpi_yield_when_idle): a rank
 # spinning in a blocking call would starve the kernel's packet processing,
 # which the emulated links run on the same cores (a 4 KiB all-to-all
-# then takes one 4 ms scheduler tick instead of ~0.1 ms).
-# `run` runs COMMAND with MOE_MPIRUN (that launcher) and MOE_GRID (N x K)
-# exported: examples/trainer/train.sh and train-generated.sh then train on
-# the emulated nodes.
+# then takes one 4 ms scheduler tick instead of ~0.1 ms). Two TCP
+# connections per pair of ranks (btl_tcp_links): over one, Open MPI moves
+# only half the rate each way when both directions are busy, as in every
+# all-to-all (measured: 49 of 98 MB/s; two connections: 97 MB/s).
+# `run` runs COMMAND with MOE_MPIRUN (that launcher), MOE_GRID (N x K) and
+# MOE_CLUSTER (the name) exported: examples/trainer/train.sh and
+# train-generated.sh then train on the emulated nodes. `session` brings a
+# cluster up for one command and down after it, whatever happens.
 #
-# Defaults (derived in docs/cluster.md): 2 nodes x 2 ranks, 200 Mbit/s per
+# Defaults (derived in docs/cluster.md): 2 nodes x 2 ranks, 400 Mbit/s per
 # NIC, no added latency, the first free /24 in 10.213.0.0/16.
 set -euo pipefail
 
@@ -39,10 +44,11 @@ RSH_AGENT="$HERE/cluster/netns-rsh"
 NAME=moec
 NODES=2
 RANKS_PER_NODE=2
-RATE=200mbit
+RATE=400mbit
 LATENCY=0
 SUBNET=auto
 KILL=0
+NAME_GIVEN=0
 
 die() { printf 'emulated-cluster: error: %s\n' "$*" >&2; exit 1; }
 note() { printf 'emulated-cluster: %s\n' "$*" >&2; }
@@ -181,14 +187,20 @@ latency_us() {
 }
 
 # Limits one NIC (DEV in namespace NS) to the cluster's rate, and delays
-# it by the latency. The bucket holds 2 ms at the rate (at least 64 KiB: a
-# TSO segment must fit, or tbf drops it); the queue holds 100 ms, so a
-# burst of all-to-all traffic waits instead of being dropped into TCP's
-# retransmission timer (which would measure the kernel, not the link).
+# it by the latency. A real NIC has no burst allowance: a message waits for
+# the wire whatever came before it. tbf's bucket lets up to `burst` bytes
+# pass at once after an idle gap, which would make the small all-to-alls
+# between compute phases free, so it holds only 1 ms at the rate (at
+# least 16 KiB, ten full frames; larger TSO segments are split by tbf):
+# with less, TCP no longer fills the link on this kernel (200 us: ~70 %
+# of the rate), and the error it leaves is at most 1 ms per message.
+# The queue holds 100 ms, so a burst of all-to-all traffic waits instead
+# of being dropped into TCP's retransmission timer (which would measure
+# the kernel, not the link).
 shape_link() {
   local ns=$1 dev=$2 bytes burst
   bytes=$(rate_bytes "$RATE")
-  burst=$(( bytes / 500 )); (( burst >= 65536 )) || burst=65536
+  burst=$(( bytes / 1000 )); (( burst >= 16384 )) || burst=16384
   if (( $(latency_us "$LATENCY") > 0 )); then
     tc -n "$ns" qdisc add dev "$dev" root handle 1: tbf rate "$RATE" burst "$burst" latency 100ms
     tc -n "$ns" qdisc add dev "$dev" parent 1:1 handle 10: netem delay "$(latency_us "$LATENCY")us" limit 100000 ||
@@ -374,7 +386,7 @@ mpirun_words() {
   printf '%s\n' mpirun --allow-run-as-root --oversubscribe --bind-to none \
     --host "$hosts" -np "$np" --map-by slot \
     --mca plm_rsh_agent "$RSH_AGENT" \
-    --mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle 1 \
+    --mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle 1 --mca btl_tcp_links 2 \
     --mca btl_tcp_if_include "$MOEC_SUBNET" --mca oob_tcp_if_include "$MOEC_SUBNET" \
     -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x MASTER_ADDR -x GLOO_SOCKET_IFNAME
 }
@@ -400,14 +412,41 @@ cmd_mpirun() {
   exec ip netns exec "$first" "${words[@]}" "$@"
 }
 
+# Exports what `run` and `session` give their command.
+export_launcher() {
+  local nodes
+  nodes=$(wc -w <<< "$MOEC_NODES")
+  export MOE_CLUSTER="$NAME"
+  export MOE_MPIRUN="$HERE/emulated-cluster.sh mpirun --name $NAME"
+  export MOE_GRID="${nodes}x$MOEC_RANKS_PER_NODE"
+}
+
 cmd_run() {
   load_state
   [[ ${1:-} == -- ]] && shift
   (( $# )) || die "run: no command given"
-  local nodes
-  nodes=$(wc -w <<< "$MOEC_NODES")
-  MOE_MPIRUN="$HERE/emulated-cluster.sh mpirun --name $NAME" \
-    MOE_GRID="${nodes}x$MOEC_RANKS_PER_NODE" exec "$@"
+  export_launcher
+  exec "$@"
+}
+
+# A cluster for one command: up, COMMAND, down (also when COMMAND fails or
+# is interrupted). Without --name, a fresh name, so that sessions (tests
+# running in parallel) never meet.
+cmd_session() {
+  [[ ${1:-} == -- ]] && shift
+  (( $# )) || die "session: no command given"
+  if (( ! NAME_GIVEN )); then
+    NAME="s$(( RANDOM % 10000 ))$$"
+    NAME=${NAME:0:8}
+  fi
+  ( cmd_up ) || exit 1
+  trap '"$HERE/emulated-cluster.sh" down --name "$NAME" --kill >/dev/null' EXIT
+  trap 'exit 130' INT TERM
+  load_state
+  export_launcher
+  local rc=0
+  "$@" || rc=$?
+  return $rc
 }
 
 # --- main -----------------------------------------------------------------
@@ -417,7 +456,7 @@ CMD=$1; shift
 ARGS=()
 while (( $# )); do
   case $1 in
-    --name) NAME=${2:?--name needs a value}; shift 2 ;;
+    --name) NAME=${2:?--name needs a value}; NAME_GIVEN=1; shift 2 ;;
     --nodes) NODES=${2:?}; shift 2 ;;
     --ranks-per-node) RANKS_PER_NODE=${2:?}; shift 2 ;;
     --rate) RATE=${2:?}; shift 2 ;;
@@ -436,6 +475,7 @@ case $CMD in
   status) cmd_status ;;
   mpirun) cmd_mpirun "${ARGS[@]}" ;;
   run) cmd_run "${ARGS[@]}" ;;
+  session) cmd_session "${ARGS[@]}" ;;
   probe) why=$(can_make_namespaces) || { echo "cannot emulate a cluster here: $why"; exit 1; }
          echo "network namespaces, veth pairs and tbf qdiscs can be made here" ;;
   -h|--help|help) usage ;;

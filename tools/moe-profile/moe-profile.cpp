@@ -142,7 +142,13 @@ struct Measured {
   Fit fit;
 };
 
-Measured sweepCollective(const char *which, MPI_Comm comm, const Options &o) {
+/// Sweeps one collective over `comm`. For all-to-all, `leaving` is the
+/// share of each rank's bytes that crosses the link class being measured
+/// (the cost model times an all-to-all's intra- and inter-node shares
+/// separately, each on its own alpha-beta, lib/Analysis/CostModel.cpp):
+/// the fit is over those bytes, so that beta is the link's cost per byte.
+Measured sweepCollective(const char *which, MPI_Comm comm, const Options &o,
+                         double leaving = 1.0) {
   int size;
   MPI_Comm_size(comm, &size);
   Measured m;
@@ -154,12 +160,13 @@ Measured sweepCollective(const char *which, MPI_Comm comm, const Options &o) {
         recv(count * (std::strcmp(which, "all_gather") ? 1 : size));
     std::function<void()> op;
     double n = count * 4.0;
-    if (!std::strcmp(which, "all_to_all"))
+    if (!std::strcmp(which, "all_to_all")) {
+      n *= leaving;
       op = [&] {
         MPI_Alltoall(send.data(), count / size, MPI_FLOAT, recv.data(),
                      count / size, MPI_FLOAT, comm);
       };
-    else if (!std::strcmp(which, "all_reduce"))
+    } else if (!std::strcmp(which, "all_reduce"))
       op = [&] {
         MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM,
                       comm);
@@ -331,15 +338,22 @@ int main(int argc, char **argv) {
       break;
     // Inside a node; across nodes when there are several (the whole world,
     // whose traffic is mostly inter-node).
+    // An all-to-all over a group of G ranks sends (G-1)/G of each rank's
+    // bytes to others; over the world, (world - perNode)/world leaves the
+    // node.
+    MPI_Comm local = perNode > 1 ? node : MPI_COMM_WORLD;
+    int localSize = perNode > 1 ? perNode : world;
     Measured intra = measureUntilFit(o, remeasured, [&](const Options &t) {
-      return sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, t);
+      return sweepCollective(kind, local, t,
+                             double(localSize - 1) / localSize);
     });
     record(std::string(kind) + " intra", intra, "us/B");
     nlohmann::json entry = {
         {"intra", alphaBeta(intra.fit, "beta_us_per_byte")}};
     if (nodes > 1) {
       Measured inter = measureUntilFit(o, remeasured, [&](const Options &t) {
-        return sweepCollective(kind, MPI_COMM_WORLD, t);
+        return sweepCollective(kind, MPI_COMM_WORLD, t,
+                               double(world - perNode) / world);
       });
       record(std::string(kind) + " inter", inter, "us/B");
       entry["inter"] = alphaBeta(inter.fit, "beta_us_per_byte");
