@@ -15,7 +15,9 @@ ratio on this machine equals that of FlowMoE's Cluster 1.
    imported for the cluster's grid as train.sh does) is scheduled vanilla;
    its simulated comm / compute on the measured profile, with the
    inter-node betas scaled by probe-rate / rate (the bandwidth term is the
-   link's; the alphas are the software's), is solved for rho by bisection.
+   link's), is solved for rho by bisection. The collectives' alphas are
+   set to 0 unless --keep-alpha: on a shared machine they are mostly
+   scheduling noise (ms in one run, 0 in the next).
 
    python3 bench/cluster_rate.py --build build [--probe-rate 800mbit]
 """
@@ -42,11 +44,14 @@ def cluster1_ratio(moe_opt, tmp):
     return rows, math.exp(sum(map(math.log, rows.values())) / len(rows))
 
 
-def scaled_profile(profile, factor, path):
+def scaled_profile(profile, factor, path, keep_alpha):
     p = json.loads(json.dumps(profile))
     for links in p["collectives"].values():
         if "inter" in links:
             links["inter"]["beta_us_per_byte"] *= factor
+        if not keep_alpha:
+            for link in links.values():
+                link["alpha_us"] = 0.0
     with open(path, "w") as f:
         json.dump(p, f)
     return path
@@ -71,6 +76,11 @@ def main():
                     "(default: bring one up at --probe-rate, and down after)")
     ap.add_argument("--probe-rate", default="800mbit")
     ap.add_argument("--ranks-per-node", type=int, default=1)
+    ap.add_argument("--keep-alpha", action="store_true",
+                    help="keep the collectives' fitted alphas (default: "
+                         "zero them: on a shared machine they are mostly "
+                         "scheduling noise, ms one run and 0 the next, and "
+                         "the rate only sets the bandwidth term)")
     args = ap.parse_args()
     moe_opt = os.path.join(args.build, "bin", "moe-opt")
     moe_profile = os.path.join(args.build, "bin", "moe-profile")
@@ -96,7 +106,8 @@ def main():
 
         def ratio(rate):
             prof = scaled_profile(profile, probe / rate,
-                                  os.path.join(tmp, "scaled.json"))
+                                  os.path.join(tmp, "scaled.json"),
+                                  args.keep_alpha)
             r = cl.simulate(moe_opt, step, prof)
             return r["comm_busy_us"] / r["compute_busy_us"], r
 

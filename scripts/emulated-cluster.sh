@@ -33,7 +33,7 @@
 # train-generated.sh then train on the emulated nodes. `session` brings a
 # cluster up for one command and down after it, whatever happens.
 #
-# Defaults (derived in docs/cluster.md): 2 nodes x 2 ranks, 400 Mbit/s per
+# Defaults (derived in docs/cluster.md): 2 nodes x 2 ranks, 1 Gbit/s per
 # NIC, no added latency, the first free /24 in 10.213.0.0/16.
 set -euo pipefail
 
@@ -44,7 +44,7 @@ RSH_AGENT="$HERE/cluster/netns-rsh"
 NAME=moec
 NODES=2
 RANKS_PER_NODE=2
-RATE=400mbit
+RATE=1gbit
 LATENCY=0
 SUBNET=auto
 KILL=0

@@ -34,6 +34,8 @@ PACKAGES=(
   "openmpi-bin=4.1.4-3+b1"
   "nlohmann-json3-dev=3.11.2-2"
   "python3-matplotlib=3.6.3-1+b1"
+  # The emulated cluster (scripts/emulated-cluster.sh): ip netns, veth, tc.
+  "iproute2=6.1.0-3"
   # The PyTorch reference the runtime's training step is checked against.
   "python3-torch=1.13.1+dfsg-4"
   # The ONNX frontend: libonnx parses and shape-infers models (built with
