@@ -64,8 +64,9 @@ def rotary(x):
     i = torch.arange(half, dtype=torch.float64)
     freq = 10000.0 ** (-2.0 * i / d)
     angle = torch.arange(n, dtype=torch.float64)[:, None] * freq[None, :]
-    cos = torch.cat([angle.cos(), angle.cos()], -1)[None, :, None, :]
-    sin = torch.cat([angle.sin(), angle.sin()], -1)[None, :, None, :]
+    # Angles in float64, applied in x's precision (the peer runs float32).
+    cos = torch.cat([angle.cos(), angle.cos()], -1)[None, :, None, :].to(x.dtype)
+    sin = torch.cat([angle.sin(), angle.sin()], -1)[None, :, None, :].to(x.dtype)
     rot = torch.cat([-x[..., half:], x[..., :half]], -1)
     return x * cos + rot * sin
 
@@ -182,28 +183,42 @@ def expert_choice(c, p, pre, x, micro):
     return torch.cat(outs, 0)
 
 
-def step_loss(c, p, tokens, labels, micro=1):
+def attention_sublayer(c, p, pre, h):
+    """Block `pre`'s pre-norm attention with its residual: h + attn(norm(h))
+    (h: B x N x M). Shared with python/torch_moe_peer.py."""
     kv = c.kv_heads or c.heads
-    b, n = tokens.shape
+    b, n, _ = h.shape
+    ln = [p[f"{pre}.attn_norm.scale"], p.get(f"{pre}.attn_norm.bias")]
+    xn = norm(c, h, *ln)
+    q = (xn @ p[f"{pre}.attn.wq"]).view(b, n, c.heads, c.head_dim)
+    k = (xn @ p[f"{pre}.attn.wk"]).view(b, n, kv, c.head_dim)
+    v = (xn @ p[f"{pre}.attn.wv"]).view(b, n, kv, c.head_dim)
+    if c.rotary:
+        q, k = rotary(q), rotary(k)
+    rep = c.heads // kv
+    k = k.repeat_interleave(rep, dim=2)
+    v = v.repeat_interleave(rep, dim=2)
+    scores = torch.einsum("bihd,bjhd->bhij", q, k) / c.head_dim ** 0.5
+    if c.causal:
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
+    return h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
+
+
+def lm_loss(c, p, h, labels):
+    """Final norm, LM head and the mean token cross-entropy."""
+    hf = norm(c, h, p["final_norm.scale"], p.get("final_norm.bias"))
+    logits = hf @ p["lm_head.weight"]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                           labels.reshape(-1))
+
+
+def step_loss(c, p, tokens, labels, micro=1):
     h = p["embed.table"][tokens]
     for l in range(c.layers):
         pre = f"block{l}"
-        ln = [p[f"{pre}.attn_norm.scale"], p.get(f"{pre}.attn_norm.bias")]
-        xn = norm(c, h, *ln)
-        q = (xn @ p[f"{pre}.attn.wq"]).view(b, n, c.heads, c.head_dim)
-        k = (xn @ p[f"{pre}.attn.wk"]).view(b, n, kv, c.head_dim)
-        v = (xn @ p[f"{pre}.attn.wv"]).view(b, n, kv, c.head_dim)
-        if c.rotary:
-            q, k = rotary(q), rotary(k)
-        rep = c.heads // kv
-        k = k.repeat_interleave(rep, dim=2)
-        v = v.repeat_interleave(rep, dim=2)
-        scores = torch.einsum("bihd,bjhd->bhij", q, k) / c.head_dim ** 0.5
-        if c.causal:
-            mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
-            scores = scores.masked_fill(mask, float("-inf"))
-        att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
-        h1 = h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
+        h1 = attention_sublayer(c, p, pre, h)
         x = norm(c, h1, p[f"{pre}.moe_norm.scale"], p.get(f"{pre}.moe_norm.bias"))
         if c.gate == "expert_choice":
             h = h1 + expert_choice(c, p, pre, x, micro)
@@ -222,10 +237,7 @@ def step_loss(c, p, tokens, labels, micro=1):
             out = out + w[..., j:j + 1] * torch.einsum("bnh,bnhm->bnm", hid,
                                                         down[e])
         h = h1 + out
-    hf = norm(c, h, p["final_norm.scale"], p.get("final_norm.bias"))
-    logits = hf @ p["lm_head.weight"]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                           labels.reshape(-1))
+    return lm_loss(c, p, h, labels)
 
 
 def main():

@@ -34,6 +34,12 @@ PACKAGES=(
   "openmpi-bin=4.1.4-3+b1"
   "nlohmann-json3-dev=3.11.2-2"
   "python3-matplotlib=3.6.3-1+b1"
+  # FSMoE planning (lib/Analysis): NLopt's SLSQP for Algorithm 1, pagmo2's
+  # differential evolution for the gradient partition.
+  "libnlopt-cxx-dev=2.7.1-5"
+  "libpagmo-dev=2.18.0-2+b1"
+  # The emulated cluster (scripts/emulated-cluster.sh): ip netns, veth, tc.
+  "iproute2=6.1.0-3"
   # The PyTorch reference the runtime's training step is checked against.
   "python3-torch=1.13.1+dfsg-4"
   # The ONNX frontend: libonnx parses and shape-infers models (built with

@@ -14,11 +14,19 @@
 #
 # MOE_BUILD_DIR: the moe-mlir build (default build/); the example's files
 # go to MOE_EXAMPLE_OUT (default $MOE_BUILD_DIR/examples/trainer-generated).
+#
+# MOE_GRID (default 1x4: nodes x ranks per node) and MOE_MPIRUN (default
+# "mpirun --allow-run-as-root --oversubscribe -np RANKS") place the ranks
+# elsewhere: scripts/emulated-cluster.sh run sets both to train on an
+# emulated cluster's nodes (docs/cluster.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="$(cd "${MOE_BUILD_DIR:-$ROOT/build}" && pwd)"
 STEPS="${1:-20}"
 PIPELINE="${2:-degree=2 policy=flowmoe chunk-bytes=64KiB lr=0.2}"
+GRID="${MOE_GRID:-1x4}"
+RANKS=$(( ${GRID%x*} * ${GRID#*x} ))
+read -r -a MPIRUN <<< "${MOE_MPIRUN:-mpirun --allow-run-as-root --oversubscribe -np $RANKS}"
 OUT="${MOE_EXAMPLE_OUT:-$BUILD_DIR/examples/trainer-generated}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)" # absolute: the IR names the ONNX file by it
@@ -34,7 +42,7 @@ update "$OUT/new/byte-moe.onnx" "$OUT/byte-moe.onnx"
 # Imported for 1 x 4 (8 experts, 2 per rank); the model is dropless, the
 # step needs static shapes: --moe-bound-dropless (C = B*N, nothing is
 # dropped), as train.sh does.
-"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid=1x4 --moe-bound-dropless \
+"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid="$GRID" --moe-bound-dropless \
   -o "$OUT/new/byte-moe.mlir"
 update "$OUT/new/byte-moe.mlir" "$OUT/byte-moe.mlir"
 
@@ -54,8 +62,8 @@ cmake -G Ninja -S "$ROOT/examples/trainer" -B "$OUT/generated" -DCMAKE_BUILD_TYP
 cmake --build "$OUT/generated" -j "$(nproc)" > "$OUT/generated-build.log" ||
   { cat "$OUT/generated-build.log" >&2; exit 1; }
 
-echo "== training $STEPS steps on 4 ranks: the generated step, no moe-run"
-mpirun --allow-run-as-root --oversubscribe -np 4 "$OUT/generated/byte_moe-trainer" \
+echo "== training $STEPS steps on $RANKS ranks: the generated step, no moe-run (grid $GRID)"
+"${MPIRUN[@]}" "$OUT/generated/byte_moe-trainer" \
   --data "$ROOT/examples/data/moe-notes.txt" \
   --params "$OUT/generated/byte_moe.moe/byte_moe.params" \
   --steps "$STEPS" --timeout 120

@@ -2,6 +2,7 @@
 
 #include "moe/Analysis/CostModel.h"
 #include "moe/Analysis/ModelStats.h"
+#include "moe/Analysis/OpCosts.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
@@ -130,20 +131,8 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
       c.bytes = tokens(tokensSide) * k * m;
     }
   }
-  const CollectiveModel &model = profile.collective(kind);
-  // Intra- and inter-node shares of the traffic run concurrently.
-  double intraShare = size > 1 ? double(perNode - 1) / size : 0;
-  double interShare = size > 1 ? double(size - perNode) / size : 0;
-  if (kind == CollectiveKind::AllReduce) {
-    // A reduction's volume does not shrink with locality: the slowest
-    // link class carries it all.
-    c.us = interShare > 0 ? model.inter.time(c.bytes)
-                          : (size > 1 ? model.intra.time(c.bytes) : 0);
-  } else {
-    double intra = intraShare > 0 ? model.intra.time(c.bytes * intraShare) : 0;
-    double inter = interShare > 0 ? model.inter.time(c.bytes * interShare) : 0;
-    c.us = std::max(intra, inter);
-  }
+  c.us = collectiveUs(profile, kind, c.bytes, size, perNode);
+  c.link = collectiveLink(size, perNode);
   c.us += profile.launchUs;
   return c;
 }
@@ -158,31 +147,24 @@ FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
     return op->emitOpError() << "has dynamic shapes the cost model cannot "
                                 "time";
   if (auto a = dyn_cast<AttentionOp>(op)) {
-    double t = tokens(a.getInput()), m = dim(a.getInput(), 2);
-    double b = dim(a.getInput(), 0), n = dim(a.getInput(), 1);
-    double h = a.getNumHeads(), kv = a.getNumKvHeads(), d = a.getHeadDim();
-    double projections = 2 * t * m * (h * d + 2 * kv * d) + 2 * t * h * d * m;
-    double scores = 2 * 2 * b * h * n * n * d; // QK^T and PV
-    gemm(projections + scores);
+    Value x = a.getInput();
+    gemm(attentionFlops(dim(x, 0), dim(x, 1), dim(x, 2), a.getNumHeads(),
+                        a.getNumKvHeads(), a.getHeadDim()));
     // Pre-norm and softmax are memory-bound passes over the activation.
-    c.bytes = 4 * valueBytes(a.getInput());
+    c.bytes = attentionMemoryBytes(valueBytes(x));
     c.us += profile.memory.time(c.bytes) - profile.memory.alphaUs;
   } else if (auto g = dyn_cast<GateOp>(op)) {
     double t = tokens(g.getInput()), m = dim(g.getInput(), 2);
-    double e = g.getNumExperts();
-    double flops = 2 * t * m * e;
-    if (Value aux = g.getAuxWeight())
-      flops += 2 * t * m * dim(aux, 1);
-    gemm(flops);
+    Value aux = g.getAuxWeight();
+    gemm(gateFlops(t, m, g.getNumExperts(), aux ? dim(aux, 1) : 0));
   } else if (auto e = dyn_cast<ExpertOp>(op)) {
     auto in = cast<ShapedType>(e.getInput().getType());
     double slots = in.getDimSize(1);
     if (ShapedType::isDynamic(in.getDimSize(1)))
       return op->emitOpError() << "has a dropless (dynamic) slot count the "
                                   "static cost model cannot time";
-    double gemms = e.isGated() ? 3 : 2;
-    gemm(2 * in.getDimSize(0) * slots * in.getDimSize(2) * e.getHiddenSize() *
-         gemms);
+    gemm(expertFlops(in.getDimSize(0), slots, in.getDimSize(2),
+                     e.getHiddenSize(), e.isGated() ? 3 : 2));
   } else if (auto s = dyn_cast<SharedExpertOp>(op)) {
     double gemms = s.getGateProj() ? 3 : 2;
     gemm(2 * tokens(s.getInput()) * dim(s.getUp(), 0) * dim(s.getUp(), 1) *
@@ -218,13 +200,17 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
       return failure();
     TaskCost c;
     c.communication = true;
-    c.bytes = valueBytes(forward->getOperand(0));
-    const CollectiveModel &model = profile.collective(
-        isa<shard::AllGatherOp>(forward) ? CollectiveKind::AllGather
-                                         : CollectiveKind::ReduceScatter);
-    c.us = (group->first > group->second ? model.inter : model.intra)
-               .time(c.bytes) +
+    // The whole tensor on each rank: an all-gather's result, a
+    // reduce-scatter's operand (nccl-tests' size; FSMoE's n_ag = n_rs).
+    bool gather = isa<shard::AllGatherOp>(forward);
+    c.bytes = valueBytes(gather ? forward->getResult(0)
+                                : forward->getOperand(0));
+    c.us = collectiveUs(profile,
+                        gather ? CollectiveKind::AllGather
+                               : CollectiveKind::ReduceScatter,
+                        c.bytes, group->first, group->second) +
            profile.launchUs;
+    c.link = collectiveLink(group->first, group->second);
     return c;
   }
   FailureOr<TaskCost> c = forwardCost(forward);

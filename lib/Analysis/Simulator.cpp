@@ -1,6 +1,7 @@
 //===- Simulator.cpp - timeline of a scheduled step -----------------------===//
 
 #include "moe/Analysis/Simulator.h"
+#include "moe/Analysis/ListScheduler.h"
 #include "moe/Analysis/ModelStats.h"
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Analysis/Tasks.h"
@@ -17,13 +18,6 @@ using namespace mlir::moe;
 namespace {
 
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
-
-struct Queue {
-  int stream;
-  bool low;
-  std::vector<unsigned> tasks; // indices into SimulationResult::tasks
-  size_t next = 0;
-};
 
 /// Total length of the union of intervals.
 double unionLength(std::vector<std::pair<double, double>> v) {
@@ -53,6 +47,54 @@ double intersectionLength(std::vector<std::pair<double, double>> a,
 
 } // namespace
 
+void mlir::moe::summarizeTimeline(SimulationResult &result,
+                                  llvm::ArrayRef<std::string> streamNames,
+                                  const std::vector<bool> &isCommStream) {
+  std::vector<std::pair<double, double>> compute, comm, inter, intra;
+  result.iterationUs = result.computeBusyUs = result.commBusyUs = 0;
+  result.interCommBusyUs = result.intraCommBusyUs = 0;
+  for (const SimulatedTask &t : result.tasks) {
+    result.iterationUs = std::max(result.iterationUs, t.endUs);
+    (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
+    if (t.cost.link == Link::Inter) {
+      result.interCommBusyUs += t.cost.us;
+      inter.push_back({t.startUs, t.endUs});
+    } else if (t.cost.link == Link::Intra) {
+      result.intraCommBusyUs += t.cost.us;
+      intra.push_back({t.startUs, t.endUs});
+    }
+    (t.communication ? comm : compute).push_back({t.startUs, t.endUs});
+  }
+  result.overlapUs = intersectionLength(compute, comm);
+  result.linkOverlapUs = intersectionLength(inter, intra);
+  result.exposedCommUs = unionLength(comm) - result.overlapUs;
+  // Each stream runs one task at a time: none finishes before its busiest
+  // stream (max(compute, communication) with one stream of each).
+  std::vector<double> streamBusy(streamNames.size(), 0.0);
+  for (const SimulatedTask &t : result.tasks)
+    streamBusy[t.stream] += t.cost.us;
+  result.lowerBoundUs = 0;
+  for (double busy : streamBusy)
+    result.lowerBoundUs = std::max(result.lowerBoundUs, busy);
+
+  // With several communication streams (FSMoE's inter- and intra-node
+  // links), a track's name says which links its collectives use.
+  std::vector<unsigned> linksOf(streamNames.size(), 0); // 1 intra, 2 inter
+  for (const SimulatedTask &t : result.tasks)
+    if (t.cost.link != Link::None)
+      linksOf[t.stream] |= t.cost.link == Link::Inter ? 2 : 1;
+  size_t commStreams = llvm::count(isCommStream, true);
+  result.streamNames.clear();
+  for (auto [i, name] : llvm::enumerate(streamNames)) {
+    std::string track = name;
+    if (isCommStream[i] && commStreams > 1 && linksOf[i])
+      track += linksOf[i] == 1   ? " (intra-node)"
+               : linksOf[i] == 2 ? " (inter-node)"
+                                 : " (intra- and inter-node)";
+    result.streamNames.push_back(track);
+  }
+}
+
 FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
                                                 CostModel &model) {
   Region &body = func.getFunctionBody();
@@ -69,18 +111,10 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     return streams.size() - 1;
   };
 
-  // Tasks, their queues, and the events each waits for.
-  std::vector<Queue> queues;
-  auto queueOf = [&](int stream, bool low) -> Queue & {
-    for (Queue &q : queues)
-      if (q.stream == stream && q.low == low)
-        return q;
-    queues.push_back({stream, low, {}, 0});
-    return queues.back();
-  };
+  // Tasks and the events each waits for.
+  std::vector<QueuedTask> queued;
   // A wait gates the queue of the next task on its stream (StreamOrder.h);
   // an event completes with the task recorded after.
-  std::vector<std::vector<unsigned>> deps;         // per task: producer tasks
   std::vector<std::vector<unsigned>> pendingWaits; // per stream
   std::vector<int> lastTaskOnStream;
   DenseMap<Value, int> eventProducer; // -1: completes at time 0
@@ -125,62 +159,36 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     task.cost = *cost;
     unsigned index = result.tasks.size();
     result.tasks.push_back(task);
-    queueOf(s, task.lowPriority).tasks.push_back(index);
-    deps.push_back(std::move(pendingWaits[s]));
+    QueuedTask q;
+    q.stream = s;
+    q.lowPriority = task.lowPriority;
+    q.durationUs = cost->us;
+    q.deps = std::move(pendingWaits[s]);
     pendingWaits[s].clear();
+    queued.push_back(std::move(q));
     lastTaskOnStream[s] = index;
     taskOf[&op] = index;
   }
 
-  // List scheduling: repeatedly commit the task that can start earliest;
-  // every uncommitted task then starts no earlier, which is what makes the
-  // pool's "no all-to-all ready" test exact.
-  std::vector<double> end(result.tasks.size(), kUnknown);
-  std::vector<double> streamFree(streams.size(), 0.0);
-  size_t remaining = result.tasks.size();
-  while (remaining) {
-    double bestStart = kUnknown;
-    Queue *best = nullptr;
-    for (Queue &q : queues) {
-      if (q.next >= q.tasks.size())
-        continue;
-      unsigned t = q.tasks[q.next];
-      double ready = streamFree[q.stream];
-      if (q.next > 0)
-        ready = std::max(ready, end[q.tasks[q.next - 1]]);
-      for (unsigned producer : deps[t])
-        ready = std::max(ready, end[producer]);
-      // Prefer the high-priority queue of a stream on ties.
-      if (ready < bestStart ||
-          (ready == bestStart && best && best->stream == q.stream &&
-           best->low && !q.low)) {
-        bestStart = ready;
-        best = &q;
-      }
-    }
-    if (!best || bestStart == kUnknown)
-      return mlir::emitError(func.getLoc())
-             << "simulation cannot progress: every stream "
-                "waits for a task that cannot start";
-    unsigned t = best->tasks[best->next++];
-    SimulatedTask &task = result.tasks[t];
-    task.startUs = bestStart;
-    task.endUs = bestStart + task.cost.us;
-    end[t] = task.endUs;
-    streamFree[best->stream] = task.endUs;
-    --remaining;
+  if (!listSchedule(queued))
+    return mlir::emitError(func.getLoc())
+           << "simulation cannot progress: every stream "
+              "waits for a task that cannot start";
+  for (auto [task, q] : llvm::zip_equal(result.tasks, queued)) {
+    task.startUs = q.startUs;
+    task.endUs = q.endUs;
   }
 
-  // Summary.
-  std::vector<std::pair<double, double>> compute, comm;
-  for (const SimulatedTask &t : result.tasks) {
-    result.iterationUs = std::max(result.iterationUs, t.endUs);
-    (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
-    (t.communication ? comm : compute).push_back({t.startUs, t.endUs});
+  std::vector<std::string> names;
+  std::vector<bool> isComm;
+  for (StreamAttr st : streams) {
+    names.push_back(
+        (stringifyStreamKind(st.getKind()) +
+         (st.getIndex() ? llvm::Twine(st.getIndex()) : llvm::Twine("")))
+            .str());
+    isComm.push_back(st.getKind() == StreamKind::comm);
   }
-  result.overlapUs = intersectionLength(compute, comm);
-  result.exposedCommUs = unionLength(comm) - result.overlapUs;
-  result.lowerBoundUs = std::max(result.computeBusyUs, result.commBusyUs);
+  summarizeTimeline(result, names, isComm);
 
   // Gradients held from the task that completes them to the all-reduce
   // (chunk) that reduces them.
@@ -213,11 +221,6 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
         std::max(result.peakPendingGradientBytes, held);
   }
 
-  for (StreamAttr s : streams)
-    result.streamNames.push_back(
-        (stringifyStreamKind(s.getKind()) +
-         (s.getIndex() ? llvm::Twine(s.getIndex()) : llvm::Twine("")))
-            .str());
   return result;
 }
 
@@ -249,9 +252,15 @@ std::string mlir::moe::chromeTrace(const SimulationResult &result,
           {"pid", rank},
           {"tid", static_cast<int64_t>(t.stream)},
           {"args",
-           llvm::json::Object{{"op", t.op->getName().getStringRef().str()},
+           llvm::json::Object{{"op", t.op ? t.op->getName().getStringRef().str()
+                                          : t.label},
                               {"flops", t.cost.flops},
-                              {"bytes", t.cost.bytes}}}});
+                              {"bytes", t.cost.bytes},
+                              {"link", t.cost.link == Link::Inter
+                                           ? "inter-node"
+                                       : t.cost.link == Link::Intra
+                                           ? "intra-node"
+                                           : "none"}}}});
   }
   llvm::json::Object root{
       {"traceEvents", std::move(events)},

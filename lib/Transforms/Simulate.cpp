@@ -74,9 +74,14 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
        << pct(r.computeBusyUs) << "\n";
     os << "  communication busy       " << ms(r.commBusyUs) << " "
        << pct(r.commBusyUs) << "\n";
+    os << "    inter-node links       " << ms(r.interCommBusyUs) << " "
+       << pct(r.interCommBusyUs) << "\n";
+    os << "    intra-node links       " << ms(r.intraCommBusyUs) << " "
+       << pct(r.intraCommBusyUs) << "\n";
     os << "  overlap                  " << ms(r.overlapUs) << "\n";
     os << "  exposed communication    " << ms(r.exposedCommUs) << "\n";
-    os << "  lower bound max(cp, cm)  " << ms(r.lowerBoundUs) << "\n";
+    os << "  lower bound              " << ms(r.lowerBoundUs)
+       << "   (the busiest stream)\n";
     os << "  peak un-reduced grads    "
        << llvm::format("%10.3f MiB", r.peakPendingGradientBytes / 1048576.0)
        << "\n";
@@ -108,6 +113,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         {"iteration_us", r.iterationUs},
         {"compute_busy_us", r.computeBusyUs},
         {"comm_busy_us", r.commBusyUs},
+        {"inter_comm_busy_us", r.interCommBusyUs},
+        {"intra_comm_busy_us", r.intraCommBusyUs},
         {"overlap_us", r.overlapUs},
         {"exposed_comm_us", r.exposedCommUs},
         {"lower_bound_us", r.lowerBoundUs},

@@ -23,9 +23,13 @@ struct GpuSweeps {
   Sweep allToAll, allReduce, allGather, reduceScatter, gemm, memory;
 };
 
-/// Runs every GPU sweep over `comm`; returns an error message or "".
-std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
-                         int gemmMax, int warmup, int iters, GpuSweeps &out);
+/// Runs the GPU sweeps over `comm` on the rank's GPU `device` (modulo the
+/// GPUs present): the collectives, and unless `collectivesOnly` GEMMs and
+/// copies. Sizes follow docs/profile-format.md (an all-to-all counts the
+/// bytes sent to other ranks). Returns an error message or "".
+std::string runGpuSweeps(MPI_Comm comm, int device, bool collectivesOnly,
+                         long minBytes, long maxBytes, int gemmMax, int warmup,
+                         int iters, GpuSweeps &out);
 
 /// Whether this binary was built with the GPU sweeps.
 bool gpuSweepsCompiled();

@@ -72,8 +72,9 @@ std::string timeOp(Context &c, int warmup, int iters,
 
 bool gpuSweepsCompiled() { return true; }
 
-std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
-                         int gemmMax, int warmup, int iters, GpuSweeps &out) {
+std::string runGpuSweeps(MPI_Comm comm, int device, bool collectivesOnly,
+                         long minBytes, long maxBytes, int gemmMax, int warmup,
+                         int iters, GpuSweeps &out) {
   Context c;
   c.comm = comm;
   MPI_Comm_rank(comm, &c.rank);
@@ -83,12 +84,7 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
     cudaGetLastError();
     return "no CUDA device on this machine";
   }
-  MPI_Comm node;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, c.rank, MPI_INFO_NULL, &node);
-  int local;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  if (std::string e = check(cudaSetDevice(local % devices), "cudaSetDevice");
+  if (std::string e = check(cudaSetDevice(device % devices), "cudaSetDevice");
       !e.empty())
     return e;
   ncclUniqueId id;
@@ -125,6 +121,12 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
       s.n.push_back(count * 4.0);
       s.t.push_back(us);
     };
+    // An all-to-all counts what it sends to other ranks
+    // (docs/profile-format.md); the others their whole buffer (an
+    // all-gather's count is its gathered result).
+    auto toOthers = [&] {
+      out.allToAll.n.back() *= double(c.size - 1) / c.size;
+    };
     sweep(out.allToAll, [&] {
       ncclGroupStart();
       for (int p = 0; p < c.size; ++p) {
@@ -133,6 +135,8 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
       }
       return check(ncclGroupEnd(), "all-to-all");
     });
+    if (err.empty())
+      toOthers();
     sweep(out.allReduce, [&] {
       return check(ncclAllReduce(send, recv, count, ncclFloat, ncclSum, c.nccl,
                                  c.stream),
@@ -147,13 +151,15 @@ std::string runGpuSweeps(MPI_Comm comm, long minBytes, long maxBytes,
                                      c.nccl, c.stream),
                    "ncclReduceScatter");
     });
-    sweep(out.memory, [&] {
-      return check(cudaMemcpyAsync(recv, send, count * 4,
-                                   cudaMemcpyDeviceToDevice, c.stream),
-                   "cudaMemcpyAsync");
-    });
+    if (!collectivesOnly)
+      sweep(out.memory, [&] {
+        return check(cudaMemcpyAsync(recv, send, count * 4,
+                                     cudaMemcpyDeviceToDevice, c.stream),
+                     "cudaMemcpyAsync");
+      });
   }
-  for (int s = 64; s <= gemmMax && err.empty(); s += std::max(64, s / 2)) {
+  for (int s = 64; !collectivesOnly && s <= gemmMax && err.empty();
+       s += std::max(64, s / 2)) {
     if (size_t(s) * s > maxFloats)
       break;
     const float one = 1.0f, zero = 0.0f;

@@ -6,7 +6,8 @@ namespace moe_profile {
 
 bool gpuSweepsCompiled() { return false; }
 
-std::string runGpuSweeps(MPI_Comm, long, long, int, int, int, GpuSweeps &) {
+std::string runGpuSweeps(MPI_Comm, int, bool, long, long, int, int, int,
+                         GpuSweeps &) {
   return "moe-profile was built without CUDA (no nvcc/NCCL at build time)";
 }
 

@@ -1,10 +1,12 @@
 //===- moe-profile.cpp - measure a hardware profile -----------------------===//
 //
 // Measures the machine it runs on, nccl-tests style: a size sweep of each
-// collective (MPI here; NCCL when built for GPU is future work), of GEMMs
-// (OpenBLAS) and of memory copies, a least-squares alpha-beta fit per model
-// with its r^2, and the per-task launch cost of the runtime's CPU streams.
-// Writes a profile in the format moe-simulate reads (docs/profile-format.md).
+// collective (MPI, or NCCL with --gpu) on the two groups FSMoE schedules
+// apart -- the ranks of one node (intra) and one rank per node (inter) --,
+// of GEMMs (OpenBLAS or cuBLAS) and of memory copies, a least-squares
+// alpha-beta fit per model with its r^2, and the per-task launch cost of
+// the runtime's CPU streams. Writes a profile in the format moe-simulate
+// reads (docs/profile-format.md, which defines the bytes each fit counts).
 //
 //   mpirun -np 4 moe-profile -o machine.json
 //
@@ -38,6 +40,7 @@ struct Options {
   std::string output = "-", name = "measured";
   long minBytes = 1024, maxBytes = 16 << 20;
   int iters = 10, warmup = 3, gemmMax = 768, retries = 2;
+  int ranksPerNode = 0; // 0: ranks that share memory form a node
   bool quiet = false, gpu = false;
 };
 
@@ -55,6 +58,9 @@ const char *kUsage =
     "  --retries N        re-measure a sweep whose fit fails (noise: a\n"
     "                     slope <= 0) up to N times, with twice the\n"
     "                     repetitions each time (default 2)\n"
+    "  --ranks-per-node N consecutive ranks forming a node (default: the\n"
+    "                     ranks that share memory; set it for emulated\n"
+    "                     clusters, e.g. network namespaces on one host)\n"
     "  --gpu              measure NCCL collectives and cuBLAS on one GPU per\n"
     "                     rank instead of MPI and OpenBLAS on CPUs\n"
     "  --quiet            no report on stderr\n";
@@ -93,7 +99,7 @@ std::string parse(int argc, char **argv, Options &o, bool &help) {
         return a + " needs a size in [16, 2^32] bytes";
       (a == "--min-bytes" ? o.minBytes : o.maxBytes) = v;
     } else if (a == "--iters" || a == "--warmup" || a == "--gemm-max" ||
-               a == "--retries") {
+               a == "--retries" || a == "--ranks-per-node") {
       const char *s = value();
       long lo = a == "--warmup" || a == "--retries" ? 0
                 : a == "--gemm-max"                 ? 32
@@ -101,10 +107,11 @@ std::string parse(int argc, char **argv, Options &o, bool &help) {
       long hi = a == "--gemm-max" ? 8192 : a == "--retries" ? 10 : 10000;
       if (!s || !number(s, lo, hi, v))
         return a + " needs an integer in range";
-      (a == "--iters"     ? o.iters
-       : a == "--warmup"  ? o.warmup
-       : a == "--retries" ? o.retries
-                          : o.gemmMax) = static_cast<int>(v);
+      (a == "--iters"            ? o.iters
+       : a == "--warmup"         ? o.warmup
+       : a == "--retries"        ? o.retries
+       : a == "--ranks-per-node" ? o.ranksPerNode
+                                 : o.gemmMax) = static_cast<int>(v);
     } else {
       return "unknown argument '" + a + "'";
     }
@@ -153,7 +160,14 @@ Measured sweepCollective(const char *which, MPI_Comm comm, const Options &o) {
     std::vector<float> send(count, 1.0f),
         recv(count * (std::strcmp(which, "all_gather") ? 1 : size));
     std::function<void()> op;
+    // The bytes docs/profile-format.md says each model counts: what an
+    // all-to-all sends to other ranks, an all-gather's gathered result,
+    // a reduce-scatter's or all-reduce's whole buffer.
     double n = count * 4.0;
+    if (!std::strcmp(which, "all_to_all"))
+      n *= double(size - 1) / size;
+    else if (!std::strcmp(which, "all_gather"))
+      n *= size;
     if (!std::strcmp(which, "all_to_all"))
       op = [&] {
         MPI_Alltoall(send.data(), count / size, MPI_FLOAT, recv.data(),
@@ -276,11 +290,28 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
-                      &node);
-  int perNode;
+  // The intra-node group (a node's ranks) and the inter-node group (one
+  // rank per node: the ranks with the same place in their node).
+  MPI_Comm node, cross;
+  if (o.ranksPerNode) {
+    if (world % o.ranksPerNode) {
+      if (rank == 0)
+        std::fprintf(stderr,
+                     "moe-profile: error: --ranks-per-node %d does not divide "
+                     "the %d ranks\n",
+                     o.ranksPerNode, world);
+      MPI_Finalize();
+      return 2;
+    }
+    MPI_Comm_split(MPI_COMM_WORLD, rank / o.ranksPerNode, rank, &node);
+  } else {
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank,
+                        MPI_INFO_NULL, &node);
+  }
+  int perNode, local;
   MPI_Comm_size(node, &perNode);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_split(MPI_COMM_WORLD, local, rank, &cross);
   int nodes = world / perNode;
 
   const char *kinds[] = {"all_to_all", "all_reduce", "all_gather",
@@ -302,35 +333,49 @@ int main(int argc, char **argv) {
                       {"r2", m.fit.r2},
                       {"points", m.n.size()}});
   };
-  moe_profile::GpuSweeps gpu;
+  moe_profile::GpuSweeps gpu, gpuInter;
   if (o.gpu) {
-    std::string gpuError =
-        moe_profile::runGpuSweeps(MPI_COMM_WORLD, o.minBytes, o.maxBytes,
-                                  o.gemmMax, o.warmup, o.iters, gpu);
+    // One GPU per rank, by its place in the node; the intra-node group
+    // also times GEMMs and copies, the inter-node group collectives only.
+    std::string gpuError = moe_profile::runGpuSweeps(
+        perNode > 1 ? node : MPI_COMM_WORLD, local, false, o.minBytes,
+        o.maxBytes, o.gemmMax, o.warmup, o.iters, gpu);
+    if (gpuError.empty() && nodes > 1)
+      gpuError = moe_profile::runGpuSweeps(cross, local, true, o.minBytes,
+                                           o.maxBytes, o.gemmMax, o.warmup,
+                                           o.iters, gpuInter);
     if (!gpuError.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: --gpu: %s\n",
                      gpuError.c_str());
+      MPI_Comm_free(&cross);
       MPI_Comm_free(&node);
       MPI_Finalize();
       return 1;
     }
-    // One communicator over all ranks: its fit serves both link classes.
-    const moe_profile::Sweep *sweeps[] = {&gpu.allToAll, &gpu.allReduce,
-                                          &gpu.allGather, &gpu.reduceScatter};
     for (int k = 0; k < 4; ++k) {
-      Measured m{sweeps[k]->n, sweeps[k]->t,
-                 fitAlphaBeta(sweeps[k]->n, sweeps[k]->t)};
-      record(std::string(kinds[k]) + " (NCCL)", m, "us/B");
-      auto ab = alphaBeta(m.fit, "beta_us_per_byte");
-      collectives[kinds[k]] = {{"intra", ab}, {"inter", ab}};
+      nlohmann::json entry;
+      for (auto [group, sweeps] :
+           {std::pair<const char *, moe_profile::GpuSweeps *>{"intra", &gpu},
+            {"inter", &gpuInter}}) {
+        if (group == std::string("inter") && nodes == 1)
+          continue;
+        const moe_profile::Sweep *sweep[] = {
+            &sweeps->allToAll, &sweeps->allReduce, &sweeps->allGather,
+            &sweeps->reduceScatter};
+        Measured m{sweep[k]->n, sweep[k]->t,
+                   fitAlphaBeta(sweep[k]->n, sweep[k]->t)};
+        record(std::string(kinds[k]) + " " + group + " (NCCL)", m, "us/B");
+        entry[group] = alphaBeta(m.fit, "beta_us_per_byte");
+      }
+      collectives[kinds[k]] = entry;
     }
   }
   for (const char *kind : kinds) {
     if (o.gpu)
       break;
-    // Inside a node; across nodes when there are several (the whole world,
-    // whose traffic is mostly inter-node).
+    // Inside a node; across nodes over one rank per node when there are
+    // several (FSMoE's ESP and EP / DP groups).
     Measured intra = measureUntilFit(o, remeasured, [&](const Options &t) {
       return sweepCollective(kind, perNode > 1 ? node : MPI_COMM_WORLD, t);
     });
@@ -339,7 +384,7 @@ int main(int argc, char **argv) {
         {"intra", alphaBeta(intra.fit, "beta_us_per_byte")}};
     if (nodes > 1) {
       Measured inter = measureUntilFit(o, remeasured, [&](const Options &t) {
-        return sweepCollective(kind, MPI_COMM_WORLD, t);
+        return sweepCollective(kind, cross, t);
       });
       record(std::string(kind) + " inter", inter, "us/B");
       entry["inter"] = alphaBeta(inter.fit, "beta_us_per_byte");
@@ -427,6 +472,7 @@ int main(int argc, char **argv) {
     }
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Comm_free(&cross);
   MPI_Comm_free(&node);
   MPI_Finalize();
   return status;

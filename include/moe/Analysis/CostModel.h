@@ -12,6 +12,7 @@
 #define MOE_ANALYSIS_COSTMODEL_H
 
 #include "moe/Analysis/HardwareProfile.h"
+#include "moe/Analysis/OpCosts.h"
 #include "moe/Dialect/Moe/MoeOps.h"
 
 namespace mlir::moe {
@@ -21,6 +22,9 @@ struct TaskCost {
   bool communication = false;
   double flops = 0.0; // GEMM work (compute tasks)
   double bytes = 0.0; // bytes moved (memory-bound) or sent (collectives)
+  /// A collective's links: the simulator's three resources are compute,
+  /// intra-node and inter-node communication.
+  Link link = Link::None;
 };
 
 class CostModel {

@@ -21,6 +21,7 @@
 namespace mlir::moe {
 
 struct SimulatedTask {
+  /// The task op; null in an analytical timeline (FsmoeTimeline.h).
   Operation *op = nullptr;
   std::string label; // FlowMoE name, e.g. "D_2^1"
   int stream = 0;
@@ -34,16 +35,32 @@ struct SimulationResult {
   std::vector<SimulatedTask> tasks;
   double iterationUs = 0;
   double computeBusyUs = 0, commBusyUs = 0;
+  /// The two communication resources (FSMoE §4): collectives whose group
+  /// spans nodes, and those within a node. Together they are commBusyUs
+  /// (less collectives over a single rank, which use no link).
+  double interCommBusyUs = 0, intraCommBusyUs = 0;
+  /// Time both link kinds carry a collective at once (FSMoE's
+  /// inter/intra-node overlap).
+  double linkOverlapUs = 0;
   /// Time both a compute and a communication stream are busy.
   double overlapUs = 0;
   /// Communication time not hidden behind computation.
   double exposedCommUs = 0;
-  /// max(total compute, total communication): no schedule beats it.
+  /// The busiest stream's busy time -- max(total compute, total
+  /// communication) with one stream of each: no schedule beats it.
   double lowerBoundUs = 0;
   /// Peak bytes of replicated gradients computed but not yet all-reduced
   /// (FlowMoE Table 6's memory effect).
   double peakPendingGradientBytes = 0;
 };
+
+/// Fills the summary fields of `result` (iteration time, busy times,
+/// overlap, exposed communication, lower bound) from its tasks, and names
+/// its streams' tracks from `streamNames` (see chromeTrace). Shared by the
+/// IR simulator and the analytical timelines (FsmoeTimeline.h).
+void summarizeTimeline(SimulationResult &result,
+                       llvm::ArrayRef<std::string> streamNames,
+                       const std::vector<bool> &isCommStream);
 
 /// Simulates `func`, a scheduled step (every task on a stream). Fails with
 /// an error on the op that cannot be costed or when no task can progress.
@@ -51,6 +68,8 @@ FailureOr<SimulationResult> simulate(FunctionOpInterface func,
                                      CostModel &model);
 
 /// Chrome-trace / Perfetto JSON: one process per rank, one track per stream.
+/// When a step has several communication streams, each one's track name
+/// says which links its collectives use, e.g. "comm1 (intra-node)".
 std::string chromeTrace(const SimulationResult &result, int64_t ranks,
                         llvm::StringRef name);
 

@@ -216,8 +216,9 @@ def MoeSimulate : Pass<"moe-simulate", "::mlir::ModuleOp"> {
     one compute stream, communication stream(s) whose all-reduce chunks form
     a low-priority pool issued only when no other communication task is
     ready (FlowMoE Alg. 2), non-preemptive tasks, event waits. Prints the
-    iteration time, busy time per resource, overlap, exposed communication,
-    the lower bound max(total compute, total communication) and the peak
+    iteration time, busy time per resource (compute, inter- and intra-node
+    links), overlap, exposed communication, the lower bound (the busiest
+    stream's busy time) and the peak
     memory of gradients computed but not yet all-reduced. All figures are
     simulated and say so. `trace` (or the global `--moe-trace=FILE`)
     writes a Chrome-trace / Perfetto timeline with one track per stream per
