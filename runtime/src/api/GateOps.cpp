@@ -103,8 +103,8 @@ Check &expertChoiceChecks(Check &c, const Sizes &z, int normalize,
 /// What the backends are told of a checked call; `k` is the capacity C
 /// for expert_choice.
 GateShape gateShape(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
-                             int normalize, uint64_t seed, int64_t first,
-                             double tau) {
+                    int normalize, uint64_t seed = 0, int64_t first = 0,
+                    double tau = 1) {
   GateShape g;
   g.kind = kind;
   g.tokens = z.t;
@@ -120,15 +120,11 @@ GateShape gateShape(moe_rt_gate_kind kind, const Sizes &z, int64_t k,
   return g;
 }
 
-/// A top-k gate's x (... x M) routed by w (M x E) over T tokens.
-struct TopKSizes {
-  int64_t m, experts, tokens;
-};
-
 /// What moe_rt_gate_topk and its vjp both check: the stream, x, w whose
-/// rows are x's last dimension, and k in [1, E].
+/// rows are x's last dimension, and k in [1, E]; `g` gets the sizes of
+/// x (... x M) routed by w (M x E) over T tokens.
 Check gateChecks(const char *call, moe_rt_stream s, int64_t kk,
-                 const moe_rt_tensor *x, const moe_rt_tensor *w, TopKSizes &g) {
+                 const moe_rt_tensor *x, const moe_rt_tensor *w, Sizes &g) {
   Check c{call, backendOf(s)};
   c.that(s != nullptr, "NULL stream")
       .tensor(x, "x", MOE_RT_F32, 1)
@@ -138,24 +134,10 @@ Check gateChecks(const char *call, moe_rt_stream s, int64_t kk,
   c.that(dim(w, 0) == dim(x, -1), "w's rows must match x's last dimension");
   if (c.status)
     return c;
-  g = {dim(w, 0), dim(w, 1), moe_rt_tensor_numel(x) / dim(w, 0)};
-  return c.that(kk >= 1 && kk <= g.experts, "k must be in [1, experts]");
+  int64_t m = dim(w, 0);
+  g = {moe_rt_tensor_numel(x) / m, m, dim(w, 1), m, 1};
+  return c.that(kk >= 1 && kk <= g.e, "k must be in [1, experts]");
 }
-
-/// moe_rt_gate_topk as the backends' softmax_topk gate.
-GateShape softmaxGate(const TopKSizes &g, int64_t kk, int normalize) {
-  GateShape z;
-  z.kind = MOE_RT_GATE_SOFTMAX_TOPK;
-  z.tokens = g.tokens;
-  z.m = g.m;
-  z.d = g.m;
-  z.experts = g.experts;
-  z.k = kk;
-  z.normalize = normalize != 0;
-  return z;
-}
-
-
 
 } // namespace
 
@@ -257,19 +239,19 @@ moe_rt_status moe_rt_gate_topk(moe_rt_stream s, int64_t kk, int normalize,
                                const moe_rt_tensor *x, const moe_rt_tensor *w,
                                moe_rt_tensor *indices, moe_rt_tensor *weights,
                                moe_rt_tensor *counts) {
-  TopKSizes g{};
+  Sizes g{};
   Check c = gateChecks("moe_rt_gate_topk", s, kk, x, w, g);
   c.tensor(indices, "indices", MOE_RT_I64)
       .tensor(weights, "weights", MOE_RT_F32)
       .tensor(counts, "counts", MOE_RT_I64);
-  int64_t e = g.experts, t = g.tokens;
+  int64_t e = g.e, t = g.t;
   c.that(moe_rt_tensor_numel(indices) == t * kk &&
              moe_rt_tensor_numel(weights) == t * kk &&
              moe_rt_tensor_numel(counts) == e,
          "indices and weights need tokens x k entries, counts E");
   if (c.status)
     return c.status;
-  GateShape z = softmaxGate(g, kk, normalize);
+  GateShape z = gateShape(MOE_RT_GATE_SOFTMAX_TOPK, g, kk, normalize);
   MOE_RT_ON_CUDA(s, cuda::gate(s, z, f32(x), f32(w), nullptr, i64(indices),
                                f32(weights), i64(counts)));
   return cpu::gate(s, z, x, w, nullptr, indices, weights, counts);
@@ -280,16 +262,16 @@ moe_rt_status moe_rt_gate_topk_grad(moe_rt_stream s, int64_t kk, int normalize,
                                     const moe_rt_tensor *w,
                                     const moe_rt_tensor *dweights,
                                     moe_rt_tensor *dx, moe_rt_tensor *dw) {
-  TopKSizes g{};
+  Sizes g{};
   Check c = gateChecks("moe_rt_gate_topk_grad", s, kk, x, w, g);
   c.tensor(dweights, "dweights", MOE_RT_F32)
       .tensor(dx, "dx", MOE_RT_F32, 1)
       .tensor(dw, "dw", MOE_RT_F32, 2);
-  int64_t t = g.tokens;
+  int64_t t = g.t;
   c.size(dweights, "dweights", t * kk).sizeOf(dx, "dx", x).sizeOf(dw, "dw", w);
   if (c.status)
     return c.status;
-  GateShape z = softmaxGate(g, kk, normalize);
+  GateShape z = gateShape(MOE_RT_GATE_SOFTMAX_TOPK, g, kk, normalize);
   MOE_RT_ON_CUDA(s, cuda::gateGrad(s, z, f32(x), f32(w), nullptr,
                                    f32(dweights), f32(dx), f32(dw), nullptr));
   return cpu::gateGrad(s, z, x, w, nullptr, dweights, dx, dw, nullptr);
