@@ -445,7 +445,11 @@ def build(style, loss):
                 return TorchMHA(M, heads, bias=bias, need_weights=True)
             return HandAttention(M, heads, kvh, rotary=variant in (
                 "gqa", "rotary", "gqa-expand"),
-                repeat="expand" if variant == "gqa-expand" else "interleave",
+                # torch 1.13 exports repeat_interleave over KV heads as a
+                # Reshape(2, -1, 0, 0) that ONNX Runtime itself rejects
+                # (the file does not compute what the module does): only
+                # attn-gqa keeps it, as a model the importer must refuse.
+                repeat="interleave" if style == "attn-gqa" else "expand",
                 bias=bias, causal=causal, einsum=variant == "einsum",
                 rotary_dims=8 if style == "err-partialrotary" else None)
         blocks = [Block(norm, M, attn(), MixtralMoe(

@@ -265,7 +265,7 @@ void OnnxGraph::inferShapes() {
       if (t.raw_data().size() > 4096)
         t.clear_raw_data();
     onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*error_mode=*/0,
-                                     /*data_prop=*/false);
+                                     /*data_prop=*/true);
     onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
                                        opts);
   } catch (const std::exception &) {
@@ -357,7 +357,10 @@ std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
   if (!n || *n > kMaxValues)
     return std::nullopt;
   int32_t dt = t->data_type();
-  bool isInt = dt == onnx::TensorProto::INT64 || dt == onnx::TensorProto::INT32;
+  bool isByte = dt == onnx::TensorProto::BOOL ||
+                dt == onnx::TensorProto::UINT8 || dt == onnx::TensorProto::INT8;
+  bool isInt = dt == onnx::TensorProto::INT64 ||
+               dt == onnx::TensorProto::INT32 || isByte;
   bool isFloat =
       dt == onnx::TensorProto::FLOAT || dt == onnx::TensorProto::DOUBLE;
   if (!isInt && !(floatsToo && isFloat))
@@ -374,6 +377,13 @@ std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
         break;
       case onnx::TensorProto::INT32:
         out.push_back(T(readLE<int32_t>(p + i * 4)));
+        break;
+      case onnx::TensorProto::INT8:
+        out.push_back(T(readLE<int8_t>(p + i)));
+        break;
+      case onnx::TensorProto::BOOL:
+      case onnx::TensorProto::UINT8:
+        out.push_back(T(readLE<uint8_t>(p + i)));
         break;
       case onnx::TensorProto::FLOAT:
         out.push_back(T(readLE<float>(p + i * 4)));
@@ -395,7 +405,10 @@ std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
   case onnx::TensorProto::INT64:
     return take(t->int64_data());
   case onnx::TensorProto::INT32:
-    return take(t->int32_data());
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::INT8:
+    return take(t->int32_data()); // ONNX keeps narrow ints in int32_data
   case onnx::TensorProto::FLOAT:
     return take(t->float_data());
   default:

@@ -118,6 +118,25 @@ struct FfnMatch {
 FailureOr<std::vector<FfnMatch>>
 groupFfns(const RegionView &rv, const std::vector<WeightUse> &projections);
 
+/// The nodes between an FFN's up/gate projections and its down projection
+/// (the activation and the gating product; casts), not the projections.
+std::vector<const onnx::NodeProto *> ffnInner(const RegionView &rv,
+                                              const FfnMatch &f);
+
+/// Evaluates the nodes between the FFN's up (and gate) outputs and its down
+/// input on probe values (StaticEval::probe) and sets f.activation to the
+/// `moe` activation they compute exactly: relu, gelu (erf), silu; gated:
+/// act(gate) * up (swapping up and gate when the other one is activated).
+/// Anything else (GELU's tanh approximation, a scaled or shifted
+/// activation, ...) is an error at the FFN's down projection.
+LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
+                              FfnMatch &f);
+
+/// The projection node and its weight-side Transpose / Identity (in the
+/// region): the nodes a projection claims.
+std::vector<const onnx::NodeProto *> projectionNodes(const RegionView &rv,
+                                                     const WeightUse &w);
+
 /// Adds params "<prefix>.{up,gate,down}" for a list of FFNs: stacked along
 /// an expert axis when `stacked`, else the single FFN.
 void addFfnParams(const OnnxGraph &g, const std::vector<FfnMatch> &ffns,

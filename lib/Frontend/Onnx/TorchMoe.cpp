@@ -21,6 +21,8 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace mlir::moe::frontend {
 
@@ -28,21 +30,6 @@ using namespace torchpat;
 using onnx::NodeProto;
 
 namespace {
-
-const llvm::StringSet<> &moeOps() {
-  static const llvm::StringSet<> ops = {
-      "MatMul", "Gemm", "Einsum", "Transpose", "Reshape", "Flatten", "Squeeze",
-      "Unsqueeze", "Concat", "Split", "Slice", "Gather", "GatherElements",
-      "GatherND", "ScatterND", "ScatterElements", "NonZero", "OneHot",
-      "CumSum", "TopK", "ArgMax", "ReduceMax", "ReduceSum", "ReduceMean",
-      "Softmax", "Sigmoid", "Relu", "Erf", "Tanh", "Gelu", "Div", "Mul", "Add",
-      "Sub", "Neg", "Pow", "Sqrt", "Reciprocal", "Cast", "Shape", "Constant",
-      "ConstantOfShape", "Identity", "Expand", "Tile", "Range", "Where",
-      "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
-      "And", "Or", "Clip", "Max", "Min", "Abs", "Floor", "Ceil",
-      "LayerNormalization", "Dropout", "Size"};
-  return ops;
-}
 
 /// The nearest constant expert index selecting this expert's tokens: a
 /// Gather with a scalar constant index (mask[e], dispatched[e]) or an Equal
@@ -141,6 +128,269 @@ std::optional<std::vector<int64_t>> tokenShape(const OnnxGraph &g,
   return std::nullopt;
 }
 
+/// What the routing classifier works from: the recognised pieces.
+struct RoutingParts {
+  const RegionView &rv;
+  StaticEval &eval;
+  const NodeProto *router;
+  const std::vector<FfnMatch> &experts, &shared;
+  const NormMatch *norm;
+  bool normalize;
+};
+
+/// What a value of the MoE sublayer holds.
+enum class Kind {
+  tokens,   // the (normed) tokens, moved towards the experts
+  logits,   // router logits
+  probs,    // router scores and the kept routing weights
+  sum,      // the sum of kept weights (the renormaliser)
+  indices,  // selections, masks, positions: anything computed from them
+  expertIn, // inside an expert FFN
+  outputs,  // expert outputs, weighted, moved back, accumulated
+  shared,   // the shared experts' output
+};
+
+const char *kindName(Kind k) {
+  switch (k) {
+  case Kind::tokens:
+    return "token";
+  case Kind::logits:
+    return "router-logit";
+  case Kind::probs:
+    return "routing-weight";
+  case Kind::sum:
+    return "routing-weight sum";
+  case Kind::indices:
+    return "routing-index/mask";
+  case Kind::expertIn:
+    return "expert-hidden";
+  case Kind::outputs:
+    return "expert-output";
+  case Kind::shared:
+    return "shared-expert-output";
+  }
+  return "?";
+}
+
+/// Ops that move values without computing new ones.
+bool isMovement(const NodeProto &n) {
+  static const llvm::StringSet<> ops = {
+      "Reshape", "Transpose", "Squeeze",  "Unsqueeze",      "Flatten",
+      "Identity", "Slice",    "Split",    "Concat",         "Expand",
+      "Tile",    "Gather",    "GatherND", "GatherElements", "Dropout"};
+  return ops.contains(n.op_type()) || isNoOpCast(n);
+}
+
+/// Types every value of the sublayer by what it holds and claims each node
+/// for the op that computes it: the norm; the router, scores, selection
+/// and renormalisation (moe.gate); token movement and everything computed
+/// from the selection (moe.dispatch); the expert FFNs (moe.expert,
+/// moe.shared_expert); weighting, scattering back and accumulating expert
+/// outputs (moe.combine); the shared experts' add. A node that computes
+/// anything else with token, weight or expert values is an error: the
+/// `moe` ops would not compute it.
+LogicalResult claimRouting(const RoutingParts &p, Claims &claims) {
+  const RegionView &rv = p.rv;
+  const OnnxGraph &g = rv.graph();
+  std::unordered_map<std::string, Kind> kind;
+  std::unordered_set<const NodeProto *> done;
+  std::string tokens = p.norm ? p.norm->output : rv.region().input;
+  kind[tokens] = Kind::tokens;
+  if (p.norm) {
+    claims.add(p.norm->nodes, OpSite::ffnNorm);
+    done.insert(p.norm->nodes.begin(), p.norm->nodes.end());
+  }
+  auto claimFfn = [&](const FfnMatch &f, OpSite site, Kind out) {
+    std::vector<const NodeProto *> ns = ffnInner(rv, f);
+    for (const WeightUse *w : {f.up ? &*f.up : nullptr,
+                               f.gate ? &*f.gate : nullptr, &f.down})
+      if (w)
+        for (const NodeProto *n : projectionNodes(rv, *w))
+          ns.push_back(n);
+    for (const NodeProto *n : ns) {
+      claims.add(n, site);
+      done.insert(n);
+      for (const std::string &o : n->output())
+        kind[o] = Kind::expertIn;
+    }
+    kind[f.down.node->output(0)] = out;
+  };
+  for (const FfnMatch &f : p.experts)
+    claimFfn(f, OpSite::expert, Kind::outputs);
+  for (const FfnMatch &f : p.shared)
+    claimFfn(f, OpSite::sharedExpert, Kind::shared);
+  WeightUse router = *weightUse(g, *p.router);
+  for (const NodeProto *n : projectionNodes(rv, router)) {
+    claims.add(n, OpSite::gate);
+    done.insert(n);
+  }
+  kind[p.router->output(0)] = Kind::logits;
+  bool weighted = false, sharedAdded = p.shared.empty();
+
+  for (const NodeProto *n : rv.region().nodes) {
+    if (done.count(n) || p.eval.knownNode(*n))
+      continue;
+    // The kinds of its computed operands.
+    std::vector<std::pair<int, Kind>> in;
+    for (int i = 0; i < n->input_size(); ++i) {
+      if (n->input(i).empty() || p.eval.known(n->input(i)))
+        continue;
+      auto it = kind.find(n->input(i));
+      if (it == kind.end()) {
+        g.error(*n) << "in the MoE sublayer, input '" << n->input(i)
+                    << "' is computed outside the recognised routing";
+        return failure();
+      }
+      in.push_back({i, it->second});
+    }
+    auto all = [&](Kind k) {
+      return llvm::all_of(in, [&](auto &x) { return x.second == k; });
+    };
+    auto has = [&](Kind k) {
+      return llvm::any_of(in, [&](auto &x) { return x.second == k; });
+    };
+    auto without = [&](Kind k) {
+      for (auto &x : in)
+        if (x.second != k)
+          return std::optional<Kind>(x.second);
+      return std::optional<Kind>();
+    };
+    llvm::StringRef op = n->op_type();
+    std::optional<Kind> out;
+    OpSite site = OpSite::dispatch;
+    if (in.empty()) {
+      continue; // unreachable: a node without computed inputs is static
+    } else if (op == "Shape" || op == "Size") {
+      out = Kind::indices; // reads only the (dynamic) shape
+    } else if (op == "ConstantOfShape") {
+      const StaticTensor *fill = nullptr;
+      StaticTensor one{{1}, {1.0}, false};
+      auto v = evalNode(*n, {&one}, g.opset());
+      fill = v[0] ? &*v[0] : nullptr;
+      if (fill && llvm::all_of(fill->data, [](double x) { return x == 0; })) {
+        out = Kind::outputs; // zeros the experts' outputs accumulate into
+        site = OpSite::combine;
+      } else {
+        out = Kind::indices;
+      }
+    } else if (all(Kind::indices)) {
+      out = Kind::indices; // selection plumbing: positions, masks, capacity
+    } else if (isMovement(*n) && in[0].first == 0 &&
+               llvm::all_of(llvm::drop_begin(in), [&](auto &x) {
+                 return x.second == Kind::indices ||
+                        (op == "Concat" && x.second == in[0].second);
+               })) {
+      out = in[0].second; // moved, gathered by routing indices, stacked
+      site = *out == Kind::tokens || *out == Kind::indices ? OpSite::dispatch
+             : *out == Kind::logits                        ? OpSite::gate
+                                                           : OpSite::combine;
+      if (*out == Kind::expertIn || *out == Kind::shared || *out == Kind::sum)
+        out.reset();
+    } else if ((op == "Softmax" || op == "Sigmoid") && all(Kind::logits)) {
+      out = Kind::probs;
+      site = OpSite::gate;
+    } else if (op == "TopK" && (all(Kind::probs) || all(Kind::logits))) {
+      kind[n->output(0)] = in[0].second == Kind::logits ? Kind::logits
+                                                        : Kind::probs;
+      if (n->output_size() > 1)
+        kind[n->output(1)] = Kind::indices;
+      claims.add(n, OpSite::gate);
+      continue;
+    } else if ((op == "ArgMax") && (all(Kind::probs) || all(Kind::logits))) {
+      out = Kind::indices;
+      site = OpSite::gate;
+    } else if (op == "ReduceMax" && all(Kind::probs)) {
+      out = Kind::probs; // Switch's torch.max: the kept weight
+      site = OpSite::gate;
+    } else if (op == "ReduceSum" && all(Kind::probs) && p.normalize) {
+      out = Kind::sum;
+      site = OpSite::gate;
+    } else if (op == "Div" && in.size() == 2 && in[0].first == 0 &&
+               in[0].second == Kind::probs && in[1].second == Kind::sum) {
+      out = Kind::probs; // renormalised top-k weights
+      site = OpSite::gate;
+    } else if ((op == "Mul" || op == "Where") && has(Kind::indices) &&
+               without(Kind::indices) &&
+               llvm::count_if(in, [](auto &x) {
+                 return x.second != Kind::indices;
+               }) == 1) {
+      out = *without(Kind::indices); // masking by a 0/1 routing mask
+      site = *out == Kind::tokens ? OpSite::dispatch : OpSite::combine;
+      if (*out != Kind::tokens && *out != Kind::probs &&
+          *out != Kind::outputs)
+        out.reset();
+    } else if ((op == "Less" || op == "LessOrEqual" || op == "Greater" ||
+                op == "GreaterOrEqual" || op == "Equal") &&
+               (all(Kind::probs) || all(Kind::indices))) {
+      out = Kind::indices; // GShard: dispatch = combine weights > 0
+    } else if ((op == "Einsum" || op == "MatMul") && in.size() == 2 &&
+               has(Kind::indices) && has(Kind::tokens)) {
+      out = Kind::tokens; // dispatch by a 0/1 mask product
+    } else if ((op == "Einsum" || op == "MatMul" || op == "Mul") &&
+               in.size() == 2 && has(Kind::probs) && has(Kind::outputs)) {
+      out = Kind::outputs; // expert outputs weighted (and combined)
+      site = OpSite::combine;
+      weighted = true;
+    } else if ((op == "Mul") && in.size() == 2 && has(Kind::probs) &&
+               has(Kind::indices)) {
+      out = Kind::probs;
+      site = OpSite::combine;
+    } else if ((op == "ScatterND" || op == "ScatterElements") &&
+               llvm::all_of(in, [](auto &x) {
+                 return x.second == Kind::outputs || x.second == Kind::indices;
+               }) &&
+               (attrString(*n, "reduction", "none") == "none" ||
+                attrString(*n, "reduction", "none") == "add")) {
+      out = Kind::outputs; // index_add_ / scatter back to token order
+      site = OpSite::combine;
+    } else if ((op == "Add" || op == "Sum") && all(Kind::outputs)) {
+      out = Kind::outputs; // accumulating experts' contributions
+      site = OpSite::combine;
+    } else if (op == "Add" && in.size() == 2 && has(Kind::outputs) &&
+               has(Kind::shared) && !sharedAdded) {
+      out = Kind::outputs;
+      site = OpSite::sharedAdd;
+      sharedAdded = true;
+    }
+    if (!out) {
+      InFlightDiagnostic d = g.error(*n);
+      d << op << " of ";
+      for (auto [k, x] : llvm::enumerate(in))
+        d << (k ? ", " : "") << kindName(x.second);
+      d << " values is not part of routed MoE as the moe ops compute it "
+           "(router, softmax/sigmoid, top-k, renormalisation, token dispatch, "
+           "expert FFNs, weighted combine, shared experts)";
+      return failure();
+    }
+    for (const std::string &o : n->output())
+      if (!o.empty())
+        kind[o] = *out;
+    claims.add(n, site);
+  }
+  if (!weighted) {
+    g.error(*p.router) << "the routing weights never scale the expert "
+                          "outputs; moe.combine weights each expert's output "
+                          "by its gate value";
+    return failure();
+  }
+  auto it = kind.find(rv.region().output);
+  if (it == kind.end() || it->second != Kind::outputs) {
+    g.error(*rv.region().anchor)
+        << "the MoE sublayer's result is not the combined expert output"
+        << (sharedAdded ? "" : " (the shared experts are never added)");
+    return failure();
+  }
+  for (const FfnMatch &f : p.experts)
+    for (const WeightUse *w : {f.up ? &*f.up : nullptr,
+                               f.gate ? &*f.gate : nullptr})
+      if (w && (!kind.count(w->data) || kind[w->data] != Kind::tokens)) {
+        g.error(*w->node) << "the expert projection reads something other "
+                             "than dispatched tokens";
+        return failure();
+      }
+  return success();
+}
+
 } // namespace
 
 FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
@@ -151,12 +401,6 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
     return false;
   const NodeProto *sel = !topks.empty() ? topks[0] : argmaxes[0];
 
-  for (const NodeProto *n : r.nodes)
-    if (!moeOps().contains(n->op_type())) {
-      g.error(*n) << "node of type " << n->op_type()
-                  << " in the MoE sublayer is not understood";
-      return failure();
-    }
   if (failed(rejectBiases(rv, "MoE")))
     return failure();
 
@@ -280,6 +524,9 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
   if (failed(experts_))
     return failure();
   std::vector<FfnMatch> &ffns = *experts_;
+  for (FfnMatch &f : ffns)
+    if (failed(probeActivation(t.eval, rv, f)))
+      return failure();
   bool stacked3d = ffns.size() == 1 && ffns[0].down.shape.size() == 3;
   if (stacked3d) {
     for (const WeightUse *w : {ffns[0].up ? &*ffns[0].up : nullptr,
@@ -348,6 +595,9 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
     if (failed(s))
       return failure();
     shared = std::move(*s);
+    for (FfnMatch &f : shared)
+      if (failed(probeActivation(t.eval, rv, f)))
+        return failure();
     if (shared.size() != 1) {
       g.error(*shared.back().down.node)
           << shared.size() << " separate shared-expert FFNs; only one "
@@ -446,6 +696,10 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
   } else {
     spec.prenorm = std::nullopt;
   }
+  RoutingParts parts{rv, t.eval, routerNode, ffns, shared, *norm ? &nm : nullptr,
+                     spec.normalize};
+  if (failed(claimRouting(parts, t.claims)))
+    return failure();
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
   t.params.push_back({prefix + ".gate.weight", router.shape, router.source});
   addFfnParams(g, ffns, /*stacked=*/true, prefix + ".experts", t.params);
