@@ -644,6 +644,7 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
       failed(claimPath(c, PathKind::P, c.softmax->output(0), c.pv->input(0),
                        seq)) ||
       failed(claimPath(c, PathKind::O, c.pv->output(0), c.wo->data, seq)) ||
+      failed(claimPath(c, PathKind::O, c.wo->node->output(0), r.output, seq)) ||
       failed(claimScores(c, seq)))
     return failure();
 

@@ -601,7 +601,9 @@ LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
       double a = swapped ? u.data[i] : gt.data[i];
       double b = swapped ? gt.data[i] : u.data[i];
       double want = f.gate ? fn(a) * b : fn(u.data[i]);
-      if (std::fabs(y->data[i] - want) > 1e-9 * (1.0 + std::fabs(want)))
+      // fp32 constants (sqrt(2), 0.5) evaluated in double: ~1e-8 off;
+      // GELU's tanh approximation is ~1e-4 off.
+      if (std::fabs(y->data[i] - want) > 1e-6 * (1.0 + std::fabs(want)))
         return false;
     }
     return true;

@@ -243,6 +243,16 @@ LogicalResult claimRouting(const RoutingParts &p, Claims &claims) {
       }
       in.push_back({i, it->second});
     }
+    // Constant operands that are all zero (accumulators) change nothing.
+    auto zeroStatics = [&](const NodeProto &m) {
+      for (const std::string &i : m.input())
+        if (!i.empty() && p.eval.known(i)) {
+          const StaticTensor *t = p.eval.value(i);
+          if (llvm::any_of(t->data, [](double x) { return x != 0; }))
+            return false;
+        }
+      return true;
+    };
     auto all = [&](Kind k) {
       return llvm::all_of(in, [&](auto &x) { return x.second == k; });
     };
@@ -343,9 +353,10 @@ LogicalResult claimRouting(const RoutingParts &p, Claims &claims) {
                 attrString(*n, "reduction", "none") == "add")) {
       out = Kind::outputs; // index_add_ / scatter back to token order
       site = OpSite::combine;
-    } else if ((op == "Add" || op == "Sum") && all(Kind::outputs)) {
-      out = Kind::outputs; // accumulating experts' contributions
-      site = OpSite::combine;
+    } else if ((op == "Add" || op == "Sum") &&
+               (all(Kind::outputs) || all(Kind::probs)) && zeroStatics(*n)) {
+      out = in[0].second; // accumulating experts' contributions (or
+      site = OpSite::combine; // GShard's combine weights, choice by choice)
     } else if (op == "Add" && in.size() == 2 && has(Kind::outputs) &&
                has(Kind::shared) && !sharedAdded) {
       out = Kind::outputs;
