@@ -345,12 +345,15 @@ struct Matcher {
     if (failed(addParam("scale", w, *reader)))
       return failure();
     nodes.insert(nodes.end(), m.nodes.begin(), m.nodes.end());
-    for (auto &[v, c] : castOf)
+    for (const auto &entry : castOf) {
+      const std::string &v = entry.first;
+      const onnx::NodeProto *c = entry.second;
       if (llvm::is_contained(nodes, c) ||
           llvm::any_of(nodes, [&](const onnx::NodeProto *n) {
             return llvm::is_contained(n->input(), v);
           }))
         nodes.push_back(c);
+    }
     if (layer) {
       for (const onnx::NodeProto *add : g.consumers(output)) {
         if (!isOp(*add, "Add") || add->input_size() != 2)

@@ -206,7 +206,14 @@ bool fitKvRepeat(StaticEval &eval, const OnnxGraph &g, llvm::StringRef a,
   for (size_t k = 0; k < sa->size(); ++k)
     if ((*sa)[k] != (*sb)[k]) {
       if (axis >= 0 || (*sb)[k] % (*sa)[k]) {
-        why = "it does not repeat one axis a whole number of times";
+        auto str = [](const std::vector<int64_t> &v) {
+          std::string o;
+          for (int64_t d : v)
+            o += (o.empty() ? "" : "x") + std::to_string(d);
+          return o;
+        };
+        why = "it turns a " + str(*sa) + " tensor into " + str(*sb) +
+              ", which repeats no single axis (not a KV-head repeat)";
         return false;
       }
       axis = k;

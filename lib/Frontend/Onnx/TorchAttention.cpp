@@ -362,7 +362,7 @@ LogicalResult claimScores(AttnCtx &c, int64_t seq) {
       for (int k : stat)
         if (!c.eval.known(n->input(k))) {
           c.g.error(*n) << "attention mask '" << n->input(k)
-                        << "' depends on the inputs (a padding mask?); only "
+                        << "' depends on the inputs; only "
                            "a causal mask is supported";
           return failure();
         }

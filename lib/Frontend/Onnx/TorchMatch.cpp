@@ -462,10 +462,13 @@ groupFfns(const RegionView &rv, const std::vector<WeightUse> &projections) {
       usedBy[p->node] = w.node;
     }
     if (acts.empty()) {
-      g.error(*w.node) << "no activation (Relu, Gelu/Erf/Tanh, Sigmoid·x) "
-                          "between the FFN's projections and '"
-                       << w.source.initializers[0] << "'";
-      return failure();
+      // Nothing recognisable by op type: probeActivation evaluates what
+      // lies between and names it.
+      f.up = *firsts[0];
+      if (firsts.size() == 2)
+        f.gate = *firsts[1];
+      out.push_back(std::move(f));
+      continue;
     }
     // Which activation, and which projection it is applied to.
     std::unordered_set<std::string> kinds;
@@ -583,10 +586,20 @@ LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
     in[f.gate->node->output(0)] = gt;
   auto y = eval.probe(in, f.down.data);
   if (!y || int64_t(y->data.size()) != h) {
-    g.error(*f.down.node) << "cannot evaluate the nodes between the FFN's "
-                             "projections and '"
-                          << f.down.source.initializers[0]
-                          << "' (an op the importer cannot evaluate)";
+    static const llvm::StringSet<> known = {
+        "Mul", "Div", "Add", "Sub", "Erf", "Tanh", "Sigmoid", "Relu", "Pow",
+        "Neg", "Exp", "Identity", "Cast", "Reshape", "Constant"};
+    const NodeProto *culprit = nullptr;
+    for (const NodeProto *n : ffnInner(rv, f))
+      if (!known.contains(n->op_type()))
+        culprit = n;
+    InFlightDiagnostic d = g.error(culprit ? *culprit : *f.down.node);
+    d << "the FFN before '" << f.down.source.initializers[0] << "' applies ";
+    if (culprit)
+      d << culprit->op_type() << ", which is";
+    else
+      d << "something that is";
+    d << " not one of the moe dialect's activations (relu, gelu, silu)";
     return failure();
   }
   struct Act {
