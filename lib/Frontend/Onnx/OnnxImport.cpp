@@ -168,6 +168,17 @@ private:
   const onnx::NodeProto *residualAdd(const std::string &stream) const;
   LogicalResult sublayer(const std::string &stream, const onnx::NodeProto &add,
                          BlockSpec &block, int index, bool attention);
+  /// HF's RMSNorm upcasts the stream (`hidden_states.to(float32)`) and
+  /// torch.onnx.export then reads the residual from the Cast: when the
+  /// stream's only reader is a no-op Cast, the stream continues after it
+  /// and the Cast is a no-op of the op that produced the stream.
+  void passNoOpCast(std::string &stream, Site producer) {
+    auto cs = g.consumers(stream);
+    if (cs.size() != 1 || !isNoOpCast(*cs.front()))
+      return;
+    claimed[cs.front()].push_back(producer);
+    stream = cs.front()->output(0);
+  }
   LogicalResult accountFor(const moe::frontend::Region &r,
                            const Claims &claims, const onnx::NodeProto &add,
                            int index, bool attention);
@@ -752,11 +763,13 @@ OwningOpRef<ModuleOp> Importer::run() {
     return nullptr;
 
   int index = 0;
+  passNoOpCast(stream, Site{-1, OpSite::embedding});
   while (const onnx::NodeProto *add1 = residualAdd(stream)) {
     BlockSpec block(g.loc(*add1));
     if (failed(sublayer(stream, *add1, block, index, /*attention=*/true)))
       return nullptr;
     std::string mid = add1->output(0);
+    passNoOpCast(mid, Site{index, OpSite::attnResidual});
     const onnx::NodeProto *add2 = residualAdd(mid);
     if (!add2) {
       g.error(*add1) << "block " << index
@@ -770,6 +783,7 @@ OwningOpRef<ModuleOp> Importer::run() {
       block.moe->capacityFactor = opts.capacityFactor;
     spec.blocks.push_back(std::move(block));
     stream = add2->output(0);
+    passNoOpCast(stream, Site{index, OpSite::ffnResidual});
     ++index;
   }
   if (index == 0) {
