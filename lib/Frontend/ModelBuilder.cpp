@@ -388,14 +388,21 @@ ModuleBuilder::buildAttention(int64_t index, const BlockSpec &block, Value x) {
   }
   // What moe.attention cannot represent is an error, never approximated:
   // the model would compute a different function.
+  // Name the source (an ONNX node or a config field) in the text: the
+  // source manager prints only the file of a NameLoc.
+  Location rloc = a.rotaryLoc.value_or(loc);
+  std::string where;
+  if (auto name = dyn_cast<NameLoc>(rloc))
+    where = " ('" + name.getName().str() + "')";
   if (a.rotary && a.rotaryLayout != RotaryLayout::half)
-    return emitError(loc) << "block " << index
+    return emitError(rloc) << "block " << index << where
                           << ": interleaved rotary (lanes 2i, 2i+1 rotated "
                              "together) is not representable: moe.attention's "
                              "rotary pairs lane i with i + head_dim/2 "
                              "(rotate-half)";
   if (a.rotary && a.rotaryBase != 10000.0)
-    return emitError(loc) << "block " << index << ": rotary base (theta) "
+    return emitError(rloc) << "block " << index << where
+                          << ": rotary base (theta) "
                           << a.rotaryBase
                           << " is not representable: moe.attention's rotary "
                              "uses theta = 10000";

@@ -72,6 +72,9 @@ struct AttentionSpec {
   /// Rotary base (theta); 10000 in GPT-NeoX/LLaMA.
   double rotaryBase = 10000.0;
   RotaryLayout rotaryLayout = RotaryLayout::half;
+  /// Where the rotary embedding is (its first ONNX node); errors about it
+  /// point there. nullopt: at `loc`.
+  std::optional<Location> rotaryLoc;
   /// Pre-norm applied to the block input before attention; nullopt: none.
   std::optional<NormKind> prenorm = NormKind::layer;
   double epsilon = 1e-5;

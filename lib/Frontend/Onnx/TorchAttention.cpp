@@ -693,6 +693,7 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
   if (c.qRotary) {
     a.rotaryBase = c.qRotary->theta;
     a.rotaryLayout = c.qRotary->layout;
+    a.rotaryLoc = g.loc(*c.qRotaryAt);
   }
   if (*norm) {
     a.prenorm = nm.kind;
