@@ -18,6 +18,18 @@ namespace mlir::moe::frontend {
 
 namespace {
 
+/// True when a probe of `shape` is small enough to evaluate (every dim
+/// positive, the product checked without overflow).
+bool probeable(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0 || n > StaticEval::kMaxElements / 4 / d)
+      return false;
+    n *= d;
+  }
+  return true;
+}
+
 StaticTensor filled(const std::vector<int64_t> &shape, double v) {
   StaticTensor t;
   t.shape = shape;
@@ -88,11 +100,9 @@ std::optional<std::vector<int64_t>> shapeFrom(StaticEval &eval,
   if (known(sb))
     return sb;
   auto sa = g.shape(a);
-  if (!known(sa))
+  if (!known(sa) || !probeable(*sa))
     return std::nullopt;
   StaticTensor z = filled(*sa, 0);
-  if (z.numel() > StaticEval::kMaxElements / 4)
-    return std::nullopt;
   auto y = eval.probe({{a.str(), z}}, b);
   if (!y)
     return std::nullopt;
@@ -110,11 +120,11 @@ std::optional<RotaryFit> fitRotary(StaticEval &eval, const OnnxGraph &g,
   }
   const std::vector<int64_t> &shape = *sa;
   int64_t d = shape.back();
-  StaticTensor probeShape = filled(shape, 0);
-  if (d % 2 || probeShape.numel() > StaticEval::kMaxElements / 4) {
+  if (d % 2 || !probeable(shape)) {
     why = "its head size is odd or the tensor is too large to probe";
     return std::nullopt;
   }
+  StaticTensor probeShape = filled(shape, 0);
   auto run = [&](const StaticTensor &in) {
     return eval.probe({{a.str(), in}}, b);
   };
@@ -222,9 +232,11 @@ bool fitKvRepeat(StaticEval &eval, const OnnxGraph &g, llvm::StringRef a,
     why = "it does not change the number of heads";
     return false;
   }
-  StaticTensor x = pseudoRandom(*sa, 3);
-  if (x.numel() > StaticEval::kMaxElements / 4)
+  if (!probeable(*sa) || !probeable(*sb)) {
+    why = "the tensor is too large to probe";
     return false;
+  }
+  StaticTensor x = pseudoRandom(*sa, 3);
   auto y = eval.probe({{a.str(), x}}, b);
   if (!y || y->shape != *sb) {
     why = "it cannot be evaluated";

@@ -571,8 +571,14 @@ LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
                               FfnMatch &f) {
   const OnnxGraph &g = rv.graph();
   int64_t h = f.hidden();
+  if (h <= 0 || h > StaticEval::kMaxElements / 4) {
+    g.error(*f.down.node) << "FFN hidden size " << h
+                          << " is out of range for evaluating its activation";
+    return failure();
+  }
   auto rank = rankOf(g, f.up->node->output(0));
-  std::vector<int64_t> shape(std::max<int64_t>(rank.value_or(2), 1) - 1, 1);
+  std::vector<int64_t> shape(std::clamp<int64_t>(rank.value_or(2), 1, 8) - 1,
+                             1);
   shape.push_back(h);
   StaticTensor u, gt;
   u.shape = gt.shape = shape;
