@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "OnnxGraph.h"
+#include "StaticEval.h"
 #include "TensorData.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -265,7 +266,7 @@ void OnnxGraph::inferShapes() {
       if (t.raw_data().size() > 4096)
         t.clear_raw_data();
     onnx::ShapeInferenceOptions opts(/*check_type=*/false, /*error_mode=*/0,
-                                     /*data_prop=*/true);
+                                     /*data_prop=*/false);
     onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(),
                                        opts);
   } catch (const std::exception &) {
@@ -281,6 +282,30 @@ void OnnxGraph::inferShapes() {
     if (!shapes_.count(vi.name()))
       if (auto s = shapeOf(vi.type()))
         shapes_[vi.name()] = *s;
+  propagateShapes();
+}
+
+/// ONNX's own inference cannot see through shape arithmetic (Reshape
+/// targets built from Shape / Gather / Concat) without its data
+/// propagation, which crashes on malformed graphs (the fuzzer found a
+/// SEGV inside libonnx 1.12). StaticEval in shapes mode does that part:
+/// from the graph inputs' declared shapes, every value whose shape
+/// follows gets it, in graph order.
+void OnnxGraph::propagateShapes() {
+  StaticEval eval(*this, StaticEval::Mode::shapes);
+  auto known = [](const std::vector<int64_t> &s) {
+    return llvm::all_of(s, [](int64_t d) { return d >= 0; });
+  };
+  for (const onnx::NodeProto *n : nodes_)
+    for (const std::string &o : n->output()) {
+      if (o.empty())
+        continue;
+      auto it = shapes_.find(o);
+      if (it != shapes_.end() && known(it->second))
+        continue;
+      if (const StaticTensor *t = eval.value(o))
+        shapes_[o] = t->shape;
+    }
 }
 
 //===----------------------------------------------------------------------===//

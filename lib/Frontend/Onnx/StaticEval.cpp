@@ -7,6 +7,7 @@
 #include "StaticEval.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <cmath>
@@ -561,16 +562,242 @@ bool isIntDiv(const std::vector<const T *> &ins) {
 }
 
 } // namespace
+Out evalNode(const NodeProto &n, const std::vector<const T *> &ins,
+             int64_t opset);
+namespace {
+
+/// A shape whose element count fits in int64 (shape-only tensors are
+/// never allocated, so the evaluation size limit does not apply).
+bool sizeOkShape(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d && n > (int64_t(1) << 62) / d))
+      return false;
+    n *= d;
+  }
+  return true;
+}
+
+T shapeOnly(std::vector<int64_t> shape, bool isFloat = true) {
+  T t;
+  t.shape = std::move(shape);
+  t.isFloat = isFloat;
+  t.shapeOnly = true;
+  return t;
+}
+
+/// The output shapes of `n` when some data input is known only by its
+/// shape. Operands whose values decide the shape (Reshape's target, Slice's
+/// bounds, ...) must be known values.
+Out shapeOnlyNode(const NodeProto &n, const std::vector<const T *> &ins,
+                  int64_t opset) {
+  llvm::StringRef op = n.op_type();
+  Out none(std::max(n.output_size(), 1));
+  auto one = [&](std::optional<std::vector<int64_t>> s, bool fl = true) {
+    Out o(std::max(n.output_size(), 1));
+    if (s && sizeOkShape(*s))
+      o[0] = shapeOnly(*s, fl);
+    return o;
+  };
+  const T *a = in(ins, 0), *b = in(ins, 1);
+  if (!a)
+    return none;
+  static const llvm::StringSet<> same = {
+      "Neg", "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Sin", "Cos", "Tanh",
+      "Erf", "Sigmoid", "Relu", "Floor", "Ceil", "Softplus", "Sign", "Not",
+      "IsInf", "IsNaN", "Identity", "Dropout", "Cast", "CastLike", "Softmax",
+      "LogSoftmax", "Clip", "CumSum", "Trilu", "Gelu", "LayerNormalization",
+      "SimplifiedLayerNormalization", "RMSNormalization", "ScatterND",
+      "ScatterElements", "Elu", "LeakyRelu", "HardSigmoid"};
+  static const llvm::StringSet<> bcast = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "LessOrEqual",
+      "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "Max", "Min",
+      "Sum", "Mean", "Mod", "PRelu"};
+  static const llvm::StringSet<> logical = {
+      "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And",
+      "Or", "Xor", "Not", "IsInf", "IsNaN"};
+  bool fl = !logical.contains(op) &&
+            (op != "Cast" || floatType(attrInt(n, "to", 1)));
+  if (same.contains(op))
+    return one(a->shape, fl);
+  if (bcast.contains(op)) {
+    std::vector<int64_t> s;
+    for (const T *t : ins) {
+      if (!t)
+        return none;
+      auto r = broadcastShape(s, t->shape);
+      if (!r)
+        return none;
+      s = *r;
+    }
+    return one(s, fl);
+  }
+  if (op == "MatMul" && b) {
+    if (a->shape.size() < 2 || b->shape.size() < 2)
+      return none;
+    std::vector<int64_t> ab(a->shape.begin(), a->shape.end() - 2),
+        bb(b->shape.begin(), b->shape.end() - 2);
+    auto s = broadcastShape(ab, bb);
+    if (!s || a->shape.back() != b->shape[b->shape.size() - 2])
+      return none;
+    s->push_back(a->shape[a->shape.size() - 2]);
+    s->push_back(b->shape.back());
+    return one(s);
+  }
+  if (op == "Gemm" && b && a->shape.size() == 2 && b->shape.size() == 2) {
+    int64_t m = attrInt(n, "transA", 0) ? a->shape[1] : a->shape[0];
+    int64_t nn = attrInt(n, "transB", 0) ? b->shape[0] : b->shape[1];
+    return one(std::vector<int64_t>{m, nn});
+  }
+  auto valuesOf = [&](const T *t) -> std::optional<std::vector<int64_t>> {
+    if (!t || t->shapeOnly)
+      return std::nullopt;
+    return ints(t);
+  };
+  if (op == "Reshape" && b) {
+    auto target = valuesOf(b);
+    if (!target)
+      return none;
+    T fake = *a; // reshape() reads only the shape and element count
+    fake.shapeOnly = false;
+    std::vector<int64_t> s = *target;
+    int64_t known = 1, infer = -1, total = 1;
+    for (int64_t d : a->shape)
+      total *= d;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == 0 && !attrInt(n, "allowzero", 0)) {
+        if (i >= a->shape.size())
+          return none;
+        s[i] = a->shape[i];
+      }
+      if (s[i] == -1) {
+        if (infer >= 0)
+          return none;
+        infer = i;
+      } else if (s[i] < 0) {
+        return none;
+      } else {
+        known *= s[i];
+      }
+    }
+    if (infer >= 0) {
+      if (known == 0 || total % known)
+        return none;
+      s[infer] = total / known;
+    }
+    return one(s, a->isFloat);
+  }
+  if (op == "Flatten") {
+    int64_t r = a->shape.size(), axis = normAxis(attrInt(n, "axis", 1), r);
+    int64_t outer = 1, inner = 1;
+    for (int64_t k = 0; k < r; ++k)
+      (k < axis ? outer : inner) *= a->shape[k];
+    return one(std::vector<int64_t>{outer, inner}, a->isFloat);
+  }
+  if (op == "Squeeze" || op == "Unsqueeze" || op == "Transpose" ||
+      op == "Concat" || op == "Slice" || op == "Gather" || op == "Expand" ||
+      op == "Tile" || op == "Split" || op == "Einsum" ||
+      op.starts_with("Reduce")) {
+    // The data kernels decide these shapes from the shapes alone: run them
+    // on a one-element stand-in per input and keep the output shape.
+    // (Element values are irrelevant to the shape for these ops.)
+    std::vector<T> stand;
+    std::vector<const T *> ptrs;
+    stand.reserve(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) {
+      const T *t = ins[i];
+      if (t && t->shapeOnly) {
+        // Shape-determining operands are never shape-only: only data
+        // operands get here. Keep the shape, fake the data with zeros only
+        // when small; else give up.
+        int64_t count = 1;
+        for (int64_t d : t->shape)
+          count = d > 0 && count <= (1 << 16) ? count * d : (1 << 17);
+        if (count > (1 << 16))
+          return none; // too large to stand in for: shape unknown
+        
+        T z = *t;
+        z.shapeOnly = false;
+        z.data.assign(z.numel(), 0.0);
+        stand.push_back(std::move(z));
+      } else {
+        stand.push_back(t ? *t : T());
+      }
+      ptrs.push_back(t ? &stand.back() : nullptr);
+    }
+    Out o = evalNode(n, ptrs, opset);
+    for (auto &t : o)
+      if (t) {
+        t->data.clear();
+        t->shapeOnly = true;
+      }
+    return o;
+  }
+  if (op == "TopK" && b) {
+    auto k = valuesOf(b);
+    int64_t r = a->shape.size(), axis = normAxis(attrInt(n, "axis", -1), r);
+    if (!k || k->size() != 1 || axis < 0 || axis >= r)
+      return none;
+    std::vector<int64_t> s = a->shape;
+    s[axis] = (*k)[0];
+    Out o(std::max(n.output_size(), 1));
+    o[0] = shapeOnly(s);
+    if (o.size() > 1)
+      o[1] = shapeOnly(s, false);
+    return o;
+  }
+  if (op == "ArgMax" || op == "ArgMin") {
+    int64_t r = a->shape.size(), axis = normAxis(attrInt(n, "axis", 0), r);
+    if (axis < 0 || axis >= r)
+      return none;
+    std::vector<int64_t> s = a->shape;
+    if (attrInt(n, "keepdims", 1))
+      s[axis] = 1;
+    else
+      s.erase(s.begin() + axis);
+    return one(s, false);
+  }
+  if (op == "OneHot" && b) {
+    auto depth = valuesOf(b);
+    if (!depth || depth->size() != 1)
+      return none;
+    std::vector<int64_t> s = a->shape;
+    int64_t r = s.size() + 1, axis = normAxis(attrInt(n, "axis", -1), r);
+    if (axis < 0 || axis >= r)
+      return none;
+    s.insert(s.begin() + axis, (*depth)[0]);
+    return one(s);
+  }
+  if (op == "GatherElements" && b)
+    return one(b->shape, a->isFloat);
+  return none;
+}
+
+} // namespace
 
 Out evalNode(const NodeProto &n, const std::vector<const T *> &ins,
              int64_t opset) {
   llvm::StringRef op = n.op_type();
   Out none(std::max(n.output_size(), 1));
-  if (!n.domain().empty() && n.domain() != "ai.onnx")
-    return none;
+  // A scatter's result has its data input's shape, whatever the (possibly
+  // data-dependent) indices and updates are.
+  if ((op == "ScatterND" || op == "ScatterElements") && !ins.empty() &&
+      ins[0] && llvm::any_of(ins, [](const T *t) { return !t; })) {
+    Out o(std::max(n.output_size(), 1));
+    o[0] = shapeOnly(ins[0]->shape, ins[0]->isFloat);
+    return o;
+  }
   for (int i = 0; i < n.input_size(); ++i)
     if (!n.input(i).empty() && !ins[i])
       return none;
+  // Shape and Size read only the shape.
+  bool anyShapeOnly = llvm::any_of(ins, [](const T *t) {
+    return t && t->shapeOnly;
+  });
+  if (anyShapeOnly && op != "Shape" && op != "Size")
+    return shapeOnlyNode(n, ins, opset);
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    return none;
   auto one = [&](std::optional<T> t) {
     Out o(std::max(n.output_size(), 1));
     o[0] = std::move(t);
@@ -1028,14 +1255,32 @@ StaticEval::compute(const std::string &root, Memo &memo,
         continue;
       }
     }
-    if (g_.constant(v)) {
-      memo[v] = leaf(v);
+    if (const onnx::TensorProto *c = g_.constant(v)) {
+      std::vector<int64_t> dims(c->dims().begin(), c->dims().end());
+      int64_t count = 1;
+      for (int64_t d : dims)
+        count = d >= 0 && count <= 4096 ? count * d : 4097;
+      // Shapes mode reads small constants (shape vectors, scalars) and
+      // only the dims of the rest (weights).
+      if (mode_ == Mode::shapes && count > 4096)
+        memo[v] = sizeOkShape(dims) ? std::optional<T>(shapeOnly(dims))
+                                    : std::nullopt;
+      else
+        memo[v] = leaf(v);
+      if (mode_ == Mode::shapes && !memo[v] && sizeOkShape(dims))
+        memo[v] = shapeOnly(dims); // data absent: the dims still hold
       stack.pop_back();
       continue;
     }
     const NodeProto *p = g_.producer(v);
     if (!p) {
-      memo[v] = std::nullopt; // a graph input: data unknown
+      // A graph input: its data is unknown; in shapes mode its declared
+      // static shape is.
+      memo[v] = std::nullopt;
+      if (mode_ == Mode::shapes)
+        if (auto s = g_.shape(v);
+            s && llvm::all_of(*s, [](int64_t d) { return d >= 0; }))
+          memo[v] = shapeOnly(*s);
       stack.pop_back();
       continue;
     }
@@ -1067,6 +1312,10 @@ StaticEval::compute(const std::string &root, Memo &memo,
     for (const std::string &i : p->input())
       ins.push_back(i.empty() || !memo[i] ? nullptr : &*memo[i]);
     Out outs = evalNode(*p, ins, g_.opset());
+    if (mode_ == Mode::values) // a shape alone is not a known value
+      for (auto &t : outs)
+        if (t && t->shapeOnly)
+          t.reset();
     for (int k = 0; k < p->output_size(); ++k)
       if (!p->output(k).empty())
         memo[p->output(k)] = k < int(outs.size()) ? outs[k] : std::nullopt;

@@ -37,6 +37,8 @@ struct StaticTensor {
   std::vector<int64_t> shape;
   std::vector<double> data;
   bool isFloat = true;
+  /// Only the shape is known (StaticEval::Mode::shapes): data is empty.
+  bool shapeOnly = false;
 
   int64_t numel() const;
   /// Row-major strides of `shape`.
@@ -48,7 +50,14 @@ public:
   /// Largest tensor evaluated (elements).
   static constexpr int64_t kMaxElements = int64_t(1) << 22;
 
-  explicit StaticEval(const OnnxGraph &g) : g_(g) {}
+  /// values: what is known without running the model (the matchers).
+  /// shapes: also every computed value's shape, from the graph inputs'
+  /// declared shapes (OnnxGraph's shape inference: ONNX's own data
+  /// propagation crashes on malformed graphs); large constants are read
+  /// for their dims only.
+  enum class Mode { values, shapes };
+  explicit StaticEval(const OnnxGraph &g, Mode mode = Mode::values)
+      : g_(g), mode_(mode) {}
 
   /// The value of `v` when it depends only on constants and static shapes;
   /// null otherwise. The pointer stays valid for the evaluator's lifetime.
@@ -74,6 +83,7 @@ private:
   std::optional<StaticTensor> leaf(const std::string &v) const;
 
   const OnnxGraph &g_;
+  Mode mode_;
   Memo memo_;
 };
 
