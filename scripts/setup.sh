@@ -45,6 +45,9 @@ PACKAGES=(
   "python3-onnx=1.12.0-2+b4"
   "clang-14=1:14.0.6-12"
   "libclang-rt-14-dev=1:14.0.6-12"
+  # runtime/planning: NetMoE's sample-placement assignments are min-cost
+  # flows solved by LEMON's network simplex (header templates).
+  "liblemon-dev=1.3.1+dfsg-6"
 )
 
 # Python packages the ONNX import checks need, from PyPI, pinned, installed
