@@ -137,6 +137,22 @@ LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
 std::vector<const onnx::NodeProto *> projectionNodes(const RegionView &rv,
                                                      const WeightUse &w);
 
+/// The recognised pieces of a routed MoE sublayer (TorchMoe.cpp).
+struct RoutingParts {
+  const RegionView &rv;
+  StaticEval &eval;
+  const onnx::NodeProto *router;
+  const std::vector<FfnMatch> &experts, &shared;
+  const NormMatch *norm;
+  bool normalize;
+};
+
+/// Claims every node of the MoE sublayer for the `moe` op that computes it
+/// (MoeRouting.cpp): norm, gate, dispatch, experts, combine, shared
+/// experts and their add; an error at the first node that is none of
+/// these.
+LogicalResult claimRouting(const RoutingParts &p, Claims &claims);
+
 /// Adds params "<prefix>.{up,gate,down}" for a list of FFNs: stacked along
 /// an expert axis when `stacked`, else the single FFN.
 void addFfnParams(const OnnxGraph &g, const std::vector<FfnMatch> &ffns,
