@@ -587,67 +587,71 @@ int64_t seqOf(const AttnCtx &c) {
 
 } // namespace
 
-FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
-                                    MatchTarget &t) {
-  AttnCtx c(g, r, t.eval, t.blockIndex);
-  for (const NodeProto *n : r.nodes)
-    if (auto w = weightUse(g, *n); w && w->shape.size() == 2)
-      c.projs.push_back(*w);
-  if (!findAnchors(c))
-    return false;
-  if (failed(rejectBiases(c.rv, "attention")) || failed(findPv(c)) ||
-      failed(assignProjections(c)))
-    return failure();
-  c.claimed.insert({c.scores, c.softmax, c.pv});
+namespace {
 
+/// Each role's weight source and whole-model shape; they must chain
+/// (wq M x HD, wk / wv M x KD, wo HD x M).
+struct RoleWeights {
   std::map<std::string, WeightSource> src;
-  std::map<std::string, std::vector<int64_t>> shp;
-  if (failed(roleSource(c, c.wq, c.scores->input(0), src["wq"], shp["wq"])) ||
-      failed(roleSource(c, c.wk, c.scores->input(1), src["wk"], shp["wk"])) ||
-      failed(roleSource(c, c.wv, c.pv->input(1), src["wv"], shp["wv"])) ||
-      failed(roleSource(c, c.wo, c.wo->data, src["wo"], shp["wo"])))
+  std::map<std::string, std::vector<int64_t>> shape;
+  int64_t qWidth() { return shape["wq"][1]; }
+  int64_t kvWidth() { return shape["wk"][1]; }
+};
+
+LogicalResult roleWeights(AttnCtx &c, RoleWeights &w) {
+  auto role = [&](const char *name, const WeightUse *use,
+                  llvm::StringRef consumer) {
+    return roleSource(c, use, consumer, w.src[name], w.shape[name]);
+  };
+  if (failed(role("wq", c.wq, c.scores->input(0))) ||
+      failed(role("wk", c.wk, c.scores->input(1))) ||
+      failed(role("wv", c.wv, c.pv->input(1))) ||
+      failed(role("wo", c.wo, c.wo->data)))
     return failure();
+  auto &shp = w.shape;
   int64_t m = shp["wq"][0];
-  int64_t qWidth = shp["wq"][1], kvWidth = shp["wk"][1];
-  if (shp["wk"][0] != m || shp["wv"][0] != m || shp["wv"][1] != kvWidth ||
-      shp["wo"] != std::vector<int64_t>{qWidth, m}) {
-    g.error(*c.wo->node) << "attention projection shapes disagree: wq " << m
-                         << "x" << qWidth << ", wk " << shp["wk"][0] << "x"
-                         << kvWidth << ", wv " << shp["wv"][0] << "x"
-                         << shp["wv"][1] << ", wo " << shp["wo"][0] << "x"
-                         << shp["wo"][1];
+  if (shp["wk"][0] != m || shp["wv"][0] != m ||
+      shp["wv"][1] != w.kvWidth() ||
+      shp["wo"] != std::vector<int64_t>{w.qWidth(), m}) {
+    c.g.error(*c.wo->node) << "attention projection shapes disagree: wq " << m
+                           << "x" << w.qWidth() << ", wk " << shp["wk"][0]
+                           << "x" << w.kvWidth() << ", wv " << shp["wv"][0]
+                           << "x" << shp["wv"][1] << ", wo " << shp["wo"][0]
+                           << "x" << shp["wo"][1];
     return failure();
   }
+  return success();
+}
 
-  // The pre-norm first (its output is where the projections' inputs
-  // start); it adds parameters only on a match.
-  std::string prefix = blockPrefix(t.blockIndex);
-  std::vector<ParamSpec> normParams;
-  NormMatch nm;
-  FailureOr<bool> norm =
-      matchNorm(g, r.input, prefix + ".attn_norm", normParams, nm);
-  if (failed(norm))
-    return failure();
-  std::string tokens = *norm ? nm.output : r.input;
-
-  // Every path between the anchors, node by node.
+/// Every path between the anchors, node by node (claimPath, claimScores),
+/// from `tokens` (the pre-norm's output, else the sublayer input) to the
+/// residual Add.
+LogicalResult claimPaths(AttnCtx &c, llvm::StringRef tokens) {
   int64_t seq = seqOf(c);
   for (const WeightUse *w : {c.wq, c.wk, c.wv})
     if (failed(claimPath(c, PathKind::In, tokens, w->data, seq)))
       return failure();
-  if (failed(claimPath(c, PathKind::Q, c.wq->node->output(0),
-                       c.scores->input(0), seq)) ||
-      failed(claimPath(c, PathKind::K, c.wk->node->output(0),
-                       c.scores->input(1), seq)) ||
-      failed(claimPath(c, PathKind::V, c.wv->node->output(0), c.pv->input(1),
-                       seq)) ||
-      failed(claimPath(c, PathKind::P, c.softmax->output(0), c.pv->input(0),
-                       seq)) ||
-      failed(claimPath(c, PathKind::O, c.pv->output(0), c.wo->data, seq)) ||
-      failed(claimPath(c, PathKind::O, c.wo->node->output(0), r.output, seq)) ||
-      failed(claimScores(c, seq)))
-    return failure();
+  return success(
+      succeeded(claimPath(c, PathKind::Q, c.wq->node->output(0),
+                          c.scores->input(0), seq)) &&
+      succeeded(claimPath(c, PathKind::K, c.wk->node->output(0),
+                          c.scores->input(1), seq)) &&
+      succeeded(claimPath(c, PathKind::V, c.wv->node->output(0),
+                          c.pv->input(1), seq)) &&
+      succeeded(claimPath(c, PathKind::P, c.softmax->output(0),
+                          c.pv->input(0), seq)) &&
+      succeeded(
+          claimPath(c, PathKind::O, c.pv->output(0), c.wo->data, seq)) &&
+      succeeded(claimPath(c, PathKind::O, c.wo->node->output(0), c.r.output,
+                          seq)) &&
+      succeeded(claimScores(c, seq)));
+}
 
+/// Heads, KV heads and head size from the widths, the head size and the
+/// 1/sqrt(d) scale; Q and K must carry the same rotary.
+LogicalResult headGeometry(AttnCtx &c, RoleWeights &w, AttentionSpec &a) {
+  const OnnxGraph &g = c.g;
+  int64_t qWidth = w.qWidth(), kvWidth = w.kvWidth();
   int64_t headDim = headDimOf(c);
   if (headDim <= 0 || qWidth % headDim || kvWidth % headDim) {
     g.error(*c.scores) << "cannot determine the attention head size (Q width "
@@ -682,8 +686,6 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
     g.error(*c.kRotaryAt) << "Q and K use different rotary embeddings";
     return failure();
   }
-
-  AttentionSpec &a = t.block.attention;
   a.loc = g.loc(*c.scores);
   a.heads = heads;
   a.kvHeads = kvHeads;
@@ -695,15 +697,44 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
     a.rotaryLayout = c.qRotary->layout;
     a.rotaryLoc = g.loc(*c.qRotaryAt);
   }
+  return success();
+}
+
+} // namespace
+
+FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
+                                    MatchTarget &t) {
+  AttnCtx c(g, r, t.eval, t.blockIndex);
+  for (const NodeProto *n : r.nodes)
+    if (auto w = weightUse(g, *n); w && w->shape.size() == 2)
+      c.projs.push_back(*w);
+  if (!findAnchors(c))
+    return false;
+  RoleWeights weights;
+  if (failed(rejectBiases(c.rv, "attention")) || failed(findPv(c)) ||
+      failed(assignProjections(c)) || failed(roleWeights(c, weights)))
+    return failure();
+  c.claimed.insert({c.scores, c.softmax, c.pv});
+
+  // The pre-norm first (its output is where the projections' inputs
+  // start); a norm it does not recognise is refused on the input path.
+  std::string prefix = blockPrefix(t.blockIndex);
+  std::vector<ParamSpec> normParams;
+  NormMatch nm;
+  FailureOr<bool> norm =
+      matchNorm(g, r.input, prefix + ".attn_norm", normParams, nm);
+  AttentionSpec &a = t.block.attention;
+  if (failed(norm) || failed(claimPaths(c, *norm ? nm.output : r.input)) ||
+      failed(headGeometry(c, weights, a)))
+    return failure();
+  a.prenorm = *norm ? std::optional<NormKind>(nm.kind) : std::nullopt;
   if (*norm) {
-    a.prenorm = nm.kind;
     a.epsilon = nm.epsilon;
     c.claimed.insert(nm.nodes.begin(), nm.nodes.end());
-  } else {
-    a.prenorm = std::nullopt;
   }
   for (const char *role : {"wq", "wk", "wv", "wo"})
-    t.params.push_back({prefix + ".attn." + role, shp[role], src[role]});
+    t.params.push_back({prefix + ".attn." + role, weights.shape[role],
+                        weights.src[role]});
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
   for (const NodeProto *n : c.claimed)
     t.claims.add(n, OpSite::attention);
