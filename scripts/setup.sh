@@ -56,7 +56,39 @@ PACKAGES=(
   "liblemon-dev=1.3.1+dfsg-6"
 )
 
+# Python packages the ONNX import checks need, from PyPI, pinned, installed
+# with --no-deps into the project-local .pydeps/ (git-ignored) for Debian's
+# /usr/bin/python3, whose python3-torch 1.13 stays the one torch:
+# onnxruntime runs the original ONNX files as an independent reference
+# (python/onnx_models/validate_import.py); transformers 4.40.x (the last
+# minor that runs on torch 1.13) builds real Hugging Face MoE models, with
+# its few pure-Python needs (and safetensors/regex wheels it imports).
+PYDEPS_DIR="$ROOT/.pydeps"
+PYDEPS=(
+  "onnxruntime==1.19.2"
+  "transformers==4.40.2"
+  "huggingface-hub==0.23.4"
+  "safetensors==0.4.3"
+  "regex==2024.5.15"
+  "tqdm==4.66.4"
+  "filelock==3.15.4"
+  "fsspec==2024.6.1"
+)
+
 log() { printf '[setup] %s\n' "$*"; }
+
+install_pydeps() {
+  local stamp="$PYDEPS_DIR/.pinned"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "${PYDEPS[*]}" ]]; then
+    log "python packages in .pydeps are the pinned ones"
+    return
+  fi
+  log "installing into .pydeps: ${PYDEPS[*]}"
+  rm -rf "$PYDEPS_DIR"
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check \
+    --no-deps --target "$PYDEPS_DIR" "${PYDEPS[@]}"
+  echo "${PYDEPS[*]}" > "$stamp"
+}
 
 installed_version() {
   dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null |
@@ -118,6 +150,7 @@ configure_and_build() {
 
 if [[ "${MOE_SKIP_INSTALL:-0}" != 1 ]]; then
   install_missing
+  install_pydeps
 fi
 check_cuda
 # ccache keeps rebuilds of a fresh clone fast; bound its size.

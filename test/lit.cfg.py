@@ -51,3 +51,15 @@ if subprocess.call(["/usr/bin/python3", "-c", "import onnx"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
     config.available_features.add("onnx")
 config.substitutions.append(("%system_python", "/usr/bin/python3"))
+# scripts/setup.sh installs onnxruntime and transformers (pinned) into the
+# source tree's .pydeps/ for /usr/bin/python3: the ONNX import validation
+# and the Hugging Face models need them.
+pydeps = os.path.join(config.moe_src_root, ".pydeps")
+for feature, module in [("onnxruntime", "onnxruntime"),
+                        ("transformers", "transformers")]:
+    if subprocess.call(["/usr/bin/python3", "-c", "import " + module],
+                       env=dict(os.environ, PYTHONPATH=pydeps),
+                       stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL) == 0:
+        config.available_features.add(feature)
+config.environment["PYTHONPATH"] = pydeps

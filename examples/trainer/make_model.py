@@ -27,7 +27,11 @@ def main():
     ap.add_argument("--seq", type=int, default=64, help="bytes per sample")
     args = ap.parse_args()
     torch.manual_seed(0)
-    blocks = [Block("rms", M, HandAttention(M, HEADS, KV_HEADS, rotary=True),
+    # KV heads repeated as HF's repeat_kv does (expand + reshape): torch
+    # 1.13 exports repeat_interleave as a Reshape that computes something
+    # else (ONNX Runtime rejects the file; the importer refuses it).
+    blocks = [Block("rms", M, HandAttention(M, HEADS, KV_HEADS, rotary=True,
+                                            repeat="expand"),
                     MixtralMoe(M, H, E, K)) for _ in range(BLOCKS)]
     model = Model(VOCAB, M, "rms", blocks, loss=True).eval()
     tokens = torch.randint(0, VOCAB, (args.batch, args.seq))

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <set>
 
@@ -279,31 +280,42 @@ std::string formatNumber(double v) {
   return s;
 }
 
-ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
-                   std::vector<std::string> &notes) {
-  Family family = pickFamily(cfg);
-  bool llamaLike = family == Family::Mixtral || family == Family::Qwen2Moe ||
-                   family == Family::DeepSeek || family == Family::Llama;
-  ModelSpec spec;
-  spec.name = modelName(cfg.file());
-  spec.nodes = opts.nodes;
-  spec.gpusPerNode = opts.gpusPerNode;
+/// Everything readSpec reads from a config, field group by field group.
+struct HfFields {
+  Family family = Family::Generic;
+  bool llamaLike = false;
+  int64_t layers = 0, heads = 0, kvHeads = 0, headDim = 0;
+  int64_t denseHidden = 0, expertHidden = 0, sharedHidden = 0;
+  int64_t experts = 0, topK = 1;
+  NormKind norm = NormKind::layer;
+  double eps = 1e-5;
+  Activation act = Activation::gelu;
+  bool gated = false, rotary = false, causal = true;
+  double ropeTheta = 10000.0;
+  GateKind gate = GateKind::softmax_topk;
+  bool normalize = false;
+  std::optional<double> capacity;
+  std::vector<std::string> &notes;
+  explicit HfFields(std::vector<std::string> &notes) : notes(notes) {}
+};
 
-  // --- sizes ---------------------------------------------------------------
-  int64_t layers =
-      cfg.requireInt({"num_hidden_layers", "n_layer", "num_layers"},
-                     "number of transformer blocks");
+/// Sizes every family gives: blocks, M, vocabulary, heads, KV heads (GQA:
+/// Mixtral, Qwen2), head size (explicit `head_dim` / T5's `d_kv`, DeepSeek's
+/// MLA `qk_nope_head_dim + qk_rope_head_dim`, else M / heads).
+void readAttentionSizes(const Config &cfg, ModelSpec &spec, HfFields &f) {
+  f.layers = cfg.requireInt({"num_hidden_layers", "n_layer", "num_layers"},
+                            "number of transformer blocks");
   spec.embed =
       cfg.requireInt({"hidden_size", "n_embd", "d_model"}, "embedding size M");
   spec.vocab = cfg.requireInt({"vocab_size"}, "vocabulary size");
-  int64_t heads = cfg.requireInt({"num_attention_heads", "n_head", "num_heads"},
-                                 "attention heads");
-  int64_t kvHeads =
-      cfg.getInt({"num_key_value_heads", "num_kv_heads"}).value_or(heads);
-  if (heads % kvHeads != 0)
+  f.heads = cfg.requireInt({"num_attention_heads", "n_head", "num_heads"},
+                           "attention heads");
+  f.kvHeads =
+      cfg.getInt({"num_key_value_heads", "num_kv_heads"}).value_or(f.heads);
+  if (f.heads % f.kvHeads != 0)
     cfg.failKey("num_key_value_heads",
-                "(" + std::to_string(kvHeads) + ") must divide the " +
-                    std::to_string(heads) + " attention heads");
+                "(" + std::to_string(f.kvHeads) + ") must divide the " +
+                    std::to_string(f.heads) + " attention heads");
   // DeepSeek's multi-head latent attention is approximated as plain MHA
   // whose heads have MLA's query/key size (docs/frontend/hf-config.md).
   std::optional<int64_t> headDim;
@@ -311,64 +323,70 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
                          rope = cfg.getInt({"qk_rope_head_dim"}, 0);
   if (nope || rope) {
     headDim = nope.value_or(0) + rope.value_or(0);
-    notes.push_back("MLA attention approximated as MHA with head_dim " +
-                    std::to_string(*headDim) +
-                    " = qk_nope_head_dim + qk_rope_head_dim");
+    f.notes.push_back("MLA attention approximated as MHA with head_dim " +
+                      std::to_string(*headDim) +
+                      " = qk_nope_head_dim + qk_rope_head_dim");
   } else {
     headDim = cfg.getInt({"head_dim", "d_kv"});
   }
   if (!headDim) {
-    if (spec.embed % heads != 0)
+    if (spec.embed % f.heads != 0)
       cfg.failKey(*cfg.which({"num_attention_heads", "n_head", "num_heads"}),
-                  "(" + std::to_string(heads) +
+                  "(" + std::to_string(f.heads) +
                       ") does not divide the embedding size " +
                       std::to_string(spec.embed) +
                       "; give 'head_dim' explicitly");
-    headDim = spec.embed / heads;
+    headDim = spec.embed / f.heads;
   }
   if (*headDim <= 0)
     cfg.fail(cfg.keyLoc("qk_nope_head_dim"), "head size must be positive");
+  f.headDim = *headDim;
+}
 
-  // Dense FFN size (also the experts' unless the config gives one).
+/// FFN sizes: the dense one (`intermediate_size`, GPT-2's `n_inner`, T5's
+/// `d_ff`, else 4·M), the experts' (`moe_intermediate_size`: Qwen2-MoE,
+/// DeepSeek), the routed expert count and k.
+void readExpertSizes(const Config &cfg, const ModelSpec &spec, HfFields &f) {
   std::optional<int64_t> ffn =
       cfg.getInt({"intermediate_size", "n_inner", "d_ff"});
-  int64_t denseHidden = ffn.value_or(4 * spec.embed);
-  int64_t expertHidden =
-      cfg.getInt({"moe_intermediate_size"}).value_or(denseHidden);
-
-  // --- experts -------------------------------------------------------------
-  const char *expertKeys = family == Family::Mixtral    ? "num_local_experts"
-                           : family == Family::DeepSeek ? "n_routed_experts"
-                                                        : "num_experts";
-  int64_t experts = cfg.requireInt(
+  f.denseHidden = ffn.value_or(4 * spec.embed);
+  f.expertHidden = cfg.getInt({"moe_intermediate_size"}).value_or(f.denseHidden);
+  const char *expertKeys = f.family == Family::Mixtral ? "num_local_experts"
+                           : f.family == Family::DeepSeek ? "n_routed_experts"
+                                                          : "num_experts";
+  f.experts = cfg.requireInt(
       {"num_local_experts", "num_experts", "n_routed_experts"},
       (std::string("routed experts, e.g. '") + expertKeys + "'").c_str());
-  int64_t topK =
-      family == Family::Switch
-          ? cfg.getInt({"num_experts_per_tok", "top_k"}).value_or(1)
-          : cfg.requireInt({"num_experts_per_tok", "top_k", "moe_top_k"},
-                           "experts per token k");
-
-  if (topK > experts)
+  f.topK = f.family == Family::Switch
+               ? cfg.getInt({"num_experts_per_tok", "top_k"}).value_or(1)
+               : cfg.requireInt({"num_experts_per_tok", "top_k", "moe_top_k"},
+                                "experts per token k");
+  if (f.topK > f.experts)
     cfg.failKey(*cfg.which({"num_experts_per_tok", "top_k", "moe_top_k"}),
-                "(" + std::to_string(topK) + ") exceeds the " +
-                    std::to_string(experts) + " routed experts");
+                "(" + std::to_string(f.topK) + ") exceeds the " +
+                    std::to_string(f.experts) + " routed experts");
+  if (std::optional<int64_t> s =
+          cfg.getInt({"shared_expert_intermediate_size"}, 0))
+    f.sharedHidden = *s; // Qwen2-MoE
+  else if (std::optional<int64_t> n = cfg.getInt({"n_shared_experts"}, 0))
+    f.sharedHidden = *n * f.expertHidden; // DeepSeek
+  if (f.family == Family::Qwen2Moe && f.sharedHidden > 0)
+    f.notes.push_back("the shared expert's sigmoid output gate is not "
+                      "represented");
+}
 
-  // --- batch / sequence ----------------------------------------------------
-  std::optional<int64_t> maxPos =
-      cfg.getInt({"max_position_embeddings", "n_positions", "n_ctx"});
-  spec.batch = opts.batch.value_or(4);
-  spec.seq = opts.seq.value_or(std::min<int64_t>(maxPos.value_or(512), 512));
-
-  // --- norms, activation, attention flavour ---------------------------------
-  NormKind norm = NormKind::layer;
-  if (llamaLike || family == Family::Switch ||
-      (family == Family::Generic && cfg.has("rms_norm_eps")))
-    norm = NormKind::rms;
-  double eps =
-      cfg.getDouble({"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"})
-          .value_or(family == Family::Switch ? 1e-6 : 1e-5);
-  if (!(eps > 0))
+/// Norm kind and epsilon (RMSNorm for the LLaMA-like families and Switch,
+/// `rms_norm_eps` / `layer_norm_eps` / GPT-2's `layer_norm_epsilon`), the
+/// activation (`hidden_act`, GPT-2's `activation_function`, Switch's
+/// `dense_act_fn` / T5's `feed_forward_proj`, "gated-*" meaning SwiGLU-style),
+/// rotary (`rope_theta`) and causality (BERT: `is_decoder`).
+void readLayerFlavour(const Config &cfg, HfFields &f) {
+  if (f.llamaLike || f.family == Family::Switch ||
+      (f.family == Family::Generic && cfg.has("rms_norm_eps")))
+    f.norm = NormKind::rms;
+  f.eps = cfg.getDouble({"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"})
+              .value_or(f.family == Family::Switch ? 1e-6 : 1e-5);
+  if (!(f.eps > 0))
     cfg.failKey(
         *cfg.which({"rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"}),
         "must be positive");
@@ -376,42 +394,49 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   std::optional<std::string> actKey =
       cfg.which({"hidden_act", "activation_function", "dense_act_fn",
                  "feed_forward_proj"});
-  Activation act = llamaLike                  ? Activation::silu
-                   : family == Family::Switch ? Activation::relu
-                                              : Activation::gelu;
+  f.act = f.llamaLike                  ? Activation::silu
+          : f.family == Family::Switch ? Activation::relu
+                                       : Activation::gelu;
   if (actKey) {
     std::optional<std::string> name = cfg.getString({actKey->c_str()});
-    act = parseActivation(cfg, *actKey, *name);
+    f.act = parseActivation(cfg, *actKey, *name);
   }
   // T5 / Switch spell a SwiGLU-style FFN "gated-gelu".
-  bool gated =
-      llamaLike || (actKey && llvm::StringRef(*cfg.getString({actKey->c_str()}))
-                                  .starts_with("gated-"));
+  f.gated = f.llamaLike ||
+            (actKey && llvm::StringRef(*cfg.getString({actKey->c_str()}))
+                           .starts_with("gated-"));
   if (std::optional<bool> g = cfg.getBool("gated_experts"))
-    gated = *g;
+    f.gated = *g;
 
-  bool rotary =
-      llamaLike || (family == Family::Generic && cfg.has("rope_theta"));
-  double ropeTheta = cfg.getDouble({"rope_theta"}).value_or(10000.0);
-  bool causal = family != Family::Bert && family != Family::Switch;
-  if (family == Family::Bert)
+  f.rotary =
+      f.llamaLike || (f.family == Family::Generic && cfg.has("rope_theta"));
+  f.ropeTheta = cfg.getDouble({"rope_theta"}).value_or(10000.0);
+  f.causal = f.family != Family::Bert && f.family != Family::Switch;
+  if (f.family == Family::Bert)
     if (std::optional<bool> dec = cfg.getBool("is_decoder"))
-      causal = *dec;
-  if (family == Family::Switch)
-    notes.push_back("Switch Transformers: the encoder stack only");
+      f.causal = *dec;
+  if (f.family == Family::Switch)
+    f.notes.push_back("Switch Transformers: the encoder stack only");
+}
 
-  // --- routing -------------------------------------------------------------
-  GateKind gate = GateKind::softmax_topk;
-  bool normalize = family == Family::Mixtral;
+/// The router: softmax or sigmoid (DeepSeek-V3's `scoring_func`),
+/// renormalised top-k (Mixtral; `norm_topk_prob`: Qwen2-MoE, DeepSeek),
+/// and the capacity: the config's own factor (`capacity_factor` and the
+/// spellings of other code bases, or "dropless"), Switch's
+/// `expert_capacity` C, else --onnx-capacity-factor, else dropless for the
+/// dropless families and 1.0 for the rest.
+void readRouting(const Config &cfg, const ImportOptions &opts,
+                 const ModelSpec &spec, HfFields &f) {
+  f.normalize = f.family == Family::Mixtral;
   if (std::optional<bool> n = cfg.getBool("norm_topk_prob"))
-    normalize = *n;
+    f.normalize = *n;
   if (std::optional<std::string> scoring = cfg.getString({"scoring_func"})) {
     if (*scoring == "sigmoid") {
-      gate = GateKind::sigmoid;
-      if (normalize)
-        notes.push_back("sigmoid scores are not renormalised "
-                        "(norm_topk_prob has no moe.gate equivalent)");
-      normalize = false;
+      f.gate = GateKind::sigmoid;
+      if (f.normalize)
+        f.notes.push_back("sigmoid scores are not renormalised "
+                          "(norm_topk_prob has no moe.gate equivalent)");
+      f.normalize = false;
     } else if (*scoring != "softmax") {
       cfg.failKey("scoring_func",
                   "is '" + *scoring + "'; only softmax and sigmoid are known");
@@ -419,132 +444,151 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   }
   if (std::optional<std::string> m = cfg.getString({"topk_method"}))
     if (*m != "greedy")
-      notes.push_back("topk_method '" + *m + "' approximated by plain top-k");
+      f.notes.push_back("topk_method '" + *m + "' approximated by plain top-k");
   if (std::optional<double> s = cfg.getDouble({"routed_scaling_factor"}))
     if (*s != 1.0)
-      notes.push_back("routed_scaling_factor " + formatNumber(*s) +
-                      " not represented");
+      f.notes.push_back("routed_scaling_factor " + formatNumber(*s) +
+                        " not represented");
 
-  // Capacity: the config's own factor, else --onnx-capacity-factor, else
-  // dropless for the dropless families and 1.0 for the rest.
-  std::optional<double> capacity;
-  bool droplessFamily = family == Family::Mixtral ||
-                        family == Family::Qwen2Moe ||
-                        family == Family::DeepSeek;
+  bool droplessFamily = f.family == Family::Mixtral ||
+                        f.family == Family::Qwen2Moe ||
+                        f.family == Family::DeepSeek;
   if (std::optional<std::string> key =
           cfg.which({"capacity_factor", "router_capacity_factor",
                      "expert_capacity_factor", "moe_capacity_factor"})) {
     const json &v = cfg.raw(key->c_str());
     if (v.is_string() && v.get<std::string>() == "dropless") {
-      capacity = std::nullopt;
+      f.capacity = std::nullopt;
     } else {
-      capacity = cfg.getDouble({key->c_str()});
-      if (!(*capacity > 0) || std::isinf(*capacity))
+      f.capacity = cfg.getDouble({key->c_str()});
+      if (!(*f.capacity > 0) || std::isinf(*f.capacity))
         cfg.failKey(*key, "must be a positive number or \"dropless\"");
     }
   } else if (std::optional<int64_t> c = cfg.getInt({"expert_capacity"})) {
     // Switch gives C itself; f = C·E/(k·B·N), rounded as moe.gate rounds f.
-    double f = static_cast<double>(*c) * experts /
-               (static_cast<double>(topK) * spec.batch * spec.seq);
-    capacity = std::round(f * 1e6) / 1e6;
-    if (!(*capacity > 0))
+    double cf = static_cast<double>(*c) * f.experts /
+                (static_cast<double>(f.topK) * spec.batch * spec.seq);
+    f.capacity = std::round(cf * 1e6) / 1e6;
+    if (!(*f.capacity > 0))
       cfg.failKey("expert_capacity",
                   "gives a capacity factor that rounds to 0 for B=" +
                       std::to_string(spec.batch) +
                       " N=" + std::to_string(spec.seq));
-    notes.push_back("expert_capacity " + std::to_string(*c) +
-                    " as capacity factor " + formatNumber(*capacity));
+    f.notes.push_back("expert_capacity " + std::to_string(*c) +
+                      " as capacity factor " + formatNumber(*f.capacity));
   } else if (opts.capacityFactor) {
-    capacity = *opts.capacityFactor;
+    f.capacity = *opts.capacityFactor;
   } else if (!droplessFamily) {
-    capacity = 1.0;
+    f.capacity = 1.0;
   }
+}
 
-  // --- which blocks route --------------------------------------------------
-  // DeepSeek: first_k_dense_replace, moe_layer_freq; Qwen2-MoE:
-  // decoder_sparse_step, mlp_only_layers; Switch: every sparse_step-th
-  // encoder block starting at 1. Absent fields leave every block routed.
+/// Which blocks route: DeepSeek's `first_k_dense_replace` and
+/// `moe_layer_freq`, Qwen2-MoE's `decoder_sparse_step` and
+/// `mlp_only_layers`, Switch's every (layers / num_sparse_encoder_layers)-th
+/// encoder block from 1. Absent fields leave every block routed.
+std::function<bool(int64_t)> routedBlocks(const Config &cfg,
+                                          const HfFields &f) {
   int64_t firstDense = cfg.getInt({"first_k_dense_replace"}, 0).value_or(0);
   int64_t layerFreq = cfg.getInt({"moe_layer_freq"}).value_or(1);
   int64_t sparseStep = cfg.getInt({"decoder_sparse_step"}).value_or(1);
   std::set<int64_t> mlpOnly = cfg.getIntList("mlp_only_layers");
   int64_t switchStep = 1;
-  if (family == Family::Switch) {
+  if (f.family == Family::Switch) {
     int64_t sparse =
-        cfg.getInt({"num_sparse_encoder_layers"}, 0).value_or(layers);
-    switchStep = sparse > 0 ? std::max<int64_t>(layers / sparse, 1) : 0;
+        cfg.getInt({"num_sparse_encoder_layers"}, 0).value_or(f.layers);
+    switchStep = sparse > 0 ? std::max<int64_t>(f.layers / sparse, 1) : 0;
   }
-  auto isMoe = [&](int64_t i) {
-    if (family == Family::Switch)
+  bool isSwitch = f.family == Family::Switch;
+  return [=](int64_t i) {
+    if (isSwitch)
       return switchStep > 0 && (switchStep == 1 || i % switchStep == 1);
     return i >= firstDense && i % layerFreq == 0 && (i + 1) % sparseStep == 0 &&
            !mlpOnly.count(i);
   };
+}
 
-  int64_t sharedHidden = 0;
-  if (std::optional<int64_t> s =
-          cfg.getInt({"shared_expert_intermediate_size"}, 0))
-    sharedHidden = *s;
-  else if (std::optional<int64_t> n = cfg.getInt({"n_shared_experts"}, 0))
-    sharedHidden = *n * expertHidden;
-  if (family == Family::Qwen2Moe && sharedHidden > 0)
-    notes.push_back("the shared expert's sigmoid output gate is not "
-                    "represented");
-
-  // --- assemble ------------------------------------------------------------
+/// One block from the fields: attention, then routed experts or a dense
+/// FFN; locations name the HF module (`layers.<i>.self_attn`, `.mlp`).
+BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
+                    bool routed) {
   Location expertsLoc = cfg.keyLoc(
       *cfg.which({"num_local_experts", "num_experts", "n_routed_experts"}));
   Location layersLoc =
       cfg.keyLoc(*cfg.which({"num_hidden_layers", "n_layer", "num_layers"}));
-  for (int64_t i = 0; i < layers; ++i) {
-    std::string prefix = "layers." + std::to_string(i);
-    BlockSpec block(cfg.named(prefix + ".self_attn", layersLoc));
-    AttentionSpec &a = block.attention;
-    a.heads = heads;
-    a.kvHeads = kvHeads;
-    a.headDim = *headDim;
-    a.causal = causal;
-    a.rotary = rotary;
-    a.rotaryBase = ropeTheta;
-    a.prenorm = norm;
-    a.epsilon = eps;
-    if (isMoe(i)) {
-      MoeLayerSpec moe(cfg.named(prefix + ".mlp", expertsLoc));
-      moe.gate = gate;
-      moe.experts = experts;
-      moe.topK = topK;
-      moe.capacityFactor = capacity;
-      moe.normalize = normalize;
-      moe.activation = act;
-      moe.gated = gated;
-      moe.hidden = expertHidden;
-      moe.sharedHidden = sharedHidden;
-      moe.prenorm = norm;
-      moe.epsilon = eps;
-      block.moe = moe;
-    } else {
-      block.denseHidden = denseHidden;
-      block.denseActivation = act;
-      block.denseGated = gated;
-      block.densePrenorm = norm;
-      block.denseEpsilon = eps;
-    }
-    spec.blocks.push_back(std::move(block));
+  std::string prefix = "layers." + std::to_string(i);
+  BlockSpec block(cfg.named(prefix + ".self_attn", layersLoc));
+  AttentionSpec &a = block.attention;
+  a.heads = f.heads;
+  a.kvHeads = f.kvHeads;
+  a.headDim = f.headDim;
+  a.causal = f.causal;
+  a.rotary = f.rotary;
+  a.rotaryBase = f.ropeTheta;
+  if (cfg.has("rope_theta"))
+    a.rotaryLoc = cfg.keyLoc("rope_theta");
+  a.prenorm = f.norm;
+  a.epsilon = f.eps;
+  if (!routed) {
+    block.denseHidden = f.denseHidden;
+    block.denseActivation = f.act;
+    block.denseGated = f.gated;
+    block.densePrenorm = f.norm;
+    block.denseEpsilon = f.eps;
+    return block;
   }
-  spec.finalNorm = norm;
-  spec.finalEpsilon = eps;
-  bool tieDefault = !llamaLike;
-  spec.tiedEmbeddings = cfg.getBool("tie_word_embeddings").value_or(tieDefault);
+  MoeLayerSpec moe(cfg.named(prefix + ".mlp", expertsLoc));
+  moe.gate = f.gate;
+  moe.experts = f.experts;
+  moe.topK = f.topK;
+  moe.capacityFactor = f.capacity;
+  moe.normalize = f.normalize;
+  moe.activation = f.act;
+  moe.gated = f.gated;
+  moe.hidden = f.expertHidden;
+  moe.sharedHidden = f.sharedHidden;
+  moe.prenorm = f.norm;
+  moe.epsilon = f.eps;
+  block.moe = moe;
+  return block;
+}
+
+ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
+                   std::vector<std::string> &notes) {
+  HfFields f(notes);
+  f.family = pickFamily(cfg);
+  f.llamaLike = f.family == Family::Mixtral || f.family == Family::Qwen2Moe ||
+                f.family == Family::DeepSeek || f.family == Family::Llama;
+  ModelSpec spec;
+  spec.name = modelName(cfg.file());
+  spec.nodes = opts.nodes;
+  spec.gpusPerNode = opts.gpusPerNode;
+  readAttentionSizes(cfg, spec, f);
+  readExpertSizes(cfg, spec, f);
+  std::optional<int64_t> maxPos =
+      cfg.getInt({"max_position_embeddings", "n_positions", "n_ctx"});
+  spec.batch = opts.batch.value_or(4);
+  spec.seq = opts.seq.value_or(std::min<int64_t>(maxPos.value_or(512), 512));
+  readLayerFlavour(cfg, f);
+  readRouting(cfg, opts, spec, f);
+
+  auto routed = routedBlocks(cfg, f);
+  for (int64_t i = 0; i < f.layers; ++i)
+    spec.blocks.push_back(makeBlock(cfg, f, i, routed(i)));
+  spec.finalNorm = f.norm;
+  spec.finalEpsilon = f.eps;
+  spec.tiedEmbeddings =
+      cfg.getBool("tie_word_embeddings").value_or(!f.llamaLike);
   spec.embeddingLoc = cfg.named("embed_tokens", cfg.keyLoc("vocab_size"));
   spec.headLoc = cfg.named("lm_head", cfg.keyLoc("vocab_size"));
 
   std::string origin =
-      "Hugging Face config '" + cfg.file() + "' (" + familyName(family);
+      "Hugging Face config '" + cfg.file() + "' (" + familyName(f.family);
   if (std::optional<std::string> t = cfg.getString({"model_type"}))
     origin += ", model_type " + *t;
   origin += "); shape-only, B=" + std::to_string(spec.batch) +
             " N=" + std::to_string(spec.seq) + ", f=" +
-            (capacity ? formatNumber(*capacity) : std::string("dropless"));
+            (f.capacity ? formatNumber(*f.capacity) : std::string("dropless"));
   for (const std::string &note : notes)
     origin += "; " + note;
   spec.origin = origin;

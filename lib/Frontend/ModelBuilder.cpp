@@ -96,7 +96,6 @@ private:
   SmallVector<Value> paramValues;
   llvm::StringSet<> used;
   Value tokens, labels;
-  bool warnedRotaryBase = false;
 
   Location modelLoc() const {
     if (spec.embeddingLoc)
@@ -106,6 +105,15 @@ private:
     return UnknownLoc::get(ctx);
   }
   Location headLoc() const { return spec.headLoc.value_or(modelLoc()); }
+  /// Where the op at (block, site) comes from: FusedLoc<moe.origins> of the
+  /// frontend's source locations, else `fallback`.
+  Location at(int64_t block, OpSite site, Location fallback) const {
+    auto it = spec.origins.find({block, site});
+    if (it == spec.origins.end() || it->second.empty())
+      return fallback;
+    return FusedLoc::get(ctx, it->second,
+                         StringAttr::get(ctx, kOriginsLocTag));
+  }
 
   RankedTensorType tensor(ArrayRef<int64_t> shape, Type elem = {}) {
     return RankedTensorType::get(shape, elem ? elem : f32);
@@ -371,20 +379,33 @@ ModuleBuilder::buildAttention(int64_t index, const BlockSpec &block, Value x) {
     norm = *values;
     normKind = NormKindAttr::get(ctx, *a.prenorm);
   }
+  // What moe.attention cannot represent is an error, never approximated:
+  // the model would compute a different function.
+  // Name the source (an ONNX node or a config field) in the text: the
+  // source manager prints only the file of a NameLoc.
+  Location rloc = a.rotaryLoc.value_or(loc);
+  std::string where;
+  if (auto name = dyn_cast<NameLoc>(rloc))
+    where = " ('" + name.getName().str() + "')";
+  if (a.rotary && a.rotaryLayout != RotaryLayout::half)
+    return emitError(rloc) << "block " << index << where
+                          << ": interleaved rotary (lanes 2i, 2i+1 rotated "
+                             "together) is not representable: moe.attention's "
+                             "rotary pairs lane i with i + head_dim/2 "
+                             "(rotate-half)";
+  if (a.rotary && a.rotaryBase != 10000.0)
+    return emitError(rloc) << "block " << index << where
+                          << ": rotary base (theta) "
+                          << a.rotaryBase
+                          << " is not representable: moe.attention's rotary "
+                             "uses theta = 10000";
   auto op = AttentionOp::create(
-      b, loc, x.getType(), x, *wq, *wk, *wv, *wo, norm,
+      b, at(index, OpSite::attention, loc), x.getType(), x, *wq, *wk, *wv,
+      *wo, norm,
       b.getI64IntegerAttr(a.heads), b.getI64IntegerAttr(a.kvHeads),
       b.getI64IntegerAttr(a.headDim), a.causal ? b.getUnitAttr() : nullptr,
       a.rotary ? b.getUnitAttr() : nullptr, normKind,
       b.getF64FloatAttr(a.epsilon));
-  // The rotary base has no place in the op (the runtime uses 10000); keep
-  // a different one visible rather than drop it silently (once per model).
-  if (a.rotary && a.rotaryBase != 10000.0 && !warnedRotaryBase) {
-    warnedRotaryBase = true;
-    emitWarning(loc) << "rotary base " << a.rotaryBase << " (block " << index
-                     << " and any later ones) is not representable in "
-                        "moe.attention; the runtime uses 10000";
-  }
   return op.getResult();
 }
 
@@ -450,7 +471,8 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
       expertChoice ? SmallVector<int64_t>{e, capacity ? capacity.getInt() : 0}
                    : SmallVector<int64_t>{bsz, n, k};
   auto gate =
-      GateOp::create(b, loc, tensor(route, b.getI32Type()), tensor(route),
+      GateOp::create(b, at(index, OpSite::gate, loc),
+                     tensor(route, b.getI32Type()), tensor(route),
                      tensor({e}, b.getI32Type()), x, *weight, aux,
                      GateKindAttr::get(ctx, s.gate), b.getI64IntegerAttr(e),
                      b.getI64IntegerAttr(k), factor, capacity,
@@ -460,7 +482,8 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   auto gridRef = FlatSymbolRefAttr::get(ctx, kGridName);
   auto axes = b.getDenseI16ArrayAttr(kAllAxes);
   RankedTensorType slotsType = tensor({el, slots, m});
-  auto dispatch = DispatchOp::create(b, loc, slotsType, x, gate.getIndices(),
+  auto dispatch = DispatchOp::create(b, at(index, OpSite::dispatch, loc),
+                                    slotsType, x, gate.getIndices(),
                                      gate.getCounts(), gridRef, axes,
                                      b.getI64IntegerAttr(e), capacity);
 
@@ -472,10 +495,12 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   if (failed(up) || failed(gproj) || failed(down))
     return failure();
   auto expert =
-      ExpertOp::create(b, loc, slotsType, dispatch.getResult(), *up, *gproj,
+      ExpertOp::create(b, at(index, OpSite::expert, loc), slotsType,
+                       dispatch.getResult(), *up, *gproj,
                        *down, ActivationAttr::get(ctx, s.activation));
   Value out =
-      CombineOp::create(b, loc, x.getType(), expert.getResult(),
+      CombineOp::create(b, at(index, OpSite::combine, loc), x.getType(),
+                        expert.getResult(),
                         gate.getIndices(), gate.getWeights(), gate.getCounts(),
                         gridRef, axes, b.getI64IntegerAttr(e), capacity)
           .getResult();
@@ -483,10 +508,13 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
     // DeepSeek: the shared experts see every token; their output joins the
     // routed experts' before the residual add.
     FailureOr<Value> shared =
-        buildFfn(p + "shared", s.sharedHidden, s.activation, s.gated, x, loc);
+        buildFfn(p + "shared", s.sharedHidden, s.activation, s.gated, x,
+                 at(index, OpSite::sharedExpert, loc));
     if (failed(shared))
       return failure();
-    out = arith::AddFOp::create(b, loc, out, *shared).getResult();
+    out = arith::AddFOp::create(b, at(index, OpSite::sharedAdd, loc), out,
+                                *shared)
+              .getResult();
   }
   return out;
 }
@@ -503,7 +531,9 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
   FailureOr<Value> attn = buildAttention(index, block, x);
   if (failed(attn))
     return failure();
-  Value r1 = arith::AddFOp::create(b, loc, x, *attn).getResult();
+  Value r1 = arith::AddFOp::create(b, at(index, OpSite::attnResidual, loc),
+                                   x, *attn)
+                 .getResult();
 
   Location ffnLoc = block.moe ? block.moe->loc : loc;
   std::optional<NormKind> prenorm =
@@ -517,7 +547,8 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
       return failure();
     Value bias = values->size() > 1 ? (*values)[1] : Value();
     normed =
-        NormOp::create(b, ffnLoc, r1.getType(), r1, (*values)[0], bias,
+        NormOp::create(b, at(index, OpSite::ffnNorm, ffnLoc), r1.getType(), r1,
+                       (*values)[0], bias,
                        NormKindAttr::get(ctx, *prenorm), b.getF64FloatAttr(eps))
             .getResult();
   }
@@ -525,10 +556,13 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
       block.moe ? buildMoe(index, *block.moe, normed)
                 : buildFfn(llvm::formatv("block{0}.shared", index).str(),
                            block.denseHidden, block.denseActivation,
-                           block.denseGated, normed, ffnLoc);
+                           block.denseGated, normed,
+                           at(index, OpSite::sharedExpert, ffnLoc));
   if (failed(ffn))
     return failure();
-  Value r2 = arith::AddFOp::create(b, ffnLoc, r1, *ffn).getResult();
+  Value r2 = arith::AddFOp::create(b, at(index, OpSite::ffnResidual, ffnLoc),
+                                   r1, *ffn)
+                 .getResult();
   YieldOp::create(b, ffnLoc, ValueRange{r2});
   return op.getResult(0);
 }
@@ -545,7 +579,8 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
   FailureOr<Value> table = param("embed.table", {v, m}, embLoc);
   if (failed(table))
     return failure();
-  Value h = EmbeddingOp::create(b, embLoc, tensor({bsz, n, m}), tokens, *table)
+  Value h = EmbeddingOp::create(b, at(-1, OpSite::embedding, embLoc),
+                                tensor({bsz, n, m}), tokens, *table)
                 .getResult();
   for (auto [i, block] : llvm::enumerate(spec.blocks)) {
     FailureOr<Value> out = buildBlock(i, block, h);
@@ -560,7 +595,8 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
     if (failed(values))
       return failure();
     Value bias = values->size() > 1 ? (*values)[1] : Value();
-    h = NormOp::create(b, head, h.getType(), h, (*values)[0], bias,
+    h = NormOp::create(b, at(-1, OpSite::finalNorm, head), h.getType(), h,
+                       (*values)[0], bias,
                        NormKindAttr::get(ctx, *spec.finalNorm),
                        b.getF64FloatAttr(spec.finalEpsilon))
             .getResult();
@@ -569,10 +605,12 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
   if (failed(lmHead))
     return failure();
   Value logits =
-      LinearOp::create(b, head, tensor({bsz, n, v}), h, *lmHead, Value())
+      LinearOp::create(b, at(-1, OpSite::lmHead, head), tensor({bsz, n, v}),
+                       h, *lmHead, Value())
           .getResult();
-  Value loss =
-      CrossEntropyOp::create(b, head, tensor({}), logits, labels).getResult();
+  Value loss = CrossEntropyOp::create(b, at(-1, OpSite::loss, head),
+                                      tensor({}), logits, labels)
+                   .getResult();
   func::ReturnOp::create(b, head, ValueRange{loss});
 
   // A parameter no op reads would be silently ignored in training.
@@ -693,6 +731,40 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
 }
 
 } // namespace
+
+llvm::StringRef mlir::moe::frontend::opSiteName(OpSite site) {
+  switch (site) {
+  case OpSite::embedding:
+    return "moe.embedding";
+  case OpSite::attention:
+    return "moe.attention";
+  case OpSite::attnResidual:
+    return "arith.addf (attention residual)";
+  case OpSite::ffnNorm:
+    return "moe.norm";
+  case OpSite::gate:
+    return "moe.gate";
+  case OpSite::dispatch:
+    return "moe.dispatch";
+  case OpSite::expert:
+    return "moe.expert";
+  case OpSite::combine:
+    return "moe.combine";
+  case OpSite::sharedExpert:
+    return "moe.shared_expert";
+  case OpSite::sharedAdd:
+    return "arith.addf (shared experts)";
+  case OpSite::ffnResidual:
+    return "arith.addf (ffn residual)";
+  case OpSite::finalNorm:
+    return "moe.norm (final)";
+  case OpSite::lmHead:
+    return "moe.linear (LM head)";
+  case OpSite::loss:
+    return "moe.cross_entropy";
+  }
+  return "?";
+}
 
 OwningOpRef<ModuleOp> mlir::moe::frontend::buildModule(const ModelSpec &spec,
                                                        MLIRContext *ctx) {

@@ -73,9 +73,39 @@ class LayerNormHand(nn.Module):
         return (x - mu) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
+class RMSNormWeightFirst(nn.Module):
+    """RMSNorm as many PyTorch users write it: the gain first,
+    `w * x * rsqrt(mean(x^2) + eps)` (= (w*x)*rsqrt(..) in Python's order).
+    Gains far from 1, so that dropping the norm changes every logit."""
+
+    def __init__(self, m, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(0.25 + 2.0 * torch.rand(m))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(
+            x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class PostNormBlock(nn.Module):
+    """BERT-style: the norm after the residual Add (x = norm(x + f(x)))."""
+
+    def __init__(self, m, attn, ffn):
+        super().__init__()
+        self.attn, self.attn_norm = attn, make_norm("layer", m)
+        self.ffn, self.ffn_norm = ffn, make_norm("layer", m)
+
+    def forward(self, x):
+        x = self.attn_norm(x + self.attn(x))
+        return self.ffn_norm(x + self.ffn(x))
+
+
 def make_norm(kind, m):
     if kind == "rms":
         return RMSNorm(m)
+    if kind == "rms-wfirst":
+        return RMSNormWeightFirst(m)
     if kind == "layer-hand":
         return LayerNormHand(m)
     norm = nn.LayerNorm(m, eps=1e-5)
@@ -92,6 +122,16 @@ def rotate_half(x):
     x1 = x[..., : x.shape[-1] // 2]
     x2 = x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_interleaved(x, cos, sin):
+    """Rotary on (even, odd) lane pairs, as GPT-J / Meta's LLaMA write it
+    with real arithmetic: x1*cos - x2*sin, x1*sin + x2*cos (no Neg).
+    cos, sin: [N, d/2]."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    o1 = x1 * cos - x2 * sin
+    o2 = x1 * sin + x2 * cos
+    return torch.stack((o1, o2), dim=-1).flatten(-2)
 
 
 class HandAttention(nn.Module):
@@ -119,7 +159,12 @@ class HandAttention(nn.Module):
         q = self.q_proj(x).view(b, n, self.h, self.d).transpose(1, 2)
         k = self.k_proj(x).view(b, n, self.kvh, self.d).transpose(1, 2)
         v = self.v_proj(x).view(b, n, self.kvh, self.d).transpose(1, 2)
-        if self.rotary:
+        if self.rotary == "interleaved":
+            t = torch.arange(n, dtype=torch.float32)
+            freqs = torch.outer(t, self.inv_freq)
+            q = rope_interleaved(q, freqs.cos(), freqs.sin())
+            k = rope_interleaved(k, freqs.cos(), freqs.sin())
+        elif self.rotary:
             t = torch.arange(n, dtype=torch.float32)
             freqs = torch.outer(t, self.inv_freq)
             emb = torch.cat((freqs, freqs), dim=-1)
@@ -357,16 +402,21 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, m, norm, blocks, loss):
+    def __init__(self, vocab, m, norm, blocks, loss, positions=0):
         super().__init__()
         self.embed = nn.Embedding(vocab, m)
+        # GPT-2 / BERT: learned absolute position embeddings added to the
+        # token embeddings (wpe); 0: none.
+        self.wpe = nn.Embedding(positions, m) if positions else None
         self.blocks = nn.ModuleList(blocks)
-        self.norm = make_norm(norm, m)
+        self.norm = make_norm(norm, m) if norm else nn.Identity()
         self.lm_head = nn.Linear(m, vocab, bias=False)
         self.loss = loss
 
     def forward(self, tokens, labels=None):
         x = self.embed(tokens)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(tokens.shape[1]))[None]
         for blk in self.blocks:
             x = blk(x)
         logits = self.lm_head(self.norm(x))
@@ -395,7 +445,11 @@ def build(style, loss):
                 return TorchMHA(M, heads, bias=bias, need_weights=True)
             return HandAttention(M, heads, kvh, rotary=variant in (
                 "gqa", "rotary", "gqa-expand"),
-                repeat="expand" if variant == "gqa-expand" else "interleave",
+                # torch 1.13 exports repeat_interleave over KV heads as a
+                # Reshape(2, -1, 0, 0) that ONNX Runtime itself rejects
+                # (the file does not compute what the module does): only
+                # attn-gqa keeps it, as a model the importer must refuse.
+                repeat="interleave" if style == "attn-gqa" else "expand",
                 bias=bias, causal=causal, einsum=variant == "einsum",
                 rotary_dims=8 if style == "err-partialrotary" else None)
         blocks = [Block(norm, M, attn(), MixtralMoe(
@@ -442,16 +496,77 @@ def build(style, loss):
                   head_dim=M // heads, causal=True, rotary=True, norm="rms",
                   shared_hidden=S * H, dense_hidden=4 * M, vocab=V,
                   dense_blocks=[0])
+    elif style in ISSUE_STYLES:
+        # The issue-10 models: written as PyTorch users write them, with
+        # gains far from 1 (RMSNormWeightFirst) so every op matters.
+        M, H, E, K, V, heads, kvh = 64, 96, 4, 2, 96, 4, 2
+        rope = "interleaved" if "interleaved" in style or style.endswith(
+            "-issue") else True
+        if style.startswith("deepseek"):
+            S = 2
+            blocks = [Block("rms-wfirst", M, HandAttention(
+                M, heads, heads, rope), DenseFfn(M, 4 * M)),
+                Block("rms-wfirst", M, HandAttention(M, heads, heads, rope),
+                      DeepSeekMoe(M, H // 2, 8, K, S))]
+            ex.update(experts=8, H=H // 2, shared_hidden=S * H // 2,
+                      dense_hidden=4 * M, dense_blocks=[0], normalize=False,
+                      kv_heads=heads)
+        elif style == "mha-bias":
+            blocks = [Block("layer", M, TorchMHA(M, heads, bias=True),
+                            MixtralMoe(M, H, E, K)) for _ in range(2)]
+        elif style in ("gpt2-pos", "bert-postnorm"):
+            def attn():
+                return HandAttention(M, heads, heads, False)
+            if style == "bert-postnorm":
+                blocks = [PostNormBlock(M, attn(), MixtralMoe(M, H, E, K))
+                          for _ in range(2)]
+            else:
+                blocks = [Block("layer", M, attn(), MixtralMoe(M, H, E, K))
+                          for _ in range(2)]
+        else:  # llama-*: GQA attention, Mixtral MoE
+            norm = "rms" if style == "llama-interleaved" else "rms-wfirst"
+            blocks = [Block(norm, M, HandAttention(M, heads, kvh, rope,
+                                                   repeat="expand"),
+                            MixtralMoe(M, H, E, K)) for _ in range(2)]
+        ex.setdefault("dense_blocks", [])
+        ex.setdefault("shared_hidden", 0)
+        ex.setdefault("kv_heads", kvh)
+        ex.setdefault("normalize", True)
+        ex.setdefault("experts", E)
+        ex.setdefault("H", H)
+        ex.update(M=M, k=K, dropless=True, activation="silu", gated=True,
+                  heads=heads, head_dim=M // heads, causal=True,
+                  rotary=style != "mha-bias" and not style.startswith(
+                      ("gpt2", "bert")),
+                  rotary_layout="interleaved" if rope == "interleaved"
+                  else "half",
+                  norm="layer" if style in ("mha-bias", "gpt2-pos",
+                                            "bert-postnorm") else "rms",
+                  vocab=V)
+        if style == "bert-postnorm":
+            ex["norm_module"] = None
+        if style == "gpt2-pos":
+            ex["positions"] = N
     else:
         raise SystemExit(f"torch_models.py: unknown style '{style}'")
     model = Model(ex["vocab"], ex["M"], ex.pop("norm_module", ex["norm"]),
-                  blocks, loss)
+                  blocks, loss, positions=ex.get("positions", 0))
     ex.setdefault("gate", "softmax_topk")
     ex["loss"] = loss
     return model.eval(), B, N, ex
 
 
-STYLES = ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
+# Issue 10's models: llama-issue (weight-first RMSNorm + interleaved
+# rotary), llama-wfirst (weight-first RMSNorm, rotate-half rotary),
+# llama-interleaved (interleaved rotary alone), deepseek-issue /
+# deepseek-wfirst (the same with shared experts), mha-bias
+# (nn.MultiheadAttention with bias), gpt2-pos (learned positions),
+# bert-postnorm (post-norm blocks).
+ISSUE_STYLES = ["llama-issue", "llama-wfirst", "llama-interleaved",
+                "deepseek-issue", "deepseek-wfirst", "mha-bias", "gpt2-pos",
+                "bert-postnorm"]
+
+STYLES = ISSUE_STYLES + ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",
           "attn-mha", "attn-hand", "attn-rotary", "attn-gqa",
           "attn-gqa-expand", "attn-noncausal", "attn-einsum", "biased",

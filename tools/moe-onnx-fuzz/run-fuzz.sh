@@ -24,8 +24,20 @@ if [[ -f $models/contrib_models.py ]]; then
       >/dev/null 2>&1 || true
   done
 fi
+# PyTorch exports (when torch is there): the weight-first RMSNorm with
+# rotary and the expert loop (StaticEval, the rotary / KV-repeat / FFN
+# probes, the MoE value kinds), and GShard's einsum dispatch. They are
+# ~1 MB each, so the replay driver mutates them fewer times.
+mkdir -p "$work/seeds-torch"
+if $py -c "import torch" 2>/dev/null; then
+  for st in llama-wfirst llama-issue gshard; do
+    $py "$models/torch_models.py" "$st" --loss \
+      -o "$work/seeds-torch/torch-$st.onnx" >/dev/null 2>&1 || true
+  done
+fi
 cd "$work"
 cp seeds/* corpus/   # libFuzzer adds what it finds to corpus/, not seeds/
+cp seeds-torch/* corpus/ 2>/dev/null || true
 if [[ -x $bin/moe-onnx-fuzz ]]; then
   echo "libFuzzer: $secs s"
   # Leaks: the MLIR context is deliberately kept for the whole run. A fixed
@@ -41,3 +53,6 @@ else
   echo "libFuzzer binary not built; replay driver only"
 fi
 "$bin/moe-onnx-fuzz-replay" --mutations 300 --seed 7 seeds
+if compgen -G "seeds-torch/*.onnx" >/dev/null; then
+  "$bin/moe-onnx-fuzz-replay" --mutations 25 --seed 11 seeds-torch
+fi

@@ -70,6 +70,12 @@ static cl::opt<int64_t>
                      "model's; needed when its sequence length is symbolic)"),
             cl::value_desc("N"), cl::cat(frontendCategory));
 
+static cl::opt<bool> onnxReport(
+    "onnx-report",
+    cl::desc("write, instead of the IR, which ONNX nodes each op of the "
+             "imported model computes (per block)"),
+    cl::init(false), cl::cat(frontendCategory));
+
 static cl::opt<double> onnxCapacityFactor(
     "onnx-capacity-factor",
     cl::desc("Capacity factor f for imported MoE layers that do not fix "
@@ -138,7 +144,15 @@ static LogicalResult importAndRun(llvm::StringRef inputFilename,
     return failure();
   }
 
-  std::string text, origin;
+  std::string text, origin, report;
+  llvm::raw_string_ostream reportStream(report);
+  if (onnxReport) {
+    if (!isOnnx) {
+      llvm::errs() << "moe-opt: --onnx-report needs an ONNX input\n";
+      return failure();
+    }
+    options->report = &reportStream;
+  }
   {
     MLIRContext context(registry);
     llvm::SourceMgr sourceMgr;
@@ -164,6 +178,11 @@ static LogicalResult importAndRun(llvm::StringRef inputFilename,
   if (!output) {
     llvm::errs() << error << "\n";
     return failure();
+  }
+  if (onnxReport) {
+    output->os() << report;
+    output->keep();
+    return success();
   }
   if (!origin.empty() && !config.shouldEmitBytecode())
     output->os() << "// " << origin << "\n";

@@ -61,11 +61,20 @@ struct ParamSpec {
   WeightSource source;
 };
 
+/// Which lanes rotary pairs: rotate-half pairs lane i with i + d/2
+/// (GPT-NeoX, HF LLaMA/Mixtral); interleaved pairs 2i with 2i+1 (GPT-J,
+/// Meta's LLaMA).
+enum class RotaryLayout { half, interleaved };
+
 struct AttentionSpec {
   int64_t heads = 0, kvHeads = 0, headDim = 0;
   bool causal = true, rotary = false;
   /// Rotary base (theta); 10000 in GPT-NeoX/LLaMA.
   double rotaryBase = 10000.0;
+  RotaryLayout rotaryLayout = RotaryLayout::half;
+  /// Where the rotary embedding is (its first ONNX node); errors about it
+  /// point there. nullopt: at `loc`.
+  std::optional<Location> rotaryLoc;
   /// Pre-norm applied to the block input before attention; nullopt: none.
   std::optional<NormKind> prenorm = NormKind::layer;
   double epsilon = 1e-5;
@@ -113,6 +122,32 @@ struct BlockSpec {
   explicit BlockSpec(Location loc) : attention(loc) {}
 };
 
+/// The ops buildModule writes, as places a frontend can attribute its
+/// source to (ModelSpec::origins): one per op of a block, and the
+/// model-level ops.
+enum class OpSite {
+  embedding,
+  attention,    // moe.attention (with its pre-norm)
+  attnResidual, // arith.addf of the attention output to the stream
+  ffnNorm,      // moe.norm before the gate / dense FFN
+  gate,
+  dispatch,
+  expert,
+  combine,
+  sharedExpert, // moe.shared_expert (shared experts, or a dense block's FFN)
+  sharedAdd,    // arith.addf of the shared experts to the routed output
+  ffnResidual,  // arith.addf of the FFN output to the stream
+  finalNorm,
+  lmHead,
+  loss,
+};
+/// "moe.attention", "arith.addf (residual)", ...: what the report prints.
+llvm::StringRef opSiteName(OpSite site);
+
+/// The metadata of the FusedLoc an op built from `origins` carries, so a
+/// reader can tell an op's source nodes from other locations.
+constexpr llvm::StringLiteral kOriginsLocTag = "moe.origins";
+
 struct ModelSpec {
   /// Symbol name of the generated func (sanitised by the builder).
   std::string name = "model";
@@ -133,6 +168,11 @@ struct ModelSpec {
   std::vector<ParamSpec> params;
   /// Locations of the model-level ops (embedding, final norm, LM head, loss).
   std::optional<Location> embeddingLoc, headLoc;
+  /// The source each built op represents (for ONNX: the NameLocs of the
+  /// nodes it computes), by (block, site); block -1 for model-level ops.
+  /// The builder gives such an op FusedLoc<kOriginsLocTag>(locations) as
+  /// its location; ops without an entry keep the spec's locations.
+  std::map<std::pair<int64_t, OpSite>, std::vector<Location>> origins;
 };
 
 /// Builds `shard.grid @cluster` and the model's func.func (tokens, labels,

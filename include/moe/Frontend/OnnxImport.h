@@ -12,6 +12,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
 #include <optional>
@@ -26,6 +27,9 @@ struct ImportOptions {
   std::optional<int64_t> batch, seq;
   /// Capacity factor for patterns that do not fix one (dropless ones).
   std::optional<double> capacityFactor;
+  /// When set, importOnnxFile writes which ONNX nodes each op of the
+  /// imported model computes (moe-opt --onnx-report).
+  llvm::raw_ostream *report = nullptr;
 };
 
 /// Imports an ONNX file. Weights stay in the file (moe.source attributes);

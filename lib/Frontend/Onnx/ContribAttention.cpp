@@ -464,6 +464,8 @@ struct AttentionMatch {
     t.params.push_back({p + "wo",
                         {heads * headDim, embed},
                         wholeInitializer(g, *wo, /*transpose=*/false)});
+    for (const onnx::NodeProto *n : used)
+      t.claims.add(n, OpSite::attention);
     return true;
   }
 };

@@ -307,6 +307,20 @@ struct MoeMatch {
     t.params.push_back({p + ".experts.down",
                         {experts, hidden, embed},
                         wholeInitializer(g, fc2, true)});
+    // The fused op is the whole routed layer: gate, dispatch, experts and
+    // combine all compute it.
+    for (const onnx::NodeProto *n : used) {
+      if (n == &op) {
+        for (OpSite s : {OpSite::gate, OpSite::dispatch, OpSite::expert,
+                         OpSite::combine})
+          t.claims.add(n, s);
+      } else if (*normed && llvm::is_contained(norm.nodes, n)) {
+        t.claims.add(n, OpSite::ffnNorm);
+      } else {
+        t.claims.add(n, n->op_type() == "MatMul" ? OpSite::gate
+                                                 : OpSite::dispatch);
+      }
+    }
     return true;
   }
 };

@@ -11,6 +11,8 @@
 
 #include "llvm/ADT/StringSet.h"
 
+#include <unordered_set>
+
 namespace mlir::moe::frontend {
 
 using namespace torchpat;
@@ -34,17 +36,6 @@ FailureOr<bool> matchDenseFfn(const OnnxGraph &g, const Region &r,
   if (projs.size() < 2 || projs.size() > 3)
     return false;
 
-  static const llvm::StringSet<> ops = {
-      "MatMul", "Gemm", "Transpose", "Reshape", "Relu", "Erf", "Tanh", "Gelu",
-      "Sigmoid", "Mul", "Add", "Div", "Sub", "Pow", "Sqrt", "Reciprocal",
-      "ReduceMean", "LayerNormalization", "Constant", "Cast", "Shape",
-      "Gather", "Unsqueeze", "Squeeze", "Concat", "Identity", "Dropout"};
-  for (const NodeProto *n : r.nodes)
-    if (!ops.contains(n->op_type())) {
-      g.error(*n) << "node of type " << n->op_type()
-                  << " in a dense FFN sublayer is not understood";
-      return failure();
-    }
   if (failed(rejectBiases(rv, "FFN")))
     return failure();
   auto ffns = groupFfns(rv, projs);
@@ -55,7 +46,9 @@ FailureOr<bool> matchDenseFfn(const OnnxGraph &g, const Region &r,
                                 << " FFNs; expected one";
     return failure();
   }
-  const FfnMatch &f = (*ffns)[0];
+  FfnMatch &f = (*ffns)[0];
+  if (failed(probeActivation(t.eval, rv, f)))
+    return failure();
 
   std::string prefix = blockPrefix(t.blockIndex);
   std::vector<ParamSpec> normParams;
@@ -77,6 +70,27 @@ FailureOr<bool> matchDenseFfn(const OnnxGraph &g, const Region &r,
   }
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
   addFfnParams(g, *ffns, /*stacked=*/false, prefix + ".shared", t.params);
+  // Claims: the norm, the FFN (projections and what lies between them) and
+  // the token reshapes around it; anything else is left for the importer
+  // to refuse by name.
+  if (*norm)
+    t.claims.add(nm.nodes, OpSite::ffnNorm);
+  std::vector<const NodeProto *> own = ffnInner(rv, f);
+  for (const WeightUse *w : {f.up ? &*f.up : nullptr,
+                             f.gate ? &*f.gate : nullptr, &f.down})
+    if (w) {
+      auto ps = projectionNodes(rv, *w);
+      own.insert(own.end(), ps.begin(), ps.end());
+    }
+  t.claims.add(own, OpSite::sharedExpert);
+  std::unordered_set<const NodeProto *> mine(own.begin(), own.end());
+  if (*norm)
+    mine.insert(nm.nodes.begin(), nm.nodes.end());
+  static const llvm::StringSet<> layout = {"Reshape", "Flatten", "Squeeze",
+                                           "Unsqueeze", "Identity"};
+  for (const NodeProto *n : r.nodes)
+    if (!mine.count(n) && (layout.contains(n->op_type()) || isNoOpCast(*n)))
+      t.claims.add(n, OpSite::sharedExpert);
   return true;
 }
 

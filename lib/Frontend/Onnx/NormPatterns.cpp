@@ -1,26 +1,36 @@
 //===- NormPatterns.cpp - LayerNorm / RMSNorm in their ONNX spellings -----===//
 //
 // matchNorm recognises a norm that reads `input`:
-//   - LayerNormalization (ai.onnx, opset 17): scale / bias inputs, epsilon;
-//   - the decomposition torch writes below opset 17:
-//       m = ReduceMean(x); d = Sub(x, m); v = ReduceMean(Pow(d, 2));
-//       y = Div(d, Sqrt(Add(v, eps))) [* scale] [+ bias]
-//   - RMSNorm as HF / hand-written code exports it:
-//       s = ReduceMean(Pow(x, 2) | Mul(x, x)); r = Add(s, eps);
-//       y = Div(x, Sqrt(r)) | Mul(x, Reciprocal(Sqrt(r)))
-//           | Mul(x, Div(1, Sqrt(r)));   y * weight
-//   - RMSNormalization (ai.onnx, opset 23) and com.microsoft
-//     SimplifiedLayerNormalization.
-// The reduction must be over the last axis (keepdims), which is what the
-// `moe.norm` op computes; anything else is "not a norm" (false), so the
-// caller reports the node. Scale and bias must be initializers: they become
-// `<prefix>.scale` / `<prefix>.bias` with the initializer as WeightSource.
+//   - fused: LayerNormalization (ai.onnx, opset 17), RMSNormalization
+//     (opset 23), SimplifiedLayerNormalization (com.microsoft);
+//   - decomposed, in any order of its factors. The statistics are found
+//     structurally:
+//       layer: m = ReduceMean(x); d = x - m; t = ReduceMean(d²) + eps
+//       rms:   d = x;                        t = ReduceMean(x²) + eps
+//     (x² as Pow(x, 2) or Mul(x, x); fp32 -> fp32 Casts of x anywhere);
+//     then the normalised, scaled value is the first value downstream of t
+//     whose product of factors (Mul, Div, Reciprocal, Sqrt, Pow by a
+//     constant, no-op Cast) is exactly  d · t^(-1/2) · w  with w a 1-D
+//     initializer, followed (layer) by an optional Add of a 1-D bias.
+//     So `w * (x * rsqrt(t))` (HF), `(w * x) * rsqrt(t)` (weight first),
+//     `x / sqrt(t) * w` and `x * (1 / sqrt(t)) * w` are all the same norm —
+//     they are the same function up to float rounding, which the ONNX
+//     Runtime validation (python/onnx_models/validate_import.py) checks on
+//     the weight-first models.
+// The reduction must be over the last axis (keepdims), which is what
+// `moe.norm` computes; anything else is "not a norm" (false) and the caller
+// reports the node. Scale and bias must be initializers: they become
+// `<prefix>.scale` / `<prefix>.bias`. NormMatch::nodes lists exactly the
+// nodes the norm computes (statistics, factors, casts, bias Add).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Patterns.h"
 
 #include <cmath>
+#include <deque>
+#include <map>
+#include <set>
 
 using namespace mlir;
 using namespace mlir::moe::frontend;
@@ -34,27 +44,6 @@ bool isOp(const onnx::NodeProto &n, llvm::StringRef op,
   if (d == "ai.onnx")
     d = "";
   return n.op_type() == op && d == domain;
-}
-
-/// The first consumer of `v` that is an `op` node reading `v` as an input.
-const onnx::NodeProto *consumer(const OnnxGraph &g, llvm::StringRef v,
-                                llvm::StringRef op,
-                                llvm::StringRef domain = "") {
-  for (const onnx::NodeProto *c : g.consumers(v))
-    if (isOp(*c, op, domain))
-      return c;
-  return nullptr;
-}
-
-/// For a binary node reading `v`, the other operand ("" when both are v).
-std::string other(const onnx::NodeProto &n, llvm::StringRef v) {
-  if (n.input_size() != 2)
-    return "";
-  if (n.input(0) == v)
-    return n.input(1) == v ? std::string() : n.input(1);
-  if (n.input(1) == v)
-    return n.input(0);
-  return "";
 }
 
 /// A scalar constant (any rank, one element).
@@ -84,21 +73,18 @@ bool reducesLastAxis(const OnnxGraph &g, const onnx::NodeProto &n) {
   return s && !s->empty() && axes[0] == int64_t(s->size()) - 1;
 }
 
+/// A product of powers of named factors times a constant coefficient.
+struct Monomial {
+  std::map<std::string, double> powers;
+  double coefficient = 1.0;
+  std::vector<const onnx::NodeProto *> nodes;
+};
+
 struct Matcher {
   const OnnxGraph &g;
   llvm::StringRef prefix;
   std::vector<ParamSpec> &params;
   NormMatch &out;
-  const onnx::NodeProto *anchor = nullptr;
-
-  /// Records the node (and a Constant node feeding it) as part of the norm.
-  void take(const onnx::NodeProto *n) {
-    out.nodes.push_back(n);
-    for (const std::string &in : n->input())
-      if (const onnx::NodeProto *p = in.empty() ? nullptr : g.producer(in))
-        if (isOp(*p, "Constant"))
-          out.nodes.push_back(p);
-  }
 
   /// Adds `<prefix>.<what>` from initializer `v`; failure if `v` is not one.
   LogicalResult addParam(llvm::StringRef what, llvm::StringRef v,
@@ -121,34 +107,6 @@ struct Matcher {
     p.source.file = g.path().str();
     params.push_back(std::move(p));
     return success();
-  }
-
-  /// Optional `y * scale` then `+ bias` after the normalised value `y`.
-  /// Returns the final value; scale is required (the moe.norm op has one).
-  FailureOr<std::string> affine(const std::string &y, bool allowBias) {
-    const onnx::NodeProto *mul = consumer(g, y, "Mul");
-    std::string w = mul ? other(*mul, y) : "";
-    if (!mul || w.empty()) {
-      g.error(*anchor) << "norm without a learned scale (no Mul by an "
-                          "initializer after it) is not supported";
-      return failure();
-    }
-    if (failed(addParam("scale", w, *mul)))
-      return failure();
-    take(mul);
-    std::string v = mul->output(0);
-    if (!allowBias)
-      return v;
-    if (const onnx::NodeProto *add = consumer(g, v, "Add")) {
-      std::string b = other(*add, v);
-      if (!b.empty() && g.isInitializer(b)) {
-        if (failed(addParam("bias", b, *add)))
-          return failure();
-        take(add);
-        return std::string(add->output(0));
-      }
-    }
-    return v;
   }
 
   /// LayerNormalization / RMSNormalization / SimplifiedLayerNormalization.
@@ -175,146 +133,267 @@ struct Matcher {
         if (failed(addParam("bias", n->input(2), *n)))
           return failure();
       }
-      take(n);
+      out.nodes = {n};
       out.output = n->output(0);
       return true;
     }
     return false;
   }
 
-  /// The tail shared by both decompositions: from the mean of squares
-  /// `ms`, Add eps then 1/sqrt applied to `x`. Returns the normalised value.
-  std::optional<std::string> rsqrtApply(const std::string &ms,
-                                        const std::string &x) {
-    const onnx::NodeProto *add = consumer(g, ms, "Add");
-    if (!add)
-      return std::nullopt;
-    auto eps = scalar(g, other(*add, ms));
-    if (!eps)
-      return std::nullopt;
-    const onnx::NodeProto *sq = consumer(g, add->output(0), "Sqrt");
-    if (!sq)
-      return std::nullopt;
-    const std::string &s = sq->output(0);
-    std::vector<const onnx::NodeProto *> nodes{add, sq};
-    std::string y;
-    // x / sqrt
-    for (const onnx::NodeProto *d : g.consumers(s))
-      if (isOp(*d, "Div") && d->input_size() == 2 && d->input(1) == s &&
-          d->input(0) == x) {
-        nodes.push_back(d);
-        y = d->output(0);
-        break;
-      }
-    if (y.empty()) {
-      // r = Reciprocal(sqrt) | Div(1, sqrt); y = x * r
-      std::string r;
-      const onnx::NodeProto *rn = consumer(g, s, "Reciprocal");
-      if (!rn)
-        for (const onnx::NodeProto *d : g.consumers(s))
-          if (isOp(*d, "Div") && d->input_size() == 2 && d->input(1) == s &&
-              scalar(g, d->input(0)) == 1.0) {
-            rn = d;
-            break;
-          }
-      if (!rn)
-        return std::nullopt;
-      r = rn->output(0);
-      const onnx::NodeProto *mul = consumer(g, r, "Mul");
-      if (!mul || other(*mul, r) != x)
-        return std::nullopt;
-      nodes.push_back(rn);
-      nodes.push_back(mul);
-      y = mul->output(0);
-    }
-    out.epsilon = *eps;
-    for (const onnx::NodeProto *n : nodes)
-      take(n);
-    return y;
+  /// `x` and the no-op Casts of it (HF upcasts to float32 first).
+  std::vector<std::string> bases(const std::string &x,
+                                 std::map<std::string, const onnx::NodeProto *>
+                                     &castOf) const {
+    std::vector<std::string> out{x};
+    for (size_t i = 0; i < out.size() && i < 8; ++i)
+      for (const onnx::NodeProto *c : g.consumers(out[i]))
+        if (isNoOpCast(*c)) {
+          out.push_back(c->output(0));
+          castOf[c->output(0)] = c;
+        }
+    return out;
   }
 
-  /// A ReduceMean over the last axis of `v`'s square (Pow 2 or Mul v v).
-  const onnx::NodeProto *meanOfSquare(const std::string &v,
-                                      const onnx::NodeProto *&square) {
-    for (const onnx::NodeProto *n : g.consumers(v)) {
-      bool sq = (isOp(*n, "Pow") && n->input_size() == 2 && n->input(0) == v &&
-                 scalar(g, n->input(1)) == 2.0) ||
-                (isOp(*n, "Mul") && n->input_size() == 2 && n->input(0) == v &&
-                 n->input(1) == v);
-      if (!sq)
-        continue;
-      const onnx::NodeProto *rm = consumer(g, n->output(0), "ReduceMean");
-      if (rm && reducesLastAxis(g, *rm)) {
-        square = n;
-        return rm;
+  /// t = ReduceMean(u²) + eps with u one of `us`: the Add and the nodes.
+  const onnx::NodeProto *meanSquarePlusEps(
+      const std::vector<std::string> &us,
+      std::vector<const onnx::NodeProto *> &nodes, double &eps) const {
+    for (const std::string &u : us)
+      for (const onnx::NodeProto *sq : g.consumers(u)) {
+        bool square =
+            (isOp(*sq, "Pow") && sq->input_size() == 2 && sq->input(0) == u &&
+             scalar(g, sq->input(1)) == 2.0) ||
+            (isOp(*sq, "Mul") && sq->input_size() == 2 && sq->input(0) == u &&
+             sq->input(1) == u);
+        if (!square)
+          continue;
+        for (const onnx::NodeProto *rm : g.consumers(sq->output(0))) {
+          if (!isOp(*rm, "ReduceMean") || !reducesLastAxis(g, *rm))
+            continue;
+          for (const onnx::NodeProto *add : g.consumers(rm->output(0))) {
+            if (!isOp(*add, "Add") || add->input_size() != 2)
+              continue;
+            std::string other = add->input(0) == rm->output(0)
+                                    ? add->input(1)
+                                    : add->input(0);
+            auto e = scalar(g, other);
+            if (!e || *e < 0)
+              continue;
+            eps = *e;
+            nodes = {sq, rm, add};
+            return add;
+          }
+        }
       }
-    }
     return nullptr;
   }
 
-  /// The LayerNorm decomposition (torch below opset 17).
-  FailureOr<bool> layerDecomposed() {
-    const std::string x = out.output;
-    for (const onnx::NodeProto *rm : g.consumers(x)) {
-      if (!isOp(*rm, "ReduceMean") || !reducesLastAxis(g, *rm))
-        continue;
-      const std::string &mean = rm->output(0);
-      const onnx::NodeProto *sub = nullptr;
-      for (const onnx::NodeProto *c : g.consumers(mean))
-        if (isOp(*c, "Sub") && c->input_size() == 2 && c->input(0) == x &&
-            c->input(1) == mean)
-          sub = c;
-      if (!sub)
-        continue;
-      const std::string &d = sub->output(0);
-      const onnx::NodeProto *square = nullptr;
-      const onnx::NodeProto *var = meanOfSquare(d, square);
-      if (!var)
-        continue;
-      size_t mark = out.nodes.size();
-      auto y = rsqrtApply(var->output(0), d);
-      if (!y) {
-        out.nodes.resize(mark);
-        continue;
+  /// The factors of `v`: leaves are `leafOf` entries (the centred value,
+  /// t), 1-D initializers and other values (unknown factors, named); inner
+  /// nodes are Mul, Div, Reciprocal, Sqrt, Pow by a constant and no-op
+  /// Casts. nullopt when `v` is not such a product.
+  std::optional<Monomial>
+  factors(const std::string &v, const std::map<std::string, std::string> &leafOf,
+          int depth = 0) const {
+    Monomial m;
+    if (auto it = leafOf.find(v); it != leafOf.end()) {
+      m.powers[it->second] = 1;
+      return m;
+    }
+    if (auto c = scalar(g, v)) {
+      m.coefficient = *c;
+      return m;
+    }
+    const onnx::NodeProto *p = g.producer(v);
+    if (depth > 12 || !p || g.isInitializer(v)) {
+      m.powers["value:" + v] = 1;
+      return m;
+    }
+    auto sub = [&](int i) { return factors(p->input(i), leafOf, depth + 1); };
+    auto merge = [&](Monomial a, const Monomial &b, double sign) {
+      for (auto &[k, e] : b.powers)
+        a.powers[k] += sign * e;
+      a.coefficient *= sign > 0 ? b.coefficient : 1.0 / b.coefficient;
+      a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
+      return a;
+    };
+    std::optional<Monomial> r;
+    if ((isOp(*p, "Mul") || isOp(*p, "Div")) && p->input_size() == 2) {
+      auto a = sub(0), b = sub(1);
+      if (a && b)
+        r = merge(*a, *b, isOp(*p, "Mul") ? 1.0 : -1.0);
+    } else if (isOp(*p, "Reciprocal") || isOp(*p, "Sqrt") ||
+               (isOp(*p, "Pow") && p->input_size() == 2) || isNoOpCast(*p)) {
+      double e = isOp(*p, "Reciprocal") ? -1.0
+                 : isOp(*p, "Sqrt")     ? 0.5
+                                        : 1.0;
+      if (isOp(*p, "Pow")) {
+        auto c = scalar(g, p->input(1));
+        if (!c)
+          return std::nullopt;
+        e = *c;
       }
-      anchor = rm;
-      take(rm);
-      take(sub);
-      take(square);
-      take(var);
-      auto v = affine(*y, /*allowBias=*/true);
-      if (failed(v))
-        return failure();
-      out.kind = NormKind::layer;
-      out.output = *v;
-      return true;
+      auto a = sub(0);
+      if (a) {
+        r = *a;
+        for (auto &[k, pw] : r->powers)
+          pw *= e;
+        r->coefficient = std::pow(r->coefficient, e);
+      }
+    } else {
+      m.powers["value:" + v] = 1;
+      return m;
+    }
+    if (r)
+      r->nodes.push_back(p);
+    return r;
+  }
+
+  /// The decompositions (layer when `layer`, else rms) reading out.output.
+  FailureOr<bool> decomposed(bool layer) {
+    const std::string x = out.output;
+    std::map<std::string, const onnx::NodeProto *> castOf;
+    std::vector<std::string> xs = bases(x, castOf);
+    std::vector<const onnx::NodeProto *> stats;
+    std::map<std::string, std::string> leafOf;
+    std::string center;
+    if (layer) {
+      for (const std::string &b : xs) {
+        for (const onnx::NodeProto *rm : g.consumers(b)) {
+          if (!isOp(*rm, "ReduceMean") || !reducesLastAxis(g, *rm))
+            continue;
+          for (const onnx::NodeProto *sub : g.consumers(rm->output(0)))
+            if (isOp(*sub, "Sub") && sub->input_size() == 2 &&
+                sub->input(1) == rm->output(0) &&
+                llvm::is_contained(xs, sub->input(0))) {
+              center = sub->output(0);
+              stats = {rm, sub};
+            }
+          if (!center.empty())
+            break;
+        }
+        if (!center.empty())
+          break;
+      }
+      if (center.empty())
+        return false;
+      leafOf[center] = "center";
+    } else {
+      for (const std::string &b : xs)
+        leafOf[b] = "center";
+    }
+    std::vector<std::string> us = layer ? std::vector<std::string>{center} : xs;
+    if (layer) {
+      std::map<std::string, const onnx::NodeProto *> more;
+      us = bases(center, more);
+      castOf.insert(more.begin(), more.end());
+    }
+    std::vector<const onnx::NodeProto *> ms;
+    double eps = 0;
+    const onnx::NodeProto *add = meanSquarePlusEps(us, ms, eps);
+    if (!add)
+      return false;
+    stats.insert(stats.end(), ms.begin(), ms.end());
+    const std::string t = add->output(0);
+    leafOf[t] = "t";
+
+    // Breadth-first from t through factor ops: the first value that is
+    // centre · t^-1/2 · (one more factor) is the scaled norm output.
+    std::deque<std::pair<std::string, int>> work{{t, 0}};
+    std::set<std::string> seen{t};
+    while (!work.empty()) {
+      auto [v, depth] = work.front();
+      work.pop_front();
+      if (depth > 8)
+        continue;
+      for (const onnx::NodeProto *c : g.consumers(v)) {
+        bool factorOp = isOp(*c, "Mul") || isOp(*c, "Div") ||
+                        isOp(*c, "Reciprocal") || isOp(*c, "Sqrt") ||
+                        isOp(*c, "Pow") || isNoOpCast(*c);
+        if (!factorOp || c->output_size() != 1)
+          continue;
+        const std::string &o = c->output(0);
+        if (!seen.insert(o).second)
+          continue;
+        auto m = factors(o, leafOf);
+        if (m && std::abs(m->coefficient - 1.0) < 1e-6 &&
+            m->powers.size() == 3 && m->powers["center"] == 1.0 &&
+            m->powers["t"] == -0.5) {
+          std::string w;
+          for (auto &[k, e] : m->powers)
+            if (llvm::StringRef(k).starts_with("value:") && e == 1.0)
+              w = k.substr(6);
+          if (!w.empty())
+            return finish(layer, eps, stats, *m, w, o, castOf);
+        }
+        work.push_back({o, depth + 1});
+      }
     }
     return false;
   }
 
-  /// RMSNorm decomposed.
-  FailureOr<bool> rmsDecomposed() {
-    const std::string x = out.output;
-    const onnx::NodeProto *square = nullptr;
-    const onnx::NodeProto *ms = meanOfSquare(x, square);
-    if (!ms)
-      return false;
-    auto y = rsqrtApply(ms->output(0), x);
-    if (!y)
-      return false;
-    anchor = square;
-    take(square);
-    take(ms);
-    auto v = affine(*y, /*allowBias=*/false);
-    if (failed(v))
+  FailureOr<bool>
+  finish(bool layer, double eps, std::vector<const onnx::NodeProto *> nodes,
+         const Monomial &m, const std::string &w, std::string output,
+         const std::map<std::string, const onnx::NodeProto *> &castOf) {
+    // The node that reads the scale, for messages.
+    const onnx::NodeProto *reader = nullptr;
+    for (const onnx::NodeProto *n : m.nodes)
+      for (const std::string &i : n->input())
+        if (i == w)
+          reader = n;
+    if (failed(addParam("scale", w, *reader)))
       return failure();
-    out.kind = NormKind::rms;
-    out.output = *v;
+    nodes.insert(nodes.end(), m.nodes.begin(), m.nodes.end());
+    for (const auto &entry : castOf) {
+      const std::string &v = entry.first;
+      const onnx::NodeProto *c = entry.second;
+      if (llvm::is_contained(nodes, c) ||
+          llvm::any_of(nodes, [&](const onnx::NodeProto *n) {
+            return llvm::is_contained(n->input(), v);
+          }))
+        nodes.push_back(c);
+    }
+    if (layer) {
+      for (const onnx::NodeProto *add : g.consumers(output)) {
+        if (!isOp(*add, "Add") || add->input_size() != 2)
+          continue;
+        std::string b = add->input(0) == output ? add->input(1) : add->input(0);
+        auto s = g.shape(b);
+        if (g.isInitializer(b) && s && s->size() == 1) {
+          if (failed(addParam("bias", b, *add)))
+            return failure();
+          nodes.push_back(add);
+          output = add->output(0);
+        }
+        break;
+      }
+    }
+    // Every value inside the norm must be read only inside it: the op
+    // computes the norm's output, nothing in between.
+    std::set<const onnx::NodeProto *> mine(nodes.begin(), nodes.end());
+    for (const onnx::NodeProto *n : nodes)
+      for (const std::string &o : n->output())
+        if (o != output)
+          for (const onnx::NodeProto *c : g.consumers(o))
+            if (!mine.count(c))
+              return false;
+    out.kind = layer ? NormKind::layer : NormKind::rms;
+    out.epsilon = eps;
+    out.output = output;
+    out.nodes.assign(mine.begin(), mine.end());
     return true;
   }
 };
 
 } // namespace
+
+bool mlir::moe::frontend::isNoOpCast(const onnx::NodeProto &n) {
+  if (!isOp(n, "Cast") || n.input_size() != 1)
+    return false;
+  int64_t to = attrInt(n, "to", 0);
+  return to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE;
+}
 
 FailureOr<bool> mlir::moe::frontend::matchNorm(const OnnxGraph &g,
                                                llvm::StringRef input,
@@ -327,22 +406,18 @@ FailureOr<bool> mlir::moe::frontend::matchNorm(const OnnxGraph &g,
   NormMatch m{NormKind::layer, 1e-5, input.str(), {}};
   Matcher mt{g, paramPrefix, found, m};
   FailureOr<bool> r = mt.fused();
-  if (succeeded(r) && !*r) {
+  for (bool layer : {true, false}) {
+    if (failed(r) || *r)
+      break;
+    found.clear();
     m = NormMatch{NormKind::layer, 1e-5, input.str(), {}};
-    r = mt.layerDecomposed();
-  }
-  if (succeeded(r) && !*r) {
-    m = NormMatch{NormKind::layer, 1e-5, input.str(), {}};
-    r = mt.rmsDecomposed();
+    r = mt.decomposed(layer);
   }
   if (failed(r) || !*r)
     return r;
-  // A node can be recorded twice (a Constant feeding two matched nodes).
-  std::vector<const onnx::NodeProto *> unique;
-  for (const onnx::NodeProto *n : m.nodes)
-    if (std::find(unique.begin(), unique.end(), n) == unique.end())
-      unique.push_back(n);
-  m.nodes = std::move(unique);
+  llvm::sort(m.nodes, [&](const onnx::NodeProto *a, const onnx::NodeProto *b) {
+    return g.indexOf(*a) < g.indexOf(*b);
+  });
   out = std::move(m);
   params.insert(params.end(), found.begin(), found.end());
   return true;

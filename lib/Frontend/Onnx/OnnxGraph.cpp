@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "OnnxGraph.h"
+#include "StaticEval.h"
 #include "moe/Frontend/TensorData.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -281,6 +282,30 @@ void OnnxGraph::inferShapes() {
     if (!shapes_.count(vi.name()))
       if (auto s = shapeOf(vi.type()))
         shapes_[vi.name()] = *s;
+  propagateShapes();
+}
+
+/// ONNX's own inference cannot see through shape arithmetic (Reshape
+/// targets built from Shape / Gather / Concat) without its data
+/// propagation, which crashes on malformed graphs (the fuzzer found a
+/// SEGV inside libonnx 1.12). StaticEval in shapes mode does that part:
+/// from the graph inputs' declared shapes, every value whose shape
+/// follows gets it, in graph order.
+void OnnxGraph::propagateShapes() {
+  StaticEval eval(*this, StaticEval::Mode::shapes);
+  auto known = [](const std::vector<int64_t> &s) {
+    return llvm::all_of(s, [](int64_t d) { return d >= 0; });
+  };
+  for (const onnx::NodeProto *n : nodes_)
+    for (const std::string &o : n->output()) {
+      if (o.empty())
+        continue;
+      auto it = shapes_.find(o);
+      if (it != shapes_.end() && known(it->second))
+        continue;
+      if (const StaticTensor *t = eval.value(o))
+        shapes_[o] = t->shape;
+    }
 }
 
 //===----------------------------------------------------------------------===//
@@ -357,7 +382,10 @@ std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
   if (!n || *n > kMaxValues)
     return std::nullopt;
   int32_t dt = t->data_type();
-  bool isInt = dt == onnx::TensorProto::INT64 || dt == onnx::TensorProto::INT32;
+  bool isByte = dt == onnx::TensorProto::BOOL ||
+                dt == onnx::TensorProto::UINT8 || dt == onnx::TensorProto::INT8;
+  bool isInt = dt == onnx::TensorProto::INT64 ||
+               dt == onnx::TensorProto::INT32 || isByte;
   bool isFloat =
       dt == onnx::TensorProto::FLOAT || dt == onnx::TensorProto::DOUBLE;
   if (!isInt && !(floatsToo && isFloat))
@@ -374,6 +402,13 @@ std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
         break;
       case onnx::TensorProto::INT32:
         out.push_back(T(readLE<int32_t>(p + i * 4)));
+        break;
+      case onnx::TensorProto::INT8:
+        out.push_back(T(readLE<int8_t>(p + i)));
+        break;
+      case onnx::TensorProto::BOOL:
+      case onnx::TensorProto::UINT8:
+        out.push_back(T(readLE<uint8_t>(p + i)));
         break;
       case onnx::TensorProto::FLOAT:
         out.push_back(T(readLE<float>(p + i * 4)));
@@ -395,7 +430,10 @@ std::optional<std::vector<T>> OnnxGraph::numbers(llvm::StringRef value,
   case onnx::TensorProto::INT64:
     return take(t->int64_data());
   case onnx::TensorProto::INT32:
-    return take(t->int32_data());
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::INT8:
+    return take(t->int32_data()); // ONNX keeps narrow ints in int32_data
   case onnx::TensorProto::FLOAT:
     return take(t->float_data());
   default:

@@ -95,6 +95,7 @@ private:
   LogicalResult checkArity(const onnx::NodeProto &node) const;
   void addConstantNode(const onnx::NodeProto &node);
   void inferShapes();
+  void propagateShapes();
   std::optional<std::string> rawBytes(const onnx::TensorProto &t,
                                       uint64_t limit) const;
   /// A small constant's INT32/INT64 values (and, with `floatsToo`,

@@ -23,8 +23,10 @@
 #include "Patterns.h"
 
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/raw_ostream.h"
 #include "llvm/Support/Path.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 using namespace mlir;
@@ -135,10 +137,16 @@ bool knownSublayerOp(const onnx::NodeProto &n) {
   return known.contains(n.op_type());
 }
 
+/// The op a node became: its block (-1: model-level) and site.
+struct Site {
+  int64_t block;
+  OpSite site;
+};
+
 class Importer {
 public:
   Importer(const OnnxGraph &g, const ImportOptions &opts)
-      : g(g), opts(opts), spec() {}
+      : g(g), opts(opts), spec(), eval(g) {}
 
   OwningOpRef<ModuleOp> run();
 
@@ -146,7 +154,13 @@ private:
   const OnnxGraph &g;
   const ImportOptions &opts;
   ModelSpec spec;
-  std::unordered_set<const onnx::NodeProto *> claimed;
+  StaticEval eval;
+  /// Nodes the recognised parts compute, and the op each becomes (several
+  /// for a fused node such as com.microsoft.MoE).
+  std::unordered_map<const onnx::NodeProto *, std::vector<Site>> claimed;
+  /// Statically known nodes attributed to the op that reads them.
+  std::unordered_map<const onnx::NodeProto *, Site> plumbing;
+  int64_t currentBlock = -1;
   const onnx::NodeProto *embedding = nullptr;
   std::string tableName;
 
@@ -154,12 +168,33 @@ private:
   const onnx::NodeProto *residualAdd(const std::string &stream) const;
   LogicalResult sublayer(const std::string &stream, const onnx::NodeProto &add,
                          BlockSpec &block, int index, bool attention);
+  /// HF's RMSNorm upcasts the stream (`hidden_states.to(float32)`) and
+  /// torch.onnx.export then reads the residual from the Cast: when the
+  /// stream's only reader is a no-op Cast, the stream continues after it
+  /// and the Cast is a no-op of the op that produced the stream.
+  void passNoOpCast(std::string &stream, Site producer) {
+    auto cs = g.consumers(stream);
+    if (cs.size() != 1 || !isNoOpCast(*cs.front()))
+      return;
+    claimed[cs.front()].push_back(producer);
+    stream = cs.front()->output(0);
+  }
+  LogicalResult accountFor(const moe::frontend::Region &r,
+                           const Claims &claims, const onnx::NodeProto &add,
+                           int index, bool attention);
   LogicalResult head(const std::string &stream, int blocks);
   LogicalResult loss(const std::string &logits);
   LogicalResult everythingClaimed();
+  void attributePlumbing();
+  void recordOrigins();
+  LogicalResult checkOrigins(ModuleOp module) const;
+  void report(llvm::raw_ostream &os) const;
   InFlightDiagnostic unsupported(const onnx::NodeProto &n) const;
 
-  void claim(const onnx::NodeProto *n) { claimed.insert(n); }
+  /// Model-level claims (embedding, final norm, head, loss).
+  void claim(const onnx::NodeProto *n, OpSite site) {
+    claimed[n].push_back(Site{-1, site});
+  }
   std::string otherOperand(const onnx::NodeProto &add,
                            const std::string &v) const {
     return add.input(0) == v ? add.input(1) : add.input(0);
@@ -238,7 +273,7 @@ LogicalResult Importer::findEmbedding(std::string &stream) {
   spec.embed = table[1];
   spec.embeddingLoc = g.loc(*embedding);
   spec.params.push_back({"embed.table", table, source(tableName)});
-  claim(embedding);
+  claim(embedding, OpSite::embedding);
 
   auto ts = g.shape(tokens->name());
   if (!ts || ts->size() != 2) {
@@ -312,9 +347,10 @@ LogicalResult Importer::sublayer(const std::string &stream,
   static const Matcher ffn[] = {matchContribMoe, matchTorchMoe, matchDenseFfn};
   llvm::ArrayRef<Matcher> matchers(attention ? llvm::ArrayRef<Matcher>(attn)
                                              : llvm::ArrayRef<Matcher>(ffn));
-  MatchTarget t{block, index, spec.params};
   for (Matcher m : matchers) {
     size_t mark = spec.params.size();
+    Claims claims;
+    MatchTarget t{block, index, spec.params, claims, eval};
     FailureOr<bool> ok = m(g, r, t);
     if (failed(ok))
       return failure();
@@ -322,10 +358,7 @@ LogicalResult Importer::sublayer(const std::string &stream,
       spec.params.resize(mark); // "not mine" adds nothing; make sure
       continue;
     }
-    for (const onnx::NodeProto *n : r.nodes)
-      claim(n);
-    claim(&add);
-    return success();
+    return accountFor(r, claims, add, index, attention);
   }
   // Nobody recognised it: point at the first node no pattern uses, else at
   // the start of the region.
@@ -344,6 +377,47 @@ LogicalResult Importer::sublayer(const std::string &stream,
   return failure();
 }
 
+/// Every node of a recognised sublayer is either claimed by the matcher
+/// (it computes part of the op the matcher built) or statically known (shape
+/// plumbing, constants, masks, tables: attributed to the op that reads it).
+/// Anything else would silently vanish from the model: an error at it.
+LogicalResult Importer::accountFor(const moe::frontend::Region &r,
+                                   const Claims &claims,
+                                   const onnx::NodeProto &add, int index,
+                                   bool attention) {
+  std::unordered_map<const onnx::NodeProto *, std::vector<OpSite>> mine;
+  for (auto [n, site] : claims.nodes)
+    if (!llvm::is_contained(mine[n], site))
+      mine[n].push_back(site);
+  for (const onnx::NodeProto *n : r.nodes) {
+    if (mine.count(n) || eval.knownNode(*n))
+      continue;
+    unsupported(*n) << " in block " << index << "'s "
+                    << (attention ? "attention" : "FFN")
+                    << " sublayer is not part of the recognised pattern ("
+                    << (attention ? "pre-norm, Q/K/V/O projections, head "
+                                    "reshapes, rotary, scale, causal mask, "
+                                    "softmax, P·V"
+                                  : "pre-norm, router, top-k, expert "
+                                    "dispatch, expert FFNs, weighted "
+                                    "combine, shared experts")
+                    << "); importing the sublayer without it would compute "
+                       "a different function";
+    return failure();
+  }
+  for (auto &[n, sites] : mine) {
+    if (claimed.count(n)) {
+      g.error(*n) << "internal: node claimed by two sublayers";
+      return failure();
+    }
+    for (OpSite site : sites)
+      claimed[n].push_back(Site{index, site});
+  }
+  claimed[&add].push_back(
+      Site{index, attention ? OpSite::attnResidual : OpSite::ffnResidual});
+  return success();
+}
+
 /// Final norm, LM head and loss after the last block.
 LogicalResult Importer::head(const std::string &stream, int blocks) {
   NormMatch nm{NormKind::layer, 1e-5, stream, {}};
@@ -355,7 +429,7 @@ LogicalResult Importer::head(const std::string &stream, int blocks) {
     spec.finalNorm = nm.kind;
     spec.finalEpsilon = nm.epsilon;
     for (const onnx::NodeProto *n : nm.nodes)
-      claim(n);
+      claim(n, OpSite::finalNorm);
     cur = nm.output;
   } else {
     spec.finalNorm = std::nullopt;
@@ -400,7 +474,7 @@ LogicalResult Importer::head(const std::string &stream, int blocks) {
     }
     transposed = !transposed;
     w = tr->input(0);
-    claim(tr);
+    claim(tr, OpSite::lmHead);
   }
   if (!g.isInitializer(w)) {
     g.error(*lm) << "LM head weight '" << w
@@ -432,7 +506,7 @@ LogicalResult Importer::head(const std::string &stream, int blocks) {
         {"lm_head.weight", {spec.embed, spec.vocab}, source(w, transposed)});
   }
   spec.headLoc = g.loc(*lm);
-  claim(lm);
+  claim(lm, OpSite::lmHead);
   return loss(lm->output(0));
 }
 
@@ -449,7 +523,7 @@ LogicalResult Importer::loss(const std::string &logitsIn) {
     std::vector<const onnx::NodeProto *> cs;
     for (const onnx::NodeProto *c : g.consumers(logits)) {
       if (isOp(*c, "Shape") || isOp(*c, "Size"))
-        claim(c);
+        claim(c, OpSite::loss);
       else
         cs.push_back(c);
     }
@@ -464,7 +538,7 @@ LogicalResult Importer::loss(const std::string &logitsIn) {
       return failure();
     }
     if (isView(*c) && c->input(0) == logits && cs.size() == 1) {
-      claim(c);
+      claim(c, OpSite::loss);
       logits = c->output(0);
       continue;
     }
@@ -481,7 +555,7 @@ LogicalResult Importer::loss(const std::string &logitsIn) {
                            "by NegativeLogLikelihoodLoss";
         return failure();
       }
-      claim(c);
+      claim(c, OpSite::loss);
     } else {
       unsupported(*c) << " after the LM head: expected the logits as a graph "
                          "output, SoftmaxCrossEntropyLoss, or LogSoftmax + "
@@ -503,7 +577,7 @@ LogicalResult Importer::loss(const std::string &logitsIn) {
     while (const onnx::NodeProto *p = g.producer(labels)) {
       if (!isView(*p))
         break;
-      claim(p);
+      claim(p, OpSite::loss);
       labels = p->input(0);
     }
     bool isInput = false;
@@ -515,7 +589,7 @@ LogicalResult Importer::loss(const std::string &logitsIn) {
                          << "' must be a graph input";
       return failure();
     }
-    claim(lossNode);
+    claim(lossNode, OpSite::loss);
     return success();
   }
 }
@@ -537,9 +611,11 @@ LogicalResult Importer::everythingClaimed() {
       if (const onnx::NodeProto *p = in.empty() ? nullptr : g.producer(in))
         work.push_back(p);
   }
-  // Nodes that read no graph input (constant folding leftovers) are inert.
+  // Statically known nodes (constant folding leftovers, shape plumbing)
+  // count for the op that reads them (attributePlumbing).
   for (const onnx::NodeProto *n : g.nodes()) {
-    if (claimed.count(n) || !live.count(n) || !g.readsInputs(*n))
+    if (claimed.count(n) || !live.count(n) || !g.readsInputs(*n) ||
+        eval.knownNode(*n))
       continue;
     unsupported(*n) << " outside the recognised embedding, blocks, final "
                        "norm, LM head and loss";
@@ -548,17 +624,152 @@ LogicalResult Importer::everythingClaimed() {
   return success();
 }
 
+/// Attributes each statically known, unclaimed node that feeds a claimed
+/// (or attributed) node to that node's op: in reverse graph order, the
+/// first reader with an op decides.
+void Importer::attributePlumbing() {
+  auto nodes = g.nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    const onnx::NodeProto *n = *it;
+    if (claimed.count(n))
+      continue;
+    for (const std::string &o : n->output()) {
+      for (const onnx::NodeProto *c : o.empty()
+                                          ? llvm::ArrayRef<const onnx::NodeProto *>()
+                                          : g.consumers(o)) {
+        auto cl = claimed.find(c);
+        auto pl = plumbing.find(c);
+        if (cl != claimed.end()) {
+          plumbing.insert({n, cl->second.front()});
+          break;
+        }
+        if (pl != plumbing.end()) {
+          plumbing.insert({n, pl->second});
+          break;
+        }
+      }
+      if (plumbing.count(n))
+        break;
+    }
+  }
+}
+
+/// ModelSpec::origins: each op's claimed nodes (then its plumbing), in
+/// graph order.
+void Importer::recordOrigins() {
+  for (const onnx::NodeProto *n : g.nodes())
+    if (auto it = claimed.find(n); it != claimed.end())
+      for (Site s : it->second)
+        spec.origins[{s.block, s.site}].push_back(g.loc(*n));
+  for (const onnx::NodeProto *n : g.nodes())
+    if (auto it = plumbing.find(n); it != plumbing.end())
+      spec.origins[{it->second.block, it->second.site}].push_back(g.loc(*n));
+}
+
+/// The names of the source locations an op of `module` carries.
+static void originNames(Operation *op, std::vector<std::string> &out) {
+  auto fused = dyn_cast<FusedLoc>(op->getLoc());
+  auto tag = fused ? dyn_cast_or_null<StringAttr>(fused.getMetadata())
+                   : StringAttr();
+  if (!tag || tag.getValue() != kOriginsLocTag)
+    return;
+  for (Location l : fused.getLocations())
+    if (auto name = dyn_cast<NameLoc>(l))
+      out.push_back(name.getName().str());
+}
+
+/// The built module carries every claimed node exactly once (one op's
+/// location): what the report prints is what the IR says.
+LogicalResult Importer::checkOrigins(ModuleOp module) const {
+  std::unordered_map<std::string, int> seen;
+  module.walk([&](Operation *op) {
+    std::vector<std::string> names;
+    originNames(op, names);
+    for (const std::string &n : names)
+      ++seen[n];
+  });
+  for (const onnx::NodeProto *n : g.nodes()) {
+    if (!claimed.count(n) && !plumbing.count(n))
+      continue;
+    auto it = claimed.find(n);
+    int want = it != claimed.end() ? int(it->second.size()) : 1;
+    int k = seen[g.nodeName(*n)];
+    if (k != want) {
+      g.error(*n) << "internal: the imported IR names this node in " << k
+                  << " ops' locations; expected " << want;
+      return failure();
+    }
+  }
+  return success();
+}
+
+/// `moe-opt --onnx-report`: per block, which ONNX nodes each op computes.
+void Importer::report(llvm::raw_ostream &os) const {
+  size_t dead = 0;
+  for (const onnx::NodeProto *n : g.nodes())
+    if (!claimed.count(n) && !plumbing.count(n))
+      ++dead;
+  os << "ONNX import report: " << g.path() << "\n"
+     << "  " << g.nodes().size() << " nodes: " << claimed.size()
+     << " computed by the ops below, " << plumbing.size()
+     << " statically known (shape plumbing, constants, masks, tables; "
+        "listed after '+' with the op that reads them), "
+     << dead << " unused (dead or constant-only, not part of the model)\n";
+  auto line = [&](int64_t block, OpSite site) {
+    std::vector<const onnx::NodeProto *> own, extra;
+    for (const onnx::NodeProto *n : g.nodes()) {
+      auto c = claimed.find(n);
+      if (c != claimed.end() &&
+          llvm::any_of(c->second, [&](Site s) {
+            return s.block == block && s.site == site;
+          }))
+        own.push_back(n);
+      auto p = plumbing.find(n);
+      if (p != plumbing.end() && p->second.block == block &&
+          p->second.site == site)
+        extra.push_back(n);
+    }
+    if (own.empty() && extra.empty())
+      return;
+    os << "  " << opSiteName(site) << " <- " << own.size() << " node"
+       << (own.size() == 1 ? "" : "s") << ":";
+    for (const onnx::NodeProto *n : own)
+      os << " " << g.nodeName(*n) << " (" << n->op_type() << ")";
+    if (!extra.empty()) {
+      os << "; + " << extra.size() << " static:";
+      for (const onnx::NodeProto *n : extra)
+        os << " " << g.nodeName(*n);
+    }
+    os << "\n";
+  };
+  os << "model:\n";
+  line(-1, OpSite::embedding);
+  for (size_t b = 0; b < spec.blocks.size(); ++b) {
+    os << "block " << b << ":\n";
+    for (OpSite s : {OpSite::attention, OpSite::attnResidual, OpSite::ffnNorm,
+                     OpSite::gate, OpSite::dispatch, OpSite::expert,
+                     OpSite::combine, OpSite::sharedExpert, OpSite::sharedAdd,
+                     OpSite::ffnResidual})
+      line(b, s);
+  }
+  os << "head:\n";
+  for (OpSite s : {OpSite::finalNorm, OpSite::lmHead, OpSite::loss})
+    line(-1, s);
+}
+
 OwningOpRef<ModuleOp> Importer::run() {
   std::string stream;
   if (failed(findEmbedding(stream)))
     return nullptr;
 
   int index = 0;
+  passNoOpCast(stream, Site{-1, OpSite::embedding});
   while (const onnx::NodeProto *add1 = residualAdd(stream)) {
     BlockSpec block(g.loc(*add1));
     if (failed(sublayer(stream, *add1, block, index, /*attention=*/true)))
       return nullptr;
     std::string mid = add1->output(0);
+    passNoOpCast(mid, Site{index, OpSite::attnResidual});
     const onnx::NodeProto *add2 = residualAdd(mid);
     if (!add2) {
       g.error(*add1) << "block " << index
@@ -572,6 +783,7 @@ OwningOpRef<ModuleOp> Importer::run() {
       block.moe->capacityFactor = opts.capacityFactor;
     spec.blocks.push_back(std::move(block));
     stream = add2->output(0);
+    passNoOpCast(stream, Site{index, OpSite::ffnResidual});
     ++index;
   }
   if (index == 0) {
@@ -603,7 +815,14 @@ OwningOpRef<ModuleOp> Importer::run() {
   spec.origin += "opset " + std::to_string(g.opset("")) + ")";
   spec.nodes = opts.nodes;
   spec.gpusPerNode = opts.gpusPerNode;
-  return buildModule(spec, g.context());
+  attributePlumbing();
+  recordOrigins();
+  OwningOpRef<ModuleOp> module = buildModule(spec, g.context());
+  if (!module || failed(checkOrigins(*module)))
+    return nullptr;
+  if (opts.report)
+    report(*opts.report);
+  return module;
 }
 
 OwningOpRef<ModuleOp> importGraph(const OnnxGraph &g,

@@ -18,6 +18,7 @@
 #define MOE_LIB_FRONTEND_ONNX_PATTERNS_H
 
 #include "OnnxGraph.h"
+#include "StaticEval.h"
 
 #include "moe/Frontend/ModelSpec.h"
 
@@ -27,6 +28,10 @@
 #include <vector>
 
 namespace mlir::moe::frontend {
+
+/// A Cast that changes nothing in a float32 model (to float32 or float64):
+/// represented as a no-op of the op whose nodes it sits between.
+bool isNoOpCast(const onnx::NodeProto &n);
 
 /// The nodes computing `output` from `input` (and constants), in graph order.
 struct Region {
@@ -41,12 +46,40 @@ struct Region {
 Region collectRegion(const OnnxGraph &g, llvm::StringRef input,
                      llvm::StringRef output);
 
+/// The nodes a matcher represents, each with the op it becomes. A matcher
+/// claims exactly the nodes whose computation that op performs (its
+/// projections, norm, rotary, mask application, fp32 no-op Casts, ...);
+/// the importer then requires every other node of the region to be
+/// statically known (shape plumbing, constants, masks and tables, which
+/// count for the op that reads them) and refuses the model otherwise.
+struct Claims {
+  std::vector<std::pair<const onnx::NodeProto *, OpSite>> nodes;
+  void add(const onnx::NodeProto *n, OpSite site) {
+    if (n)
+      nodes.push_back({n, site});
+  }
+  void add(const std::vector<const onnx::NodeProto *> &ns, OpSite site) {
+    for (const onnx::NodeProto *n : ns)
+      add(n, site);
+  }
+  bool contains(const onnx::NodeProto *n) const {
+    for (const auto &c : nodes)
+      if (c.first == n)
+        return true;
+    return false;
+  }
+};
+
 /// What a sublayer matcher writes into.
 struct MatchTarget {
   BlockSpec &block;
   int blockIndex;
   /// Parameters found (names as ModelSpec.h lists them, with sources).
   std::vector<ParamSpec> &params;
+  /// The nodes the match represents (filled only when it returns true).
+  Claims &claims;
+  /// Values known without running the model (masks, tables, shapes).
+  StaticEval &eval;
 };
 
 /// A norm at the start of `region` reading region.input: LayerNormalization

@@ -462,10 +462,13 @@ groupFfns(const RegionView &rv, const std::vector<WeightUse> &projections) {
       usedBy[p->node] = w.node;
     }
     if (acts.empty()) {
-      g.error(*w.node) << "no activation (Relu, Gelu/Erf/Tanh, Sigmoid·x) "
-                          "between the FFN's projections and '"
-                       << w.source.initializers[0] << "'";
-      return failure();
+      // Nothing recognisable by op type: probeActivation evaluates what
+      // lies between and names it.
+      f.up = *firsts[0];
+      if (firsts.size() == 2)
+        f.gate = *firsts[1];
+      out.push_back(std::move(f));
+      continue;
     }
     // Which activation, and which projection it is applied to.
     std::unordered_set<std::string> kinds;
@@ -526,6 +529,125 @@ groupFfns(const RegionView &rv, const std::vector<WeightUse> &projections) {
     return g.indexOf(*a.down.node) < g.indexOf(*b.down.node);
   });
   return out;
+}
+
+std::vector<const NodeProto *> projectionNodes(const RegionView &rv,
+                                              const WeightUse &w) {
+  std::vector<const NodeProto *> out{w.node};
+  std::string v = w.node->input(1);
+  for (int hop = 0; hop < 4; ++hop) {
+    const NodeProto *p = rv.prod(v);
+    if (!p || (p->op_type() != "Transpose" && p->op_type() != "Identity"))
+      break;
+    out.push_back(p);
+    v = p->input(0);
+  }
+  return out;
+}
+
+std::vector<const NodeProto *> ffnInner(const RegionView &rv,
+                                        const FfnMatch &f) {
+  std::vector<const NodeProto *> out;
+  auto stop = [&](const NodeProto &n) {
+    return &n == f.up->node || (f.gate && &n == f.gate->node);
+  };
+  for (const NodeProto *n : rv.backwardNodes(f.down.data, stop))
+    if (!stop(*n))
+      out.push_back(n);
+  return out;
+}
+
+namespace {
+double geluErf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double geluTanh(double x) {
+  return 0.5 * x *
+         (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+double relu(double x) { return x > 0 ? x : 0.0; }
+} // namespace
+
+LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
+                              FfnMatch &f) {
+  const OnnxGraph &g = rv.graph();
+  int64_t h = f.hidden();
+  if (h <= 0 || h > StaticEval::kMaxElements / 4) {
+    g.error(*f.down.node) << "FFN hidden size " << h
+                          << " is out of range for evaluating its activation";
+    return failure();
+  }
+  auto rank = rankOf(g, f.up->node->output(0));
+  std::vector<int64_t> shape(std::clamp<int64_t>(rank.value_or(2), 1, 8) - 1,
+                             1);
+  shape.push_back(h);
+  StaticTensor u, gt;
+  u.shape = gt.shape = shape;
+  for (int64_t i = 0; i < h; ++i) {
+    double t = h > 1 ? double(i) / double(h - 1) : 0.5;
+    u.data.push_back(-6.0 + 12.0 * t);
+    gt.data.push_back(5.0 - 9.5 * t * t);
+  }
+  std::map<std::string, StaticTensor> in{{f.up->node->output(0), u}};
+  if (f.gate)
+    in[f.gate->node->output(0)] = gt;
+  auto y = eval.probe(in, f.down.data);
+  if (!y || int64_t(y->data.size()) != h) {
+    static const llvm::StringSet<> known = {
+        "Mul", "Div", "Add", "Sub", "Erf", "Tanh", "Sigmoid", "Relu", "Pow",
+        "Neg", "Exp", "Identity", "Cast", "Reshape", "Constant"};
+    const NodeProto *culprit = nullptr;
+    for (const NodeProto *n : ffnInner(rv, f))
+      if (!known.contains(n->op_type()))
+        culprit = n;
+    InFlightDiagnostic d = g.error(culprit ? *culprit : *f.down.node);
+    d << "the FFN before '" << f.down.source.initializers[0] << "' applies ";
+    if (culprit)
+      d << culprit->op_type() << ", which is";
+    else
+      d << "something that is";
+    d << " not one of the moe dialect's activations (relu, gelu, silu)";
+    return failure();
+  }
+  struct Act {
+    Activation kind;
+    double (*fn)(double);
+  };
+  const Act acts[] = {{Activation::relu, relu},
+                      {Activation::gelu, geluErf},
+                      {Activation::silu, silu}};
+  auto matches = [&](double (*fn)(double), bool swapped) {
+    for (int64_t i = 0; i < h; ++i) {
+      double a = swapped ? u.data[i] : gt.data[i];
+      double b = swapped ? gt.data[i] : u.data[i];
+      double want = f.gate ? fn(a) * b : fn(u.data[i]);
+      // fp32 constants (sqrt(2), 0.5) evaluated in double: ~1e-8 off;
+      // GELU's tanh approximation is ~1e-4 off.
+      if (std::fabs(y->data[i] - want) > 1e-6 * (1.0 + std::fabs(want)))
+        return false;
+    }
+    return true;
+  };
+  for (bool swapped : {false, true}) {
+    if (swapped && !f.gate)
+      break;
+    for (const Act &a : acts)
+      if (matches(a.fn, swapped)) {
+        f.activation = a.kind;
+        if (swapped)
+          std::swap(f.up, f.gate);
+        return success();
+      }
+  }
+  InFlightDiagnostic d = g.error(*f.down.node);
+  d << "the FFN before '" << f.down.source.initializers[0] << "' computes ";
+  if (matches(geluTanh, false) || (f.gate && matches(geluTanh, true)))
+    d << "GELU with the tanh approximation, which is not the moe dialect's "
+         "exact (erf) GELU";
+  else
+    d << "an activation that is none of relu, gelu (erf) and silu"
+      << (f.gate ? " applied to one projection times the other" : "")
+      << " (evaluated on probe values)";
+  return failure();
 }
 
 static ParamSpec stackParam(const std::string &name,

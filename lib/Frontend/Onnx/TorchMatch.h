@@ -118,6 +118,41 @@ struct FfnMatch {
 FailureOr<std::vector<FfnMatch>>
 groupFfns(const RegionView &rv, const std::vector<WeightUse> &projections);
 
+/// The nodes between an FFN's up/gate projections and its down projection
+/// (the activation and the gating product; casts), not the projections.
+std::vector<const onnx::NodeProto *> ffnInner(const RegionView &rv,
+                                              const FfnMatch &f);
+
+/// Evaluates the nodes between the FFN's up (and gate) outputs and its down
+/// input on probe values (StaticEval::probe) and sets f.activation to the
+/// `moe` activation they compute exactly: relu, gelu (erf), silu; gated:
+/// act(gate) * up (swapping up and gate when the other one is activated).
+/// Anything else (GELU's tanh approximation, a scaled or shifted
+/// activation, ...) is an error at the FFN's down projection.
+LogicalResult probeActivation(StaticEval &eval, const RegionView &rv,
+                              FfnMatch &f);
+
+/// The projection node and its weight-side Transpose / Identity (in the
+/// region): the nodes a projection claims.
+std::vector<const onnx::NodeProto *> projectionNodes(const RegionView &rv,
+                                                     const WeightUse &w);
+
+/// The recognised pieces of a routed MoE sublayer (TorchMoe.cpp).
+struct RoutingParts {
+  const RegionView &rv;
+  StaticEval &eval;
+  const onnx::NodeProto *router;
+  const std::vector<FfnMatch> &experts, &shared;
+  const NormMatch *norm;
+  bool normalize;
+};
+
+/// Claims every node of the MoE sublayer for the `moe` op that computes it
+/// (MoeRouting.cpp): norm, gate, dispatch, experts, combine, shared
+/// experts and their add; an error at the first node that is none of
+/// these.
+LogicalResult claimRouting(const RoutingParts &p, Claims &claims);
+
 /// Adds params "<prefix>.{up,gate,down}" for a list of FFNs: stacked along
 /// an expert axis when `stacked`, else the single FFN.
 void addFfnParams(const OnnxGraph &g, const std::vector<FfnMatch> &ffns,

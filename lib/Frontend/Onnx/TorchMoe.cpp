@@ -29,21 +29,6 @@ using onnx::NodeProto;
 
 namespace {
 
-const llvm::StringSet<> &moeOps() {
-  static const llvm::StringSet<> ops = {
-      "MatMul", "Gemm", "Einsum", "Transpose", "Reshape", "Flatten", "Squeeze",
-      "Unsqueeze", "Concat", "Split", "Slice", "Gather", "GatherElements",
-      "GatherND", "ScatterND", "ScatterElements", "NonZero", "OneHot",
-      "CumSum", "TopK", "ArgMax", "ReduceMax", "ReduceSum", "ReduceMean",
-      "Softmax", "Sigmoid", "Relu", "Erf", "Tanh", "Gelu", "Div", "Mul", "Add",
-      "Sub", "Neg", "Pow", "Sqrt", "Reciprocal", "Cast", "Shape", "Constant",
-      "ConstantOfShape", "Identity", "Expand", "Tile", "Range", "Where",
-      "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not",
-      "And", "Or", "Clip", "Max", "Min", "Abs", "Floor", "Ceil",
-      "LayerNormalization", "Dropout", "Size"};
-  return ops;
-}
-
 /// The nearest constant expert index selecting this expert's tokens: a
 /// Gather with a scalar constant index (mask[e], dispatched[e]) or an Equal
 /// against a constant (sel == e). nullopt when none.
@@ -143,233 +128,273 @@ std::optional<std::vector<int64_t>> tokenShape(const OnnxGraph &g,
 
 } // namespace
 
-FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
-                              MatchTarget &t) {
-  RegionView rv(g, r);
-  auto topks = rv.ofType("TopK"), argmaxes = rv.ofType("ArgMax");
-  if (topks.empty() && argmaxes.empty())
-    return false;
-  const NodeProto *sel = !topks.empty() ? topks[0] : argmaxes[0];
+namespace {
 
-  for (const NodeProto *n : r.nodes)
-    if (!moeOps().contains(n->op_type())) {
-      g.error(*n) << "node of type " << n->op_type()
-                  << " in the MoE sublayer is not understood";
-      return failure();
-    }
-  if (failed(rejectBiases(rv, "MoE")))
-    return failure();
+/// The MoE sublayer as the matcher sees it, filled role by role.
+struct MoeCtx {
+  const OnnxGraph &g;
+  const Region &r;
+  RegionView rv;
+  MatchTarget &t;
+  std::vector<const NodeProto *> topks, argmaxes;
+  const NodeProto *sel = nullptr, *scoresNode = nullptr, *routerNode = nullptr;
+  std::optional<WeightUse> router;
+  bool logitsTopK = false;
+  MoeLayerSpec spec;
+  std::vector<FfnMatch> ffns, shared;
+  MoeCtx(const OnnxGraph &g, const Region &r, MatchTarget &t)
+      : g(g), r(r), rv(g, r), t(t), spec(UnknownLoc::get(g.context())) {}
+  int64_t experts() const { return router->shape[1]; }
+};
 
-  // Router: the Softmax / Sigmoid scores behind the selection and the
-  // weight MatMul behind them. TopK over raw logits followed by a Softmax of
-  // the kept values is the same gate as softmax -> top-k -> renormalise.
-  const NodeProto *scoresNode = nullptr, *routerNode = nullptr;
-  for (const NodeProto *n : rv.backwardNodes(sel->input(0))) {
-    if (!scoresNode &&
+/// The router behind the selection (every style): the Softmax / Sigmoid
+/// scores and the weight MatMul behind them. TopK over raw logits followed
+/// by a Softmax of the kept values (Mixtral as some code bases write it) is
+/// the same gate as softmax -> top-k -> renormalise.
+LogicalResult findRouter(MoeCtx &c) {
+  const OnnxGraph &g = c.g;
+  for (const NodeProto *n : c.rv.backwardNodes(c.sel->input(0))) {
+    if (!c.scoresNode &&
         (n->op_type() == "Softmax" || n->op_type() == "Sigmoid"))
-      scoresNode = n;
+      c.scoresNode = n;
     if (auto w = weightUse(g, *n); w && w->shape.size() == 2) {
-      routerNode = n;
+      c.routerNode = n;
+      c.router = *w;
       break;
     }
   }
-  if (!routerNode) {
-    g.error(*sel) << "expert selection is not computed from a router "
-                     "projection (a MatMul with an M x E weight)";
+  if (!c.routerNode) {
+    g.error(*c.sel) << "expert selection is not computed from a router "
+                       "projection (a MatMul with an M x E weight)";
     return failure();
   }
-  WeightUse router = *weightUse(g, *routerNode);
-  int64_t experts = router.shape[1], m = router.shape[0];
-  bool logitsTopK = false;
-  if (!scoresNode && !topks.empty())
-    for (const NodeProto *u : rv.users(sel->output(0)))
+  if (!c.scoresNode && !c.topks.empty())
+    for (const NodeProto *u : c.rv.users(c.sel->output(0)))
       if (u->op_type() == "Softmax") {
-        scoresNode = u;
-        logitsTopK = true;
+        c.scoresNode = u;
+        c.logitsTopK = true;
       }
-  if (!scoresNode) {
-    g.error(*sel) << "router scores are neither a Softmax nor a Sigmoid of "
-                     "the router logits";
+  if (!c.scoresNode) {
+    g.error(*c.sel) << "router scores are neither a Softmax nor a Sigmoid of "
+                       "the router logits";
     return failure();
   }
-  MoeLayerSpec spec(g.loc(*sel));
-  spec.experts = experts;
-  spec.gate = scoresNode->op_type() == "Sigmoid" ? GateKind::sigmoid
-                                                 : GateKind::softmax_topk;
-  if (scoresNode->op_type() == "Softmax") {
-    int64_t axis = attrInt(*scoresNode, "axis", g.opset() >= 13 ? -1 : 1);
-    auto s = g.shape(scoresNode->input(0));
+  c.spec.loc = g.loc(*c.sel);
+  c.spec.experts = c.experts();
+  c.spec.gate = c.scoresNode->op_type() == "Sigmoid" ? GateKind::sigmoid
+                                                     : GateKind::softmax_topk;
+  if (c.scoresNode->op_type() == "Softmax") {
+    int64_t axis = attrInt(*c.scoresNode, "axis", g.opset() >= 13 ? -1 : 1);
+    auto s = g.shape(c.scoresNode->input(0));
     if (!s)
-      s = g.shape(router.data); // MatMul keeps its input's rank
+      s = g.shape(c.router->data); // MatMul keeps its input's rank
     if (axis != -1 && s && axis != static_cast<int64_t>(s->size()) - 1) {
-      g.error(*scoresNode) << "router softmax is over axis " << axis
-                           << ", not over the experts";
+      g.error(*c.scoresNode) << "router softmax is over axis " << axis
+                             << ", not over the experts";
       return failure();
     }
   }
+  return success();
+}
 
-  // k: TopK's constant K, or one per ArgMax over the scores.
-  if (!topks.empty()) {
-    if (topks.size() > 1 || !argmaxes.empty()) {
-      g.error(*topks.back()) << "several expert selections (TopK / ArgMax) in "
-                                "one MoE sublayer";
+/// k: TopK's constant K (Mixtral, GShard, DeepSeek), or one ArgMax
+/// (Switch's torch.max: top-1). GShard's original top-2 by repeated
+/// ArgMax renormalises the two gates in ways this matcher does not trace:
+/// refused rather than imported as un-normalised top-2.
+LogicalResult readTopK(MoeCtx &c) {
+  const OnnxGraph &g = c.g;
+  if (!c.topks.empty()) {
+    if (c.topks.size() > 1 || !c.argmaxes.empty()) {
+      g.error(*c.topks.back()) << "several expert selections (TopK / ArgMax) "
+                                  "in one MoE sublayer";
       return failure();
     }
-    auto kv = evalInts(g, sel->input(1));
-    if (!kv || kv->size() != 1 || (*kv)[0] < 1 || (*kv)[0] > experts) {
-      g.error(*sel) << "TopK's K is not a constant in [1, " << experts << "]";
+    auto kv = evalInts(g, c.sel->input(1));
+    if (!kv || kv->size() != 1 || (*kv)[0] < 1 || (*kv)[0] > c.experts()) {
+      g.error(*c.sel) << "TopK's K is not a constant in [1, " << c.experts()
+                      << "]";
       return failure();
     }
-    spec.topK = (*kv)[0];
-    if (!attrInt(*sel, "largest", 1)) {
-      g.error(*sel) << "TopK selects the smallest scores";
+    c.spec.topK = (*kv)[0];
+    if (!attrInt(*c.sel, "largest", 1)) {
+      g.error(*c.sel) << "TopK selects the smallest scores";
       return failure();
     }
-  } else if (argmaxes.size() > 1) {
-    // GShard's original top-2 (argmax, mask, argmax again) renormalises the
-    // two gates by their sum in ways this matcher does not trace yet;
-    // importing it as un-normalised top-2 would be silently wrong.
-    g.error(*argmaxes[1]) << "top-" << argmaxes.size()
-                          << " by repeated ArgMax is not supported; export "
-                             "the selection with torch.topk";
+    return success();
+  }
+  if (c.argmaxes.size() > 1) {
+    g.error(*c.argmaxes[1]) << "top-" << c.argmaxes.size()
+                            << " by repeated ArgMax is not supported; export "
+                               "the selection with torch.topk";
     return failure();
-  } else {
-    spec.topK = 1;
   }
+  c.spec.topK = 1;
+  return success();
+}
 
-  // Renormalisation: kept weights divided by their sum.
+/// Renormalisation (Mixtral's w / w.sum()): a Div of the kept weights by a
+/// ReduceSum of them. Sigmoid scores renormalised so (DeepSeek-V3) have no
+/// moe.gate equivalent: refused at the Div.
+LogicalResult readNormalize(MoeCtx &c) {
   const NodeProto *normDiv = nullptr;
-  if (logitsTopK) {
-    spec.normalize = true;
-  } else if (!topks.empty()) {
-    auto kept = rv.forwardCone({sel->output(0)});
-    for (const NodeProto *d : rv.ofType("Div")) {
+  if (c.logitsTopK) {
+    c.spec.normalize = true;
+  } else if (!c.topks.empty()) {
+    auto kept = c.rv.forwardCone({c.sel->output(0)});
+    for (const NodeProto *d : c.rv.ofType("Div")) {
       if (!kept.count(d->input(0)))
         continue;
-      for (const NodeProto *n : rv.backwardNodes(d->input(1)))
+      for (const NodeProto *n : c.rv.backwardNodes(d->input(1)))
         if (n->op_type() == "ReduceSum" && kept.count(n->input(0))) {
-          spec.normalize = true;
+          c.spec.normalize = true;
           normDiv = d;
         }
     }
   }
-  if (spec.normalize && spec.gate == GateKind::sigmoid) {
-    g.error(normDiv ? *normDiv : *sel)
-        << "sigmoid router scores renormalised over the top-" << spec.topK
+  if (c.spec.normalize && c.spec.gate == GateKind::sigmoid) {
+    c.g.error(normDiv ? *normDiv : *c.sel)
+        << "sigmoid router scores renormalised over the top-" << c.spec.topK
         << " (DeepSeek-V3 style) are not supported: moe.gate's sigmoid kind "
            "scales by the raw sigmoid, and normalize applies to softmax gates "
            "only";
     return failure();
   }
+  return success();
+}
 
-  // Projections downstream of the router are the routed experts', the rest
-  // (reading the tokens directly) are shared experts'.
-  auto routed = rv.forwardCone({routerNode->output(0)});
+/// Per-expert FFNs in expert order: by the constant index selecting each
+/// expert's tokens (`mask[e]`, `sel == e`, `dispatched[e]`) when every
+/// expert has a distinct one, else graph order (torch's Python loop order:
+/// Mixtral, Switch, DeepSeek). All experts must agree in shape,
+/// activation and layout.
+LogicalResult orderExperts(MoeCtx &c) {
+  std::vector<FfnMatch> &ffns = c.ffns;
+  if (static_cast<int64_t>(ffns.size()) != c.experts()) {
+    c.g.error(*c.sel) << "the router chooses among " << c.experts()
+                      << " experts but " << ffns.size()
+                      << " expert FFNs were found";
+    return failure();
+  }
+  std::vector<std::pair<int64_t, size_t>> order;
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < ffns.size(); ++i) {
+    auto e = expertIndex(c.rv, ffns[i].up->data);
+    if (!e || *e < 0 || *e >= c.experts() || !seen.insert(*e).second) {
+      order.clear();
+      break;
+    }
+    order.push_back({*e, i});
+  }
+  if (!order.empty()) {
+    llvm::sort(order);
+    std::vector<FfnMatch> sorted;
+    for (auto &[e, i] : order)
+      sorted.push_back(ffns[i]);
+    ffns = std::move(sorted);
+  }
+  for (const FfnMatch &f : ffns)
+    if (f.up->shape != ffns[0].up->shape ||
+        f.down.shape != ffns[0].down.shape || f.gated() != ffns[0].gated() ||
+        f.activation != ffns[0].activation ||
+        f.up->source.transpose != ffns[0].up->source.transpose ||
+        f.down.source.transpose != ffns[0].down.source.transpose) {
+      c.g.error(*f.down.node) << "expert '" << f.down.source.initializers[0]
+                              << "' differs from expert '"
+                              << ffns[0].down.source.initializers[0]
+                              << "' in shape, activation or layout";
+      return failure();
+    }
+  return success();
+}
+
+/// The experts: projections downstream of the router are routed experts'
+/// (one FFN per expert, or GShard/Tutel's single stacked [E, M, H]
+/// weights), the rest shared experts' (DeepSeek's fused shared_experts:
+/// exactly one FFN, with the routed experts' activation). Activations by
+/// evaluation (probeActivation).
+LogicalResult groupExperts(MoeCtx &c) {
+  const OnnxGraph &g = c.g;
+  auto routed = c.rv.forwardCone({c.routerNode->output(0)});
   std::vector<WeightUse> routedProjs, sharedProjs;
-  for (const NodeProto *n : r.nodes) {
-    if (n == routerNode)
+  for (const NodeProto *n : c.r.nodes) {
+    if (n == c.routerNode)
       continue;
     if (auto w = weightUse(g, *n))
       (routed.count(w->data) ? routedProjs : sharedProjs).push_back(*w);
   }
   if (routedProjs.empty()) {
-    g.error(*sel) << "no expert weight projections downstream of the router";
+    g.error(*c.sel) << "no expert weight projections downstream of the router";
     return failure();
   }
-  auto experts_ = groupFfns(rv, routedProjs);
-  if (failed(experts_))
+  auto ffns = groupFfns(c.rv, routedProjs);
+  if (failed(ffns))
     return failure();
-  std::vector<FfnMatch> &ffns = *experts_;
-  bool stacked3d = ffns.size() == 1 && ffns[0].down.shape.size() == 3;
+  c.ffns = std::move(*ffns);
+  for (FfnMatch &f : c.ffns)
+    if (failed(probeActivation(c.t.eval, c.rv, f)))
+      return failure();
+  bool stacked3d = c.ffns.size() == 1 && c.ffns[0].down.shape.size() == 3;
   if (stacked3d) {
-    for (const WeightUse *w : {ffns[0].up ? &*ffns[0].up : nullptr,
-                               ffns[0].gate ? &*ffns[0].gate : nullptr,
-                               &ffns[0].down})
-      if (w && w->shape[0] != experts) {
+    const FfnMatch &f = c.ffns[0];
+    for (const WeightUse *w : {f.up ? &*f.up : nullptr,
+                               f.gate ? &*f.gate : nullptr, &f.down})
+      if (w && w->shape[0] != c.experts()) {
         g.error(*w->node) << "stacked expert weight '"
                           << w->source.initializers[0] << "' has "
                           << w->shape[0] << " experts; the router has "
-                          << experts;
+                          << c.experts();
         return failure();
       }
-  } else {
-    if (static_cast<int64_t>(ffns.size()) != experts) {
-      g.error(*sel) << "the router chooses among " << experts
-                    << " experts but " << ffns.size()
-                    << " expert FFNs were found";
-      return failure();
-    }
-    // Expert order: by the constant index selecting each expert's tokens
-    // when every expert has a distinct one, else graph order (the order of
-    // torch's Python loop over experts).
-    std::vector<std::pair<int64_t, size_t>> order;
-    std::set<int64_t> seen;
-    for (size_t i = 0; i < ffns.size(); ++i) {
-      auto e = expertIndex(rv, ffns[i].up->data);
-      if (!e || *e < 0 || *e >= experts || !seen.insert(*e).second) {
-        order.clear();
-        break;
-      }
-      order.push_back({*e, i});
-    }
-    if (!order.empty()) {
-      llvm::sort(order);
-      std::vector<FfnMatch> sorted;
-      for (auto &[e, i] : order)
-        sorted.push_back(ffns[i]);
-      ffns = std::move(sorted);
-    }
-    for (const FfnMatch &f : ffns)
-      if (f.up->shape != ffns[0].up->shape ||
-          f.down.shape != ffns[0].down.shape || f.gated() != ffns[0].gated() ||
-          f.activation != ffns[0].activation ||
-          f.up->source.transpose != ffns[0].up->source.transpose ||
-          f.down.source.transpose != ffns[0].down.source.transpose) {
-        g.error(*f.down.node) << "expert '" << f.down.source.initializers[0]
-                              << "' differs from expert '"
-                              << ffns[0].down.source.initializers[0]
-                              << "' in shape, activation or layout";
-        return failure();
-      }
-  }
-  spec.activation = ffns[0].activation;
-  spec.gated = ffns[0].gated();
-  spec.hidden = ffns[0].hidden();
-  if (ffns[0].up->shape[ffns[0].up->shape.size() - 2] != m) {
-    g.error(*ffns[0].up->node) << "expert input width "
-                               << ffns[0].up->shape[ffns[0].up->shape.size() - 2]
-                               << " differs from the router's " << m;
+  } else if (failed(orderExperts(c))) {
     return failure();
   }
-
-  std::vector<FfnMatch> shared;
-  if (!sharedProjs.empty()) {
-    auto s = groupFfns(rv, sharedProjs);
-    if (failed(s))
-      return failure();
-    shared = std::move(*s);
-    if (shared.size() != 1) {
-      g.error(*shared.back().down.node)
-          << shared.size() << " separate shared-expert FFNs; only one "
-          << "(DeepSeek's fused shared_experts) is supported";
-      return failure();
-    }
-    if (shared[0].activation != spec.activation ||
-        shared[0].gated() != spec.gated) {
-      g.error(*shared[0].down.node)
-          << "shared experts use a different activation or gating than the "
-             "routed experts";
-      return failure();
-    }
-    spec.sharedHidden = shared[0].hidden();
+  const FfnMatch &first = c.ffns[0];
+  c.spec.activation = first.activation;
+  c.spec.gated = first.gated();
+  c.spec.hidden = first.hidden();
+  int64_t m = c.router->shape[0];
+  if (first.up->shape[first.up->shape.size() - 2] != m) {
+    g.error(*first.up->node)
+        << "expert input width " << first.up->shape[first.up->shape.size() - 2]
+        << " differs from the router's " << m;
+    return failure();
   }
+  if (sharedProjs.empty())
+    return success();
+  auto s = groupFfns(c.rv, sharedProjs);
+  if (failed(s))
+    return failure();
+  c.shared = std::move(*s);
+  for (FfnMatch &f : c.shared)
+    if (failed(probeActivation(c.t.eval, c.rv, f)))
+      return failure();
+  if (c.shared.size() != 1) {
+    g.error(*c.shared.back().down.node)
+        << c.shared.size() << " separate shared-expert FFNs; only one "
+        << "(DeepSeek's fused shared_experts) is supported";
+    return failure();
+  }
+  if (c.shared[0].activation != c.spec.activation ||
+      c.shared[0].gated() != c.spec.gated) {
+    g.error(*c.shared[0].down.node)
+        << "shared experts use a different activation or gating than the "
+           "routed experts";
+    return failure();
+  }
+  c.spec.sharedHidden = c.shared[0].hidden();
+  return success();
+}
 
-  // Capacity: a constant compared with CumSum positions.
+/// Capacity (GShard/Tutel, Switch): a constant compared with CumSum
+/// positions counted over all tokens; 0-based `cumsum - 1 < C` and 1-based
+/// `cumsum <= C` both give C slots. No comparison: dropless (Mixtral,
+/// DeepSeek). f is chosen so that the verifier's ceil(f·k·B·N/E) gives C.
+LogicalResult readCapacity(MoeCtx &c) {
+  const OnnxGraph &g = c.g;
   std::optional<int64_t> capacity;
-  for (const NodeProto *cs : rv.ofType("CumSum")) {
-    // Positions must count over all B·N tokens ([T, E] along T), as
-    // moe.gate's capacity does; a per-sequence count ([B, N, E] along N,
-    // HF SwitchTransformers) is a different limit.
+  for (const NodeProto *cs : c.rv.ofType("CumSum")) {
+    // A per-sequence count ([B, N, E] along N, HF SwitchTransformers) is a
+    // different limit than moe.gate's over all B·N tokens.
     auto rank = rankOf(g, cs->input(0));
     auto axis = evalInts(g, cs->input(1));
     if (rank && *rank != 2) {
@@ -383,20 +408,21 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
       g.error(*cs) << "positions counted along the expert axis";
       return failure();
     }
-    auto cone = rv.forwardCone({cs->output(0)});
-    for (const NodeProto *n : r.nodes) {
+    auto cone = c.rv.forwardCone({cs->output(0)});
+    for (const NodeProto *n : c.r.nodes) {
       llvm::StringRef op = n->op_type();
       if (op != "Less" && op != "LessOrEqual" && op != "Greater" &&
           op != "GreaterOrEqual")
         continue;
-      int posSide = cone.count(n->input(0)) ? 0 : cone.count(n->input(1)) ? 1 : -1;
+      int posSide =
+          cone.count(n->input(0)) ? 0 : cone.count(n->input(1)) ? 1 : -1;
       if (posSide < 0)
         continue;
-      auto off = offsetFrom(rv, n->input(posSide), cs);
+      auto off = offsetFrom(c.rv, n->input(posSide), cs);
       if (!off)
         continue; // compares something computed from positions, not them
-      auto c = scalarConst(g, n->input(1 - posSide));
-      if (!c) {
+      auto bound = scalarConst(g, n->input(1 - posSide));
+      if (!bound) {
         g.error(*n) << "capacity comparison of CumSum positions against a "
                        "non-constant";
         return failure();
@@ -406,9 +432,9 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
       bool posLeft = posSide == 0;
       bool strict = posLeft ? (op == "Less" || op == "GreaterOrEqual")
                             : (op == "Greater" || op == "LessOrEqual");
-      double bound = *c - *off;
-      int64_t cap = strict ? static_cast<int64_t>(std::ceil(bound)) - 1
-                           : static_cast<int64_t>(std::floor(bound));
+      double limit = *bound - *off;
+      int64_t cap = strict ? static_cast<int64_t>(std::ceil(limit)) - 1
+                           : static_cast<int64_t>(std::floor(limit));
       if (cap < 1 || (capacity && *capacity != cap)) {
         g.error(*n) << "inconsistent expert capacity " << cap
                     << (capacity ? " (also " + std::to_string(*capacity) + ")"
@@ -418,20 +444,36 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
       capacity = cap;
     }
   }
-  if (capacity) {
-    auto in = tokenShape(g, r.input);
-    if (!in || in->size() != 3 || (*in)[0] <= 0 || (*in)[1] <= 0) {
-      g.error(*sel) << "capacity " << *capacity
-                    << " needs the static batch and sequence length of '"
-                    << r.input << "' to give a capacity factor";
-      return failure();
-    }
-    // f such that the verifier's C = ceil(f·k·B·N/E) gives back C.
-    spec.capacityFactor = static_cast<double>(*capacity) * experts /
-                          (spec.topK * (*in)[0] * (*in)[1]);
-  } else {
-    spec.capacityFactor = std::nullopt;
+  if (!capacity) {
+    c.spec.capacityFactor = std::nullopt;
+    return success();
   }
+  auto in = tokenShape(g, c.r.input);
+  if (!in || in->size() != 3 || (*in)[0] <= 0 || (*in)[1] <= 0) {
+    g.error(*c.sel) << "capacity " << *capacity
+                    << " needs the static batch and sequence length of '"
+                    << c.r.input << "' to give a capacity factor";
+    return failure();
+  }
+  c.spec.capacityFactor = static_cast<double>(*capacity) * c.experts() /
+                          (c.spec.topK * (*in)[0] * (*in)[1]);
+  return success();
+}
+
+} // namespace
+
+FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
+                              MatchTarget &t) {
+  MoeCtx c(g, r, t);
+  c.topks = c.rv.ofType("TopK");
+  c.argmaxes = c.rv.ofType("ArgMax");
+  if (c.topks.empty() && c.argmaxes.empty())
+    return false;
+  c.sel = !c.topks.empty() ? c.topks[0] : c.argmaxes[0];
+  if (failed(rejectBiases(c.rv, "MoE")) || failed(findRouter(c)) ||
+      failed(readTopK(c)) || failed(readNormalize(c)) ||
+      failed(groupExperts(c)) || failed(readCapacity(c)))
+    return failure();
 
   std::string prefix = blockPrefix(t.blockIndex);
   std::vector<ParamSpec> normParams;
@@ -440,18 +482,21 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
       matchNorm(g, r.input, prefix + ".moe_norm", normParams, nm);
   if (failed(norm))
     return failure();
-  if (*norm) {
-    spec.prenorm = nm.kind;
-    spec.epsilon = nm.epsilon;
-  } else {
-    spec.prenorm = std::nullopt;
-  }
+  c.spec.prenorm = *norm ? std::optional<NormKind>(nm.kind) : std::nullopt;
+  if (*norm)
+    c.spec.epsilon = nm.epsilon;
+  RoutingParts parts{c.rv,     t.eval,   c.routerNode,
+                     c.ffns,   c.shared, *norm ? &nm : nullptr,
+                     c.spec.normalize};
+  if (failed(claimRouting(parts, t.claims)))
+    return failure();
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
-  t.params.push_back({prefix + ".gate.weight", router.shape, router.source});
-  addFfnParams(g, ffns, /*stacked=*/true, prefix + ".experts", t.params);
-  if (!shared.empty())
-    addFfnParams(g, shared, /*stacked=*/false, prefix + ".shared", t.params);
-  t.block.moe = spec;
+  t.params.push_back(
+      {prefix + ".gate.weight", c.router->shape, c.router->source});
+  addFfnParams(g, c.ffns, /*stacked=*/true, prefix + ".experts", t.params);
+  if (!c.shared.empty())
+    addFfnParams(g, c.shared, /*stacked=*/false, prefix + ".shared", t.params);
+  t.block.moe = c.spec;
   return true;
 }
 
