@@ -41,7 +41,6 @@ constexpr llvm::StringLiteral kGridName = "cluster";
 /// setting); the intra-node group is axis 1 (GPUs of one node).
 constexpr int16_t kAllAxes[] = {0, 1};
 constexpr int16_t kIntraAxes[] = {1};
-constexpr llvm::StringLiteral kSourceAttrName = "moe.source";
 
 /// X-MoE's cosine router projects tokens to this many dimensions when the
 /// frontend gives no gate.proj parameter of its own (addDefaultParams).
@@ -124,7 +123,7 @@ private:
   LogicalResult checkRouting();
   LogicalResult collectParams();
   LogicalResult checkSource(const ParamSpec &param);
-  DictionaryAttr sourceAttr(const WeightSource &source);
+  SourceAttr sourceAttr(const WeightSource &source);
   FailureOr<RankedTensorType> argType(const ParamSpec &param);
 
   /// The argument of parameter `name`, after checking that its whole-model
@@ -247,26 +246,20 @@ LogicalResult ModuleBuilder::checkSource(const ParamSpec &param) {
   return success();
 }
 
-/// `{file, names, stacked?, transpose?, slice?, scale?}`; the exact format
-/// is documented in docs/frontend/builder.md and read by WeightLoader.
-DictionaryAttr ModuleBuilder::sourceAttr(const WeightSource &s) {
-  SmallVector<NamedAttribute> entries;
-  entries.push_back(b.getNamedAttr("file", b.getStringAttr(s.file)));
-  SmallVector<Attribute> names;
+/// The #moe.source of a parameter (SourceAttr, defined with its checks in
+/// MoeAttrs.td; docs/frontend/builder.md), read back by the tools'
+/// WeightLoader.
+SourceAttr ModuleBuilder::sourceAttr(const WeightSource &s) {
+  SmallVector<StringAttr> names;
   for (const std::string &name : s.initializers)
     names.push_back(b.getStringAttr(name));
-  entries.push_back(b.getNamedAttr("names", b.getArrayAttr(names)));
-  if (s.stacked)
-    entries.push_back(b.getNamedAttr("stacked", b.getUnitAttr()));
-  if (s.transpose)
-    entries.push_back(b.getNamedAttr("transpose", b.getUnitAttr()));
+  SmallVector<int64_t> slice;
   if (s.sliceAxis >= 0)
-    entries.push_back(b.getNamedAttr(
-        "slice",
-        b.getDenseI64ArrayAttr({s.sliceAxis, s.sliceBegin, s.sliceSize})));
-  if (s.scale != 1.0)
-    entries.push_back(b.getNamedAttr("scale", b.getF64FloatAttr(s.scale)));
-  return b.getDictionaryAttr(entries);
+    slice = {s.sliceAxis, s.sliceBegin, s.sliceSize};
+  return SourceAttr::get(b.getContext(), b.getStringAttr(s.file), names,
+                         s.scale != 1.0 ? b.getF64FloatAttr(s.scale)
+                                        : FloatAttr(),
+                         slice, s.stacked, s.transpose);
 }
 
 LogicalResult ModuleBuilder::collectParams() {
@@ -662,7 +655,8 @@ OwningOpRef<ModuleOp> ModuleBuilder::build() {
     func.setArgAttr(2 + i, MoeDialect::getParamAttrName(),
                     b.getStringAttr(p.name));
     if (!p.source.initializers.empty())
-      func.setArgAttr(2 + i, kSourceAttrName, sourceAttr(p.source));
+      func.setArgAttr(2 + i, MoeDialect::getSourceAttrName(),
+                      sourceAttr(p.source));
   }
   if (failed(buildBody(func)))
     return nullptr;

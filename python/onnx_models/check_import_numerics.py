@@ -38,21 +38,23 @@ from reference_check import Tally, add_run_arguments, load_inputs  # noqa: E402
 
 
 def parse_sources(text):
-    """{moe.param name: source dict} from printed IR."""
+    """{moe.param name: source dict} from printed IR (#moe.source<...>)."""
     sources = {}
-    for m in re.finditer(r'moe\.param = "([^"]+)", moe\.source = \{', text):
-        depth, i = 1, m.end()
-        while depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
+    for m in re.finditer(r'moe\.param = "([^"]+)", moe\.source = '
+                         r'#moe\.source<', text):
+        i = m.end()
+        while text[i] != ">":  # the first > outside a string ends it
+            if text[i] == '"':
+                i = text.index('"', i + 1)
             i += 1
-        body = text[m.end():i - 1]
+        body = text[m.end():i]
         src = {"names": re.findall(r'"([^"]+)"',
                                    re.search(r"names = \[([^\]]*)\]",
                                              body).group(1)),
                "stacked": re.search(r"\bstacked\b", body) is not None,
                "transpose": re.search(r"\btranspose\b", body) is not None,
                "slice": None, "scale": 1.0}
-        s = re.search(r"slice = array<i64: ([^>]*)>", body)
+        s = re.search(r"slice = \[([^\]]*)\]", body)
         if s:
             src["slice"] = [int(v) for v in s.group(1).split(",")]
         s = re.search(r"scale = ([-+0-9.eE]+)", body)

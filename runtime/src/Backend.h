@@ -1,5 +1,4 @@
-//===- Backend.h - what a stream/event backend implements ---------*- C++
-//-*-===//
+//===- Backend.h - what a stream/event backend implements -------*- C++ -*-===//
 //
 // The C API in moe_rt.h dispatches to these interfaces; the CPU backend
 // (src/cpu) and the CUDA backend (src/cuda) implement them.
@@ -115,6 +114,17 @@ public:
 /// watches are dropped). A no-op for other streams.
 void watchCudaStream(struct ::moe_rt_stream_impl *stream,
                      std::weak_ptr<CommWatch> watch);
+
+/// Why a wait that timed out made no progress, when another rank is the
+/// cause: "rank(s) 3 did not respond". The MPI transport provides it once a
+/// world group exists (src/mpi/Liveness.h); streams append it to the error
+/// of an event wait or a synchronize that timed out, so that every rank of
+/// a job with a dead or stopped rank names it, whatever it was waiting on.
+/// "" when no transport is set or every rank answered.
+using StallDiagnosis = std::string (*)(double timeoutSeconds);
+void setStallDiagnosis(StallDiagnosis diagnosis);
+/// `message` followed by "; " and the diagnosis, if there is one.
+std::string withStallDiagnosis(std::string message, double timeoutSeconds);
 
 } // namespace moe_rt
 

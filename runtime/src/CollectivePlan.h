@@ -1,6 +1,6 @@
-//===- CollectivePlan.h - the arithmetic of a collective ----------*- C++ -*-===//
+//===- CollectivePlan.h - the arithmetic of a collective --------*- C++ -*-===//
 //
-// What the MPI path (src/cpu/MpiCollectives.cpp) and the NCCL path
+// What the MPI path (src/mpi/MpiCollectives.cpp) and the NCCL path
 // (src/cuda/NcclCollectives.cpp) compute the same way before they move any
 // byte: which communicator class and pool queue a collective uses, a byte
 // range as elements, and per-peer counts and offsets of an all-to-all(-v).

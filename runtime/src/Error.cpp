@@ -1,5 +1,4 @@
-//===- Error.cpp - status + thread-local message
-//----------------------------===//
+//===- Error.cpp - status + thread-local message --------------------------===//
 
 #include "Error.h"
 

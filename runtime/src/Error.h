@@ -1,5 +1,4 @@
-//===- Error.h - status + thread-local message --------------------*- C++
-//-*-===//
+//===- Error.h - status + thread-local message ------------------*- C++ -*-===//
 #ifndef MOE_RT_SRC_ERROR_H
 #define MOE_RT_SRC_ERROR_H
 

@@ -1,4 +1,4 @@
-//===- CheckedExecutor.h - the host executor, strict about cuBLAS -*- C++ -*-===//
+//===- CheckedExecutor.h - host executor, strict about cuBLAS ---*- C++ -*-===//
 //
 // HostExecutor runs any GEMM descriptor; cuBLAS refuses some (leading
 // dimensions too small, sizes over int, overlapping batch members of C).

@@ -1,4 +1,4 @@
-//===- CollectivePlanTest.cpp - the arithmetic both collective paths share ===//
+//===- CollectivePlanTest.cpp - both collective paths' arithmetic ---------===//
 //
 // src/CollectivePlan.h: which communicator class and pool queue a kind
 // uses, byte range -> element range, per-peer counts and offsets. The MPI

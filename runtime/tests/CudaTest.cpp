@@ -1,5 +1,4 @@
-//===- CudaTest.cpp - the CUDA backend, with or without a device
-//------------===//
+//===- CudaTest.cpp - the CUDA backend, with or without a device ----------===//
 //
 // CI machines build the CUDA backend but have no GPU: there the tests check
 // that the libraries are linked and that every CUDA entry point reports

@@ -2,7 +2,7 @@
 //
 // The op templates of src/device/DenseOps.h and AttentionOps.h run with
 // HostExecutor and are compared with the CPU kernels of
-// include/moe_rt/kernels (Dense.h, Attention.h) to fp32 tolerance: every
+// src/kernels (Dense.h, Attention.h) to fp32 tolerance: every
 // forward and every gradient, on random inputs. Gradient outputs start
 // filled with garbage, so a body that accumulates where the op must
 // overwrite fails. HostExecutor's GEMM is a column-major reference reached
@@ -16,8 +16,8 @@
 #include "../src/device/DenseOps.h"
 #include "CheckedExecutor.h"
 
-#include "moe_rt/kernels/Attention.h"
-#include "moe_rt/kernels/Dense.h"
+#include "kernels/Attention.h"
+#include "kernels/Dense.h"
 
 #ifdef MOE_RT_HAVE_CUDA
 #include "../src/cuda/CudaDenseOps.h"

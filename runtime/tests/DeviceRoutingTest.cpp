@@ -1,4 +1,4 @@
-//===- DeviceRoutingTest.cpp - the CUDA gate/routing/expert code, on the host -===//
+//===- DeviceRoutingTest.cpp - CUDA gate/routing/expert code on host ------===//
 //
 // The CUDA backend's gate, routing and expert ops (src/device/GateOps.h,
 // RoutingOps.h, ExpertOps.h) run on the HostExecutor and are checked
@@ -20,10 +20,10 @@
 #include "../src/cuda/CudaRoutingOps.h"
 #endif
 
-#include "moe_rt/kernels/Expert.h"
-#include "moe_rt/kernels/ExpertChoice.h"
-#include "moe_rt/kernels/Gates.h"
-#include "moe_rt/kernels/Routing.h"
+#include "kernels/Expert.h"
+#include "kernels/ExpertChoice.h"
+#include "kernels/Gates.h"
+#include "kernels/Routing.h"
 #include "moe_rt/ops.h"
 
 #include <gtest/gtest.h>

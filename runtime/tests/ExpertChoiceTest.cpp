@@ -13,7 +13,7 @@
 
 #include "TestTensor.h"
 
-#include "moe_rt/kernels/ExpertChoice.h"
+#include "kernels/ExpertChoice.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 
 #include "TestTensor.h"
 
-#include "moe_rt/kernels/Gates.h"
+#include "kernels/Gates.h"
 
 #include <gtest/gtest.h>
 

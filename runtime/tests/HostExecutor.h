@@ -1,4 +1,4 @@
-//===- HostExecutor.h - the device ops' executor, run on the host -*- C++ -*-===//
+//===- HostExecutor.h - the device ops' executor on the host ----*- C++ -*-===//
 //
 // Runs the CUDA backend's op templates (src/device) on the CPU, body by
 // body, so that CI (which has no GPU) checks their logic against the CPU

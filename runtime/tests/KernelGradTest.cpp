@@ -1,5 +1,4 @@
-//===- KernelGradTest.cpp - backward kernels against finite differences
-//----===//
+//===- KernelGradTest.cpp - backward kernels against finite differences ---===//
 //
 // Every backward kernel is checked against central differences of the
 // forward kernel in double precision: with a random cotangent c, the
@@ -8,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/kernels/Dense.h"
-#include "moe_rt/kernels/Expert.h"
+#include "kernels/Dense.h"
+#include "kernels/Expert.h"
 
 #include "TestTensor.h"
 
@@ -183,7 +182,7 @@ TEST(Kernels, GeluMatchesPyTorchDefault) {
 
 } // namespace
 
-#include "moe_rt/kernels/Attention.h"
+#include "kernels/Attention.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "TestTensor.h"
 
-#include "moe_rt/kernels/Expert.h"
-#include "moe_rt/kernels/Routing.h"
+#include "kernels/Expert.h"
+#include "kernels/Routing.h"
 
 #include <gtest/gtest.h>
 

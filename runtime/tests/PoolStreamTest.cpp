@@ -1,5 +1,4 @@
-//===- PoolStreamTest.cpp - the communication priority pool
-//----------------===//
+//===- PoolStreamTest.cpp - the communication priority pool ---------------===//
 
 #include "moe_rt/moe_rt.h"
 

@@ -1,7 +1,6 @@
-//===- RoutingTest.cpp - gate, capacity slots, dispatch and combine
-//---------===//
+//===- RoutingTest.cpp - gate, capacity slots, dispatch and combine -------===//
 
-#include "moe_rt/kernels/Routing.h"
+#include "kernels/Routing.h"
 
 #include "TestTensor.h"
 

@@ -1,5 +1,4 @@
-//===- SpTunerTest.cpp - Bayesian optimisation of S_p
-//-----------------------===//
+//===- SpTunerTest.cpp - Bayesian optimisation of S_p ---------------------===//
 
 #include "moe_rt/sp_tuner.h"
 

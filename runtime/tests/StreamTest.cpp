@@ -1,5 +1,4 @@
-//===- StreamTest.cpp - CPU streams and events
-//------------------------------===//
+//===- StreamTest.cpp - CPU streams and events ----------------------------===//
 
 #include "moe_rt/moe_rt.h"
 

@@ -1,4 +1,4 @@
-//===- TensorCopyTest.cpp - moe_rt_tensor_copy and the pool on a backend ===//
+//===- TensorCopyTest.cpp - moe_rt_tensor_copy and the pool on a backend --===//
 //
 // What runs without a GPU: host-to-host copies with concrete values, the
 // refusals, and the CUDA entry points answering MOE_RT_UNAVAILABLE with a

@@ -1,5 +1,4 @@
-//===- TensorTest.cpp - tensors and tensor ops on the CPU backend
-//-----------===//
+//===- TensorTest.cpp - tensors and tensor ops on the CPU backend ---------===//
 
 #include "moe_rt/moe_rt.h"
 

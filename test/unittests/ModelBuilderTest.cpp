@@ -109,12 +109,13 @@ protected:
     return funcs.empty() ? func::FuncOp() : *funcs.begin();
   }
 
-  DictionaryAttr sourceOf(func::FuncOp func, StringRef param) {
+  SourceAttr sourceOf(func::FuncOp func, StringRef param) {
     for (unsigned i = 0; i < func.getNumArguments(); ++i)
       if (auto name = func.getArgAttrOfType<StringAttr>(
               i, MoeDialect::getParamAttrName());
           name && name.getValue() == param)
-        return func.getArgAttrOfType<DictionaryAttr>(i, "moe.source");
+        return func.getArgAttrOfType<SourceAttr>(
+            i, MoeDialect::getSourceAttrName());
     return nullptr;
   }
 
@@ -134,7 +135,7 @@ protected:
     context.loadDialect<MoeDialect, func::FuncDialect>();
     OwningOpRef<ModuleOp> probe = parseSourceString<ModuleOp>(
         "func.func @f(%a: tensor<1xf32> {moe.param = \"a\", moe.source = "
-        "{file = \"x.onnx\", names = [\"a\"]}}) { return }",
+        "#moe.source<file = \"x.onnx\", names = [\"a\"]>}) { return }",
         &context);
     bool ok = probe && succeeded(verify(*probe));
     messages.clear();
@@ -212,30 +213,24 @@ TEST_F(ModelBuilderTest, WritesMoeSource) {
   ASSERT_TRUE(module) << messages;
   func::FuncOp func = modelFunc(*module);
 
-  DictionaryAttr wq = sourceOf(func, "block1.attn.wq");
+  SourceAttr wq = sourceOf(func, "block1.attn.wq");
   ASSERT_TRUE(wq);
-  EXPECT_EQ(wq.getAs<StringAttr>("file").getValue(), "/models/tiny.onnx");
-  ArrayAttr names = wq.getAs<ArrayAttr>("names");
-  ASSERT_TRUE(names);
-  ASSERT_EQ(names.size(), 1u);
-  EXPECT_EQ(cast<StringAttr>(names[0]).getValue(), "in_proj_weight");
-  EXPECT_TRUE(isa_and_nonnull<UnitAttr>(wq.get("transpose")));
-  EXPECT_FALSE(wq.contains("stacked"));
-  auto slice = wq.getAs<DenseI64ArrayAttr>("slice");
-  ASSERT_TRUE(slice);
-  EXPECT_EQ(slice.asArrayRef(), ArrayRef<int64_t>({0, 0, 16}));
-  auto scale = wq.getAs<FloatAttr>("scale");
-  ASSERT_TRUE(scale);
-  EXPECT_TRUE(scale.getType().isF64());
-  EXPECT_DOUBLE_EQ(scale.getValueAsDouble(), 0.5);
+  EXPECT_EQ(wq.getFile().getValue(), "/models/tiny.onnx");
+  ASSERT_EQ(wq.getNames().size(), 1u);
+  EXPECT_EQ(wq.getNames()[0].getValue(), "in_proj_weight");
+  EXPECT_TRUE(wq.getTranspose());
+  EXPECT_FALSE(wq.getStacked());
+  EXPECT_EQ(wq.getSlice(), ArrayRef<int64_t>({0, 0, 16}));
+  ASSERT_TRUE(wq.getScale());
+  EXPECT_TRUE(wq.getScale().getType().isF64());
+  EXPECT_DOUBLE_EQ(wq.getScaleOrOne(), 0.5);
 
-  // Stacked experts list all E initializers; no slice/scale/transpose keys.
-  DictionaryAttr up = sourceOf(func, "block1.experts.up");
+  // Stacked experts list all E initializers; no slice, scale or transpose.
+  SourceAttr up = sourceOf(func, "block1.experts.up");
   ASSERT_TRUE(up);
-  EXPECT_TRUE(isa_and_nonnull<UnitAttr>(up.get("stacked")));
-  EXPECT_EQ(up.getAs<ArrayAttr>("names").size(), 4u);
-  EXPECT_FALSE(up.contains("slice") || up.contains("scale") ||
-               up.contains("transpose"));
+  EXPECT_TRUE(up.getStacked());
+  EXPECT_EQ(up.getNames().size(), 4u);
+  EXPECT_FALSE(!up.getSlice().empty() || up.getScale() || up.getTranspose());
 
   // A shape-only parameter has no source at all.
   EXPECT_FALSE(sourceOf(func, "block0.attn.wk"));
@@ -252,11 +247,10 @@ TEST_F(ModelBuilderTest, TiedHeadReusesTheTableTransposed) {
     }
   OwningOpRef<ModuleOp> module = buildModule(spec, &context);
   ASSERT_TRUE(module) << messages;
-  DictionaryAttr head = sourceOf(modelFunc(*module), "lm_head.weight");
+  SourceAttr head = sourceOf(modelFunc(*module), "lm_head.weight");
   ASSERT_TRUE(head);
-  EXPECT_EQ(cast<StringAttr>(head.getAs<ArrayAttr>("names")[0]).getValue(),
-            "wte");
-  EXPECT_TRUE(head.contains("transpose"));
+  EXPECT_EQ(head.getNames()[0].getValue(), "wte");
+  EXPECT_TRUE(head.getTranspose());
 }
 
 TEST_F(ModelBuilderTest, DroplessLayerHasDynamicSlots) {

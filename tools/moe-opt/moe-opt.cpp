@@ -12,9 +12,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe/Conversion/Passes.h"
 #include "moe/Dialect/Moe/MoeDialect.h"
 #include "moe/Frontend/OnnxImport.h"
+#include "moe/Target/EmitC/Passes.h"
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   mlir::moe::registerMoePasses();
   mlir::moe::registerMoePipelines();
-  mlir::moe::registerMoeConversionPasses();
+  mlir::moe::registerMoeEmitCPasses();
 
   auto [inputFilename, outputFilename] = registerAndParseCLIOptions(
       argc, argv, "moe-mlir optimizer: MoE training-step compiler\n", registry);

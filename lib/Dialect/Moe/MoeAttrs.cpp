@@ -9,20 +9,21 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/SmallSet.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace mlir::moe;
 
-#include "Moe/MoeEnums.cpp.inc"
+#include "moe/Dialect/Moe/MoeEnums.cpp.inc"
 
 #define GET_ATTRDEF_CLASSES
-#include "Moe/MoeAttrs.cpp.inc"
+#include "moe/Dialect/Moe/MoeAttrs.cpp.inc"
 
 void MoeDialect::registerAttributes() {
   addAttributes<
 #define GET_ATTRDEF_LIST
-#include "Moe/MoeAttrs.cpp.inc"
+#include "moe/Dialect/Moe/MoeAttrs.cpp.inc"
       >();
 }
 
@@ -226,5 +227,112 @@ void TaskAttr::print(AsmPrinter &printer) const {
     printer << ", micro = " << getMicro();
   if (getChunk() != -1)
     printer << ", chunk = " << getChunk();
+  printer << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// SourceAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult SourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                 StringAttr file, ArrayRef<StringAttr> names,
+                                 FloatAttr scale, ArrayRef<int64_t> slice,
+                                 bool stacked, bool transpose) {
+  if (!file || file.getValue().empty())
+    return emitError() << "#moe.source needs `file`, a non-empty string";
+  if (names.empty() || llvm::any_of(names, [](StringAttr n) {
+        return !n || n.getValue().empty();
+      }))
+    return emitError() << "#moe.source needs `names`, a non-empty list of "
+                          "initializer names";
+  if (names.size() > 1 && !stacked)
+    return emitError() << "#moe.source lists " << names.size()
+                       << " initializers but is not `stacked`";
+  if (!slice.empty() &&
+      (slice.size() != 3 || slice[0] < 0 || slice[1] < 0 || slice[2] <= 0))
+    return emitError() << "#moe.source `slice` must be [axis, begin, size] "
+                          "with size > 0";
+  return success();
+}
+
+Attribute SourceAttr::parse(AsmParser &parser, Type) {
+  MLIRContext *c = parser.getContext();
+  SMLoc loc = parser.getCurrentLocation();
+  std::string file;
+  SmallVector<StringAttr> names;
+  if (parser.parseLess() || parser.parseKeyword("file") ||
+      parser.parseEqual() || parser.parseString(&file) ||
+      parser.parseComma() || parser.parseKeyword("names") ||
+      parser.parseEqual() ||
+      parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+        std::string name;
+        if (parser.parseString(&name))
+          return failure();
+        names.push_back(StringAttr::get(c, name));
+        return success();
+      }))
+    return {};
+  FloatAttr scale;
+  SmallVector<int64_t> slice;
+  bool stacked = false, transpose = false;
+  llvm::StringSet<> seen;
+  while (succeeded(parser.parseOptionalComma())) {
+    StringRef key;
+    SMLoc at = parser.getCurrentLocation();
+    if (parser.parseKeyword(&key))
+      return {};
+    if (!seen.insert(key).second) {
+      parser.emitError(at, "#moe.source repeats `") << key << "`";
+      return {};
+    }
+    if (key == "stacked") {
+      stacked = true;
+    } else if (key == "transpose") {
+      transpose = true;
+    } else if (key == "scale") {
+      double value;
+      if (parser.parseEqual() || parser.parseFloat(value))
+        return {};
+      scale = FloatAttr::get(Float64Type::get(c), value);
+    } else if (key == "slice") {
+      if (parser.parseEqual() ||
+          parser.parseCommaSeparatedList(AsmParser::Delimiter::Square, [&] {
+            return parser.parseInteger(slice.emplace_back());
+          }))
+        return {};
+    } else {
+      parser.emitError(at, "#moe.source has an unknown key '")
+          << key << "' (expected scale, slice, stacked or transpose)";
+      return {};
+    }
+  }
+  if (parser.parseGreater())
+    return {};
+  return SourceAttr::getChecked([&] { return parser.emitError(loc); }, c,
+                                StringAttr::get(c, file), names, scale, slice,
+                                stacked, transpose);
+}
+
+void SourceAttr::print(AsmPrinter &printer) const {
+  printer << "<file = ";
+  printer.printString(getFile().getValue());
+  printer << ", names = [";
+  llvm::interleaveComma(getNames(), printer, [&](StringAttr name) {
+    printer.printString(name.getValue());
+  });
+  printer << "]";
+  if (getScale()) {
+    printer << ", scale = ";
+    printer.printAttributeWithoutType(getScale());
+  }
+  if (!getSlice().empty()) {
+    printer << ", slice = [";
+    llvm::interleaveComma(getSlice(), printer);
+    printer << "]";
+  }
+  if (getStacked())
+    printer << ", stacked";
+  if (getTranspose())
+    printer << ", transpose";
   printer << ">";
 }

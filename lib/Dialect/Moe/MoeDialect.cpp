@@ -8,14 +8,14 @@
 using namespace mlir;
 using namespace mlir::moe;
 
-#include "Moe/MoeDialect.cpp.inc"
+#include "moe/Dialect/Moe/MoeDialect.cpp.inc"
 
 void MoeDialect::initialize() {
   registerAttributes();
   registerTypes();
   addOperations<
 #define GET_OP_LIST
-#include "Moe/MoeOps.cpp.inc"
+#include "moe/Dialect/Moe/MoeOps.cpp.inc"
       >();
 }
 
@@ -94,52 +94,6 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
                          << attr.getName().getValue() << "'";
 }
 
-/// `moe.source`: where an imported parameter's values are. The runtime's
-/// WeightLoader reads exactly these keys, so anything else is refused here
-/// rather than silently ignored there.
-static LogicalResult verifySourceAttr(Operation *op, unsigned argIndex,
-                                      Attribute value) {
-  auto fail = [&]() {
-    return op->emitError() << "'" << MoeDialect::getSourceAttrName()
-                           << "' of argument #" << argIndex << " ";
-  };
-  auto dict = dyn_cast<DictionaryAttr>(value);
-  if (!dict)
-    return fail() << "must be a dictionary";
-  auto file = dict.getAs<StringAttr>("file");
-  if (!file || file.getValue().empty())
-    return fail() << "needs `file`, a non-empty string";
-  auto names = dict.getAs<ArrayAttr>("names");
-  if (!names || names.empty() ||
-      !llvm::all_of(names, [](Attribute a) { return isa<StringAttr>(a); }))
-    return fail() << "needs `names`, a non-empty list of initializer names";
-  for (NamedAttribute entry : dict) {
-    StringRef key = entry.getName().getValue();
-    Attribute v = entry.getValue();
-    if (key == "file" || key == "names")
-      continue;
-    if (key == "stacked" || key == "transpose") {
-      if (!isa<UnitAttr>(v))
-        return fail() << "`" << key << "` is a unit attribute";
-    } else if (key == "slice") {
-      auto slice = dyn_cast<DenseI64ArrayAttr>(v);
-      if (!slice || slice.size() != 3 || slice[0] < 0 || slice[1] < 0 ||
-          slice[2] <= 0)
-        return fail() << "`slice` must be array<i64: axis, begin, size> "
-                         "with size > 0";
-    } else if (key == "scale") {
-      if (!isa<FloatAttr>(v))
-        return fail() << "`scale` must be a float";
-    } else {
-      return fail() << "has an unknown key '" << key << "'";
-    }
-  }
-  if (names.size() > 1 && !dict.contains("stacked"))
-    return fail() << "lists " << names.size()
-                  << " initializers but is not `stacked`";
-  return success();
-}
-
 LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
                                                    unsigned regionIndex,
                                                    unsigned argIndex,
@@ -151,8 +105,14 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
                              << argIndex << " must be a non-empty string";
     return success();
   }
-  if (attr.getName() == getSourceAttrName())
-    return verifySourceAttr(op, argIndex, attr.getValue());
+  // Its fields are checked when the #moe.source is built (SourceAttr's
+  // verifier); the tools' weight loader reads exactly them.
+  if (attr.getName() == getSourceAttrName()) {
+    if (!isa<SourceAttr>(attr.getValue()))
+      return op->emitError() << "'" << getSourceAttrName() << "' of argument #"
+                             << argIndex << " must be a #moe.source attribute";
+    return success();
+  }
   return op->emitError() << "unknown moe dialect argument attribute '"
                          << attr.getName().getValue() << "'";
 }

@@ -19,7 +19,7 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::detail;
 
-#include "Moe/MoeInterfaces.cpp.inc"
+#include "moe/Dialect/Moe/MoeInterfaces.cpp.inc"
 
 static ShapedType shapeOf(Value value) {
   return cast<ShapedType>(value.getType());
@@ -639,6 +639,27 @@ CollectiveOpInterface VjpOp::getCollective() {
   return dyn_cast_or_null<CollectiveOpInterface>(getForwardOp());
 }
 
+/// Position of entry `index` among the float tensors of `types`, or -1.
+static int64_t floatPosition(TypeRange types, unsigned index) {
+  if (index >= types.size() || !isFloatTensor(types[index]))
+    return -1;
+  return llvm::count_if(types.take_front(index), isFloatTensor);
+}
+
+Value VjpOp::getCotangentOf(unsigned index) {
+  Operation *forward = getForwardOp();
+  int64_t k = forward ? floatPosition(forward->getResultTypes(), index) : -1;
+  return k < 0 || k >= int64_t(getCotangents().size()) ? Value()
+                                                       : getCotangents()[k];
+}
+
+Value VjpOp::getGradientOf(unsigned index) {
+  Operation *forward = getForwardOp();
+  int64_t k = forward ? floatPosition(forward->getOperandTypes(), index) : -1;
+  return k < 0 || k >= int64_t(getGradients().size()) ? Value()
+                                                      : getGradients()[k];
+}
+
 bool VjpOp::isCommunication() {
   Operation *forward = getForwardOp();
   return forward && isCommunicationTask(forward);
@@ -795,4 +816,4 @@ LogicalResult WaitEventOp::verify() {
 }
 
 #define GET_OP_CLASSES
-#include "Moe/MoeOps.cpp.inc"
+#include "moe/Dialect/Moe/MoeOps.cpp.inc"

@@ -11,11 +11,11 @@ using namespace mlir;
 using namespace mlir::moe;
 
 #define GET_TYPEDEF_CLASSES
-#include "Moe/MoeTypes.cpp.inc"
+#include "moe/Dialect/Moe/MoeTypes.cpp.inc"
 
 void MoeDialect::registerTypes() {
   addTypes<
 #define GET_TYPEDEF_LIST
-#include "Moe/MoeTypes.cpp.inc"
+#include "moe/Dialect/Moe/MoeTypes.cpp.inc"
       >();
 }

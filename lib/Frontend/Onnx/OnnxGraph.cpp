@@ -11,7 +11,7 @@
 
 #include "OnnxGraph.h"
 #include "StaticEval.h"
-#include "TensorData.h"
+#include "moe/Frontend/TensorData.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/Support/FileSystem.h"

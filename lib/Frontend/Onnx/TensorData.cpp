@@ -1,6 +1,6 @@
 //===- TensorData.cpp - where an ONNX tensor's bytes are ------------------===//
 
-#include "TensorData.h"
+#include "moe/Frontend/TensorData.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/FileSystem.h"

@@ -2,7 +2,7 @@
  *
  * One call per moe dialect op and per backward (vjp) op, as generated code
  * and moe-run issue them: each checks its arguments, then queues the CPU
- * kernel (include/moe_rt/kernels) on `stream` and returns. Tensors are F32
+ * kernel (src/kernels, private) on `stream` and returns. Tensors are F32
  * (routing indices I64) in CPU memory and must stay alive until the stream
  * has run the task. Backward calls overwrite their gradient outputs (as
  * moe.vjp defines them); moe-build-train-step sums a value's contributions

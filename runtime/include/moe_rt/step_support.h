@@ -16,7 +16,7 @@
  * arguments, then calls <model>_step per step.
  *
  * A C++ header (the generated code is C++), linked from moe_runtime
- * (src/StepSupport.cpp). Every function here reports a failure on stderr
+ * (src/step/StepSupport.cpp). Every function here reports a failure on stderr
  * and ends the MPI job
  * (moe_rt_mpi_abort), as moe-run does: a rank that stopped alone would leave
  * its peers waiting in a collective.

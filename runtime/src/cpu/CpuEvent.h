@@ -1,4 +1,4 @@
-//===- CpuEvent.h - an event of the CPU backend ---------------*- C++ -*-===//
+//===- CpuEvent.h - an event of the CPU backend -----------------*- C++ -*-===//
 //
 // Generations: a record takes the next generation when it is issued and
 // completes it when the work before it has run; a wait waits for the

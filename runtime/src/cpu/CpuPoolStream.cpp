@@ -17,6 +17,7 @@
 #include "../Backend.h"
 #include "../Error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -94,8 +95,11 @@ public:
       idleCv.wait(lock, idle);
     else if (!idleCv.wait_for(
                  lock, std::chrono::duration<double>(timeoutSeconds), idle))
-      return fail(MOE_RT_TIMEOUT, "communication pool did not finish within " +
-                                      std::to_string(timeoutSeconds) + " s");
+      return fail(MOE_RT_TIMEOUT,
+                  withStallDiagnosis("communication pool did not finish "
+                                     "within " +
+                                         std::to_string(timeoutSeconds) + " s",
+                                     timeoutSeconds));
     if (status != MOE_RT_OK)
       return fail(status, "communication pool failed: " + statusMessage);
     return ok();
@@ -118,6 +122,14 @@ private:
     std::vector<Completion> completes;
     Clock::time_point queuedAt = Clock::now();
   };
+
+  /// The longest limit of the item's waits (what a timed-out wait had).
+  static double waitTimeout(const Item &item) {
+    double t = 0;
+    for (const Wait &w : item.waits)
+      t = std::max(t, w.timeoutSeconds);
+    return t;
+  }
 
   /// Whether the item's waits are satisfied; sets `timedOut` with a message
   /// when one has waited past its limit.
@@ -231,6 +243,9 @@ private:
         moe_rt_status result = !timedOut.empty() ? MOE_RT_TIMEOUT : MOE_RT_OK;
         busy = true;
         lock.unlock();
+        // Outside the lock: naming a silent rank takes a liveness probe.
+        if (!timedOut.empty())
+          message = withStallDiagnosis(timedOut, waitTimeout(item));
         bool done = true;
         if (timedOut.empty() && !skip) {
           if (item.step)

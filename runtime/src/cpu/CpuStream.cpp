@@ -1,5 +1,4 @@
-//===- CpuStream.cpp - a stream as an in-order worker thread
-//----------------===//
+//===- CpuStream.cpp - a stream as an in-order worker thread --------------===//
 //
 // CUDA stream semantics on the host: tasks run one at a time in issue order
 // on a dedicated thread; events mark points in that order; a wait blocks the
@@ -66,8 +65,10 @@ public:
       this->idle.wait(lock, idle);
     else if (!this->idle.wait_for(
                  lock, std::chrono::duration<double>(timeoutSeconds), idle))
-      return fail(MOE_RT_TIMEOUT, "stream did not finish within " +
-                                      std::to_string(timeoutSeconds) + " s");
+      return fail(MOE_RT_TIMEOUT,
+                  withStallDiagnosis("stream did not finish within " +
+                                         std::to_string(timeoutSeconds) + " s",
+                                     timeoutSeconds));
     if (status != MOE_RT_OK)
       return fail(status, "stream failed: " + statusMessage);
     return ok();
@@ -90,8 +91,10 @@ public:
     push({[&cpuEvent, generation, timeoutSeconds](std::string &message) {
       if (cpuEvent.waitFor(generation, timeoutSeconds))
         return MOE_RT_OK;
-      message = "event wait timed out after " + std::to_string(timeoutSeconds) +
-                " s (the recording stream or its peer made no progress)";
+      message = withStallDiagnosis(
+          "event wait timed out after " + std::to_string(timeoutSeconds) +
+              " s (the recording stream or its peer made no progress)",
+          timeoutSeconds);
       return MOE_RT_TIMEOUT;
     }});
     return ok();

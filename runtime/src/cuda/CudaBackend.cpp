@@ -1,5 +1,4 @@
-//===- CudaBackend.cpp - streams and events on CUDA
-//--------------------------===//
+//===- CudaBackend.cpp - streams and events on CUDA -----------------------===//
 //
 // Host-side CUDA runtime calls, compiled by the host compiler and linked with
 // cudart, cuBLAS and NCCL. Every CUDA error becomes a status + message; a

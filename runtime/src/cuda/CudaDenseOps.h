@@ -1,6 +1,6 @@
-//===- CudaDenseOps.h - moe_rt/ops.h dense ops on CUDA ---------*- C++ -*-===//
+//===- CudaDenseOps.h - moe_rt/ops.h dense ops on CUDA ----------*- C++ -*-===//
 //
-// Entry points the C API (src/cpu/StepOps.cpp, RoutingOps.cpp) calls when
+// Entry points the C API (src/api/DenseOps.cpp, RoutingOps.cpp) calls when
 // the stream is a CUDA stream, after it has checked the operands: each
 // builds a CudaExecutor on `s` and queues the op template of
 // src/device/DenseOps.h or AttentionOps.h. Pointers are device pointers
@@ -17,7 +17,7 @@
 #ifndef MOE_RT_SRC_CUDA_CUDADENSEOPS_H
 #define MOE_RT_SRC_CUDA_CUDADENSEOPS_H
 
-#include "moe_rt/kernels/Attention.h"
+#include "kernels/Attention.h"
 #include "moe_rt/moe_rt.h"
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-//===- CudaExecutor.h - the device ops' executor on a CUDA stream -*- C++ -*-===//
+//===- CudaExecutor.h - device ops' executor on a CUDA stream ---*- C++ -*-===//
 //
 // Included by .cu files only (it launches kernels). See src/device/Device.h
 // for the executor concept; tests/HostExecutor.h is its host twin. One

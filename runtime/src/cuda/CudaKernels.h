@@ -1,5 +1,4 @@
-//===- CudaKernels.h - launchers for the runtime's CUDA kernels ---*- C++
-//-*-===//
+//===- CudaKernels.h - launchers for the runtime's CUDA kernels -*- C++ -*-===//
 #ifndef MOE_RT_SRC_CUDA_CUDAKERNELS_H
 #define MOE_RT_SRC_CUDA_CUDAKERNELS_H
 

@@ -1,6 +1,6 @@
-//===- CudaRoutingOps.h - gates, routing and experts on a CUDA stream -*- C++ -*-===//
+//===- CudaRoutingOps.h - gates, routing, experts on CUDA -------*- C++ -*-===//
 //
-// What the C API (src/cpu/GateOps.cpp, RoutingOps.cpp, StepOps.cpp) calls
+// What the C API (src/api/GateOps.cpp, RoutingOps.cpp, DenseOps.cpp) calls
 // when the stream is a CUDA one, after its own argument checks: the shapes
 // arrive checked, the pointers are device memory of the stream's device.
 // Each call queues its kernels (and, for dispatch/combine, the group's

@@ -1,4 +1,4 @@
-//===- CudaStreams.h - what CUDA ops need from a runtime stream ---*- C++ -*-===//
+//===- CudaStreams.h - what CUDA ops need from a stream ---------*- C++ -*-===//
 //
 // Implemented by CudaBackend.cpp (host compiler); used by the .cu op files.
 //

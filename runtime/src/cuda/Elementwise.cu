@@ -1,4 +1,4 @@
-//===- Elementwise.cu - elementwise CUDA kernels ------------------------------===//
+//===- Elementwise.cu - elementwise CUDA kernels --------------------------===//
 
 #include "CudaKernels.h"
 

@@ -1,4 +1,4 @@
-//===- NcclCollectives.cpp - NCCL calls on runtime CUDA streams ----------===//
+//===- NcclCollectives.cpp - NCCL calls on runtime CUDA streams -----------===//
 //
 // See NcclCollectives.h. Non-blocking communicators: NCCL may answer
 // ncclInProgress from any call, and then the communicator's state must be

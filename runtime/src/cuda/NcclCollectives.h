@@ -1,8 +1,8 @@
-//===- NcclCollectives.h - NCCL communicators and calls -----------*- C++ -*-===//
+//===- NcclCollectives.h - NCCL communicators and calls ---------*- C++ -*-===//
 //
 // The CUDA side of include/moe_rt/collectives.h, implemented by
 // NcclCollectives.cpp (host compiler, linked with NCCL). No NCCL or MPI
-// types here: src/cpu/MpiCollectives.cpp owns the group (its MPI
+// types here: src/mpi owns the group (NcclGroups.cpp: its MPI
 // communicators broadcast the unique id and run the liveness probe) and
 // calls these with plain values. Every communicator is non-blocking
 // (ncclConfig_t::blocking = 0): each call polls the communicator's state to
@@ -62,7 +62,7 @@ moe_rt_status reduceScatter(Comm *comm, moe_rt_stream s, const float *send,
                             float *recv, int64_t recvCount);
 /// Point-to-point on the high-priority stream: `bytes` bytes to / from
 /// `peer` (its rank in `comm`, a two-rank pair communicator; see
-/// MpiCollectives.cpp). ncclSend waits on the stream until the peer's
+/// src/mpi/NcclGroups.cpp). ncclSend waits on the stream until the peer's
 /// ncclRecv matches it. Zero bytes enqueue nothing (both sides agree on
 /// the size when shape checks are on).
 moe_rt_status send(Comm *comm, moe_rt_stream s, const void *data,

@@ -1,5 +1,4 @@
-//===- NoCuda.cpp - the CUDA backend when built without nvcc
-//-----------------===//
+//===- NoCuda.cpp - the CUDA backend when built without nvcc --------------===//
 //
 // Linked instead of CudaBackend.cpp when CMake finds no CUDA compiler: the
 // CUDA entry points answer MOE_RT_UNAVAILABLE with a reason.

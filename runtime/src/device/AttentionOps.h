@@ -1,4 +1,4 @@
-//===- AttentionOps.h - attention over an executor -------------*- C++ -*-===//
+//===- AttentionOps.h - attention over an executor --------------*- C++ -*-===//
 //
 // moe.attention for the CUDA backend, written over an executor X (see
 // Device.h) with the semantics of kernels/Attention.h: optional pre-norm,
@@ -23,7 +23,7 @@
 
 #include "DenseOps.h"
 
-#include "moe_rt/kernels/Attention.h"
+#include "kernels/Attention.h"
 
 #include <cmath>
 #include <cstdint>

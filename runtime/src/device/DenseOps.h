@@ -1,12 +1,12 @@
-//===- DenseOps.h - dense ops over an executor -----------------*- C++ -*-===//
+//===- DenseOps.h - dense ops over an executor ------------------*- C++ -*-===//
 //
 // The CUDA backend's linear, norm, embedding, cross-entropy, add, copy and
 // sgd, written once over an executor X (see Device.h): CudaExecutor runs
 // them on a GPU (src/cuda/CudaDenseOps.cu), HostExecutor on the host, where
 // runtime/tests/DeviceDenseTest.cpp checks them against the CPU kernels of
-// include/moe_rt/kernels/Dense.h.
+// src/kernels/Dense.h.
 //
-// Semantics are the CPU ops' (src/cpu/StepOps.cpp, RoutingOps.cpp), not the
+// Semantics are the CPU ops' (src/cpu/CpuDenseOps.cpp), not the
 // raw kernels': backward calls OVERWRITE their gradient outputs (the CPU op
 // zeroes them before the accumulating kernel runs). Pointers are device
 // pointers; shapes have been checked by the caller. A bad token id or label

@@ -1,9 +1,9 @@
-//===- Device.h - what the runtime's device kernels are written against -*- C++ -*-===//
+//===- Device.h - what the device kernels are written against ---*- C++ -*-===//
 //
 // The CUDA backend's ops are written once, as templates over an *executor*,
 // so that the same code runs on a GPU (CudaExecutor, src/cuda) and on the
 // host (HostExecutor, runtime/tests), where CI checks it against the CPU
-// kernels of include/moe_rt/kernels. No GPU is lent to CI: what the host
+// kernels of src/kernels. No GPU is lent to CI: what the host
 // run cannot check is only the executor itself (launch configuration,
 // cuBLAS argument mapping, stream-ordered memory), which is kept small.
 //

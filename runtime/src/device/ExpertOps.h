@@ -1,4 +1,4 @@
-//===- ExpertOps.h - grouped expert FFN over an executor ---------*- C++ -*-===//
+//===- ExpertOps.h - grouped expert FFN over an executor --------*- C++ -*-===//
 //
 // moe_rt_expert / moe_rt_expert_grad for the CUDA backend, as
 // kernels/Expert.h does them on the CPU, written over an executor
@@ -15,19 +15,14 @@
 
 #include "Device.h"
 
+#include "../OpShapes.h"
+
 #include "moe_rt/ops.h"
 
 #include <cmath>
 #include <cstdint>
 
 namespace moe_rt::device {
-
-/// Experts, slots, M and H of an expert call (src/cpu/StepOps.cpp's
-/// FfnShape): 3-D weights are per local expert; 2-D weights make one
-/// expert of every token (experts = 1, slots = tokens).
-struct ExpertShape {
-  int64_t experts = 1, slots = 0, m = 0, h = 0;
-};
 
 namespace ffn {
 

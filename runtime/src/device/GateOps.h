@@ -1,9 +1,9 @@
-//===- GateOps.h - the gate kinds over an executor: forward and vjp -*- C++ -*-===//
+//===- GateOps.h - the gate kinds and vjps, any executor --------*- C++ -*-===//
 //
 // moe_rt_gate / moe_rt_gate_grad for the CUDA backend, written over an
 // executor (Device.h) so that CI runs the same code on the host against the
 // CPU kernels (kernels/Routing.h, Gates.h, ExpertChoice.h). Same semantics as
-// src/cpu/GateOps.cpp:
+// src/cpu/CpuGateOps.cpp:
 //   scores:  softmax_topk / sigmoid  x·w
 //            noisy_topk              x·w + n ⊙ softplus(x·W_noise)
 //            cosine                  cos(x·W_proj, w[:, e]) / tau
@@ -23,27 +23,14 @@
 
 #include "Device.h"
 
+#include "../OpShapes.h"
+
 #include "moe_rt/ops.h"
 
 #include <cmath>
 #include <cstdint>
 
 namespace moe_rt::device {
-
-/// The sizes of a gate call once its checks passed (src/cpu/GateOps.cpp's
-/// Sizes plus the attributes): T tokens of M features, E experts, D the
-/// cosine projection width (M for the other kinds), seq the sequence length
-/// (noisy_topk's noise varies along it), k the choices per token (the
-/// capacity C for expert_choice).
-struct GateShape {
-  moe_rt_gate_kind kind = MOE_RT_GATE_SOFTMAX_TOPK;
-  int64_t tokens = 0, m = 0, experts = 0, d = 0, seq = 1, k = 1;
-  bool normalize = false;
-  uint64_t seed = 0;
-  int64_t firstSample = 0; // noisy_topk: the batch index of x's sample 0
-  double tau = 1;
-};
-
 
 namespace gates {
 
@@ -430,7 +417,7 @@ struct GateScores {
   double *p = nullptr; // selection scores: softmax (or σ) rows, tokens x E
 };
 
-/// Scores and selection scores of every kind (src/cpu/GateOps.cpp's
+/// Scores and selection scores of every kind (src/cpu/CpuGateOps.cpp's
 /// computeScores, then the softmax / σ rows the top-k reads).
 template <class X>
 moe_rt_status gateScores(X &ex, const GateShape &z, const float *x,

@@ -1,4 +1,4 @@
-//===- RoutingOps.h - dispatch / combine layouts over an executor -*- C++ -*-===//
+//===- RoutingOps.h - dispatch / combine layouts, any executor --*- C++ -*-===//
 //
 // The token side of moe_rt_dispatch / moe_rt_combine and their vjps for the
 // CUDA backend, as kernels/Routing.h does it on the CPU, written over an
@@ -14,7 +14,7 @@
 //    indices[e, c]; the same send layout, so the transposes and the
 //    exchanges are shared, and the phases below have ec* variants.
 // Each op is then split into its phases around the all-to-all(s), in the
-// order src/cpu/RoutingOps.cpp queues them: `...Send` before the exchange,
+// order src/cpu/CpuRoutingOps.cpp queues them: `...Send` before the exchange,
 // `...Recv` after it (combineGradMid between combine_grad's two). The CUDA
 // entry points (src/cuda/CudaRoutingOps.cu) run a phase, moe_rt_all_to_all,
 // the next phase; the host test runs the phases of G simulated ranks around
@@ -26,19 +26,13 @@
 
 #include "Device.h"
 
+#include "../OpShapes.h"
+
 #include "moe_rt/moe_rt.h"
 
 #include <cstdint>
 
 namespace moe_rt::device {
-
-/// Shapes of a routed op (src/cpu/RoutingOps.cpp's Route): T tokens with k
-/// choices, E experts over G ranks (El local), capacity C, embedding M.
-/// `ec`: expert-choice routing, indices E x C token ids (k unused).
-struct RouteShape {
-  int64_t T = 0, k = 1, E = 0, G = 1, El = 0, C = 0, M = 0;
-  bool ec = false;
-};
 
 namespace routing {
 

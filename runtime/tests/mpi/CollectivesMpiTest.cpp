@@ -1,5 +1,4 @@
-//===- CollectivesMpiTest.cpp - collectives across real MPI ranks
-//----------===//
+//===- CollectivesMpiTest.cpp - collectives across real MPI ranks ---------===//
 //
 // Run with mpirun -np P (P >= 2). Each rank checks the results it receives
 // and prints "rank r: N checks passed"; any failure prints why and exits 1.

@@ -6,9 +6,9 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectImplementation.h"
 
-#include "Moe/MoeEnums.h.inc"
+#include "moe/Dialect/Moe/MoeEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
-#include "Moe/MoeAttrs.h.inc"
+#include "moe/Dialect/Moe/MoeAttrs.h.inc"
 
 #endif // MOE_DIALECT_MOE_MOEATTRS_H

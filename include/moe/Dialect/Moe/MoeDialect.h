@@ -9,6 +9,6 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Dialect.h"
 
-#include "Moe/MoeDialect.h.inc"
+#include "moe/Dialect/Moe/MoeDialect.h.inc"
 
 #endif // MOE_DIALECT_MOE_MOEDIALECT_H

@@ -15,10 +15,10 @@
 
 #include <optional>
 
-#include "Moe/MoeInterfaces.h.inc"
+#include "moe/Dialect/Moe/MoeInterfaces.h.inc"
 
 #define GET_OP_CLASSES
-#include "Moe/MoeOps.h.inc"
+#include "moe/Dialect/Moe/MoeOps.h.inc"
 
 namespace mlir::moe {
 

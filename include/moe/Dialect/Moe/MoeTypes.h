@@ -6,6 +6,6 @@
 #include "mlir/IR/Types.h"
 
 #define GET_TYPEDEF_CLASSES
-#include "Moe/MoeTypes.h.inc"
+#include "moe/Dialect/Moe/MoeTypes.h.inc"
 
 #endif // MOE_DIALECT_MOE_MOETYPES_H

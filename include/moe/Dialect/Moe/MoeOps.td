@@ -1,0 +1,539 @@
+//===- MoeOps.td - moe dialect operations ------------------*- tablegen -*-===//
+//
+// Shapes use FlowMoE's notation: B samples per rank, N tokens per sample,
+// M embedding, H expert hidden size, E experts in total, E_l = E / G local
+// experts on each of the G ranks of the expert-parallel group, k experts per
+// token, C = ceil(f * k * B * N / E) capacity per expert per rank.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef MOE_OPS_TD
+#define MOE_OPS_TD
+
+include "MoeDialect.td"
+include "MoeAttrs.td"
+include "MoeTypes.td"
+include "MoeInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+def Moe_FloatTensor : RankedTensorOf<[AnyFloat]>;
+def Moe_IndexTensor : RankedTensorOf<[I32, I64]>;
+
+class Moe_ComputeOp<string mnemonic, list<Trait> traits = []> :
+    Moe_Op<mnemonic, !listconcat(traits, [Pure, Moe_TaskOpInterface])>;
+
+// Collectives are not Pure: two ranks must issue them in the same order, so
+// they must not be CSE'd, hoisted or dropped even when their result is dead.
+class Moe_CollectiveOp<string mnemonic, list<Trait> traits = []> :
+    Moe_Op<mnemonic, !listconcat(traits, [
+      DeclareOpInterfaceMethods<Moe_TaskOpInterface, ["isCommunication"]>,
+      Moe_CollectiveOpInterface,
+      DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  dag groupArgs = (ins FlatSymbolRefAttr:$grid, DenseI16ArrayAttr:$axes);
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Moe_BlockOp : Moe_Op<"block", [
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects]> {
+  let summary = "one transformer block (MHA + gate, then the MoE layer)";
+  let description = [{
+    Groups the ops of transformer block `index` (0-based, in model order).
+    The region's arguments are bound to the operands; `moe.yield` returns the
+    block's results. Weights are captured from the enclosing function, so a
+    block reads like the model code it came from.
+
+    ```mlir
+    %h1 = moe.block 0 (%a = %h0 : tensor<4x64x128xf32>) -> tensor<4x64x128xf32> {
+      ...
+      moe.yield %out : tensor<4x64x128xf32>
+    }
+    ```
+
+    The scheduling passes use `index` as FlowMoE's block index l.
+  }];
+  let arguments = (ins
+    ConfinedAttr<I64Attr, [IntNonNegative]>:$index,
+    Variadic<AnyType>:$inputs);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    OpBuilder<(ins "int64_t":$index, "::mlir::ValueRange":$inputs,
+                   "::mlir::TypeRange":$resultTypes)>
+  ];
+}
+
+def Moe_YieldOp : Moe_Op<"yield", [
+    Pure, Terminator, ParentOneOf<["BlockOp", "VjpOp"]>]> {
+  let summary = "returns the results of a `moe.block` or `moe.vjp` body";
+  let arguments = (ins Variadic<AnyType>:$operands);
+  let builders = [OpBuilder<(ins), [{ /* nothing to yield */ }]>];
+  let assemblyFormat = "attr-dict ($operands^ `:` type($operands))?";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Dense layers
+//===----------------------------------------------------------------------===//
+
+def Moe_EmbeddingOp : Moe_ComputeOp<"embedding"> {
+  let summary = "token embedding lookup";
+  let description = [{
+    `result[b, n, :] = table[ids[b, n], :]` with `ids : B x N` integers and
+    `table : V x M`.
+  }];
+  let arguments = (ins Moe_IndexTensor:$ids, Moe_FloatTensor:$table);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $ids `,` $table attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_NormOp : Moe_ComputeOp<"norm"> {
+  let summary = "LayerNorm or RMSNorm over the last dimension";
+  let description = [{
+    `layer`: `(x - mean) / sqrt(var + eps) * scale + bias`;
+    `rms`: `x / sqrt(mean(x^2) + eps) * scale`. `scale` (and `bias`, layer
+    norm only, optional) have the size of the last dimension.
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$scale,
+    Optional<Moe_FloatTensor>:$bias,
+    Moe_NormKindAttr:$kind,
+    DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    `` $kind $input `,` $scale (`,` $bias^)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_LinearOp : Moe_ComputeOp<"linear"> {
+  let summary = "dense layer over the last dimension (e.g. the LM head)";
+  let description = [{
+    `result = input · weight (+ bias)` with `weight : K x N`, contracting the
+    last dimension of `input` (size K).
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$weight,
+    Optional<Moe_FloatTensor>:$bias);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`bias` `(` $bias^ `)`)? attr-dict `:`
+    functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_CrossEntropyOp : Moe_ComputeOp<"cross_entropy"> {
+  let summary = "mean token-level cross-entropy of logits against labels";
+  let description = [{
+    `logits : B x N x V`, `labels : B x N` integers; the result is the mean
+    over the B x N tokens of `-log softmax(logits)[label]`, a 0-d tensor.
+  }];
+  let arguments = (ins Moe_FloatTensor:$logits, Moe_IndexTensor:$labels);
+  let results = (outs 0DTensorOf<[AnyFloat]>:$loss);
+  let assemblyFormat = [{
+    $logits `,` $labels attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Moe_AttentionOp : Moe_ComputeOp<"attention"> {
+  let summary = "multi-head or grouped-query self-attention";
+  let description = [{
+    Self-attention over `input : B x N x M` with `num_heads` query heads and
+    `num_kv_heads` key/value heads (grouped-query attention when fewer;
+    `num_heads` must be a multiple), each of size `head_dim`. Weights:
+    `wq : M x (heads·D)`, `wk, wv : M x (kv_heads·D)`, `wo : (heads·D) x M`.
+    `causal` masks future tokens; `rotary` applies rotary position
+    embeddings to Q and K. An optional pre-norm (`prenorm layer(%scale,
+    %bias)` or `prenorm rms(%scale)`) is applied to the input first. The
+    residual add is not part of the op.
+
+    ```mlir
+    %a = moe.attention %x weights(%wq, %wk, %wv, %wo) heads = 8 kv_heads = 2
+           head_dim = 16 causal rotary prenorm rms(%g)
+           : (tensor<4x64x128xf32>, tensor<128x128xf32>, tensor<128x32xf32>,
+              tensor<128x32xf32>, tensor<128x128xf32>, tensor<128xf32>)
+           -> tensor<4x64x128xf32>
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$wq,
+    Moe_FloatTensor:$wk,
+    Moe_FloatTensor:$wv,
+    Moe_FloatTensor:$wo,
+    Variadic<Moe_FloatTensor>:$norm_params,
+    ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
+    ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
+    ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
+    UnitAttr:$causal,
+    UnitAttr:$rotary,
+    OptionalAttr<Moe_NormKindAttr>:$norm,
+    DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `weights` `(` $wq `,` $wk `,` $wv `,` $wo `)`
+    `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads `head_dim` `=` $head_dim
+    (`causal` $causal^)? (`rotary` $rotary^)?
+    (`prenorm` `` $norm^ `(` $norm_params `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+def Moe_GateOp : Moe_ComputeOp<"gate"> {
+  let summary = "router: scores tokens against experts and picks top-k";
+  let description = [{
+    Scores `input : B x N x M` against `num_experts` experts with
+    `weight : M x E` and routes each token to `top_k` experts.
+
+    | kind | scores (FSMoE §2.1) | extra operand |
+    |---|---|---|
+    | `softmax_topk` | softmax(x·W) over all E, keep the k most probable (GShard/Switch); `normalize` renormalises them to sum to 1 (= softmax over the kept logits, Mixtral) | — |
+    | `noisy_topk` | GShard: x·W + N(0,1)·softplus(x·W_noise) before top-k | `W_noise : M x E` |
+    | `sigmoid` | σ(x·W) scales the expert output (BASE/StableMoE) | — |
+    | `cosine` | X-MoE: cos(W_proj·x, W) / τ, W : d x E | `W_proj : M x d` |
+    | `expert_choice` | each expert picks its top-C tokens | — |
+
+    Results: `indices` and `weights` (B x N x k for token choice; E x C for
+    expert choice, token ids flattened over B x N) and `counts : E`, tokens
+    routed to each expert before capacity is applied.
+
+    With `capacity_factor = f`, `capacity` must be C = ceil(f·k·B·N/E)
+    (FlowMoE §2.2); with neither, routing is dropless. Expert choice always
+    needs a capacity. When an expert overflows, slots go in GShard order:
+    every token's first choice before any second choice, tokens in order
+    (runtime/src/kernels/Routing.h).
+
+    `tau` (cosine only, > 0) is the cosine temperature τ; without it τ =
+    0.07 (X-MoE's initial value). `sample_offset` (noisy_topk only, >= 0)
+    is the index, in the step's whole batch, of the input's first sample:
+    `moe-microbatch` sets it to r·B/R on micro-batch r, so that each
+    token's noise — drawn from (the step's seed, its sample, its position,
+    the expert) — does not depend on how the batch is split. Without it, 0.
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$weight,
+    Optional<Moe_FloatTensor>:$aux_weight,
+    Moe_GateKindAttr:$kind,
+    ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+    ConfinedAttr<I64Attr, [IntPositive]>:$top_k,
+    OptionalAttr<F64Attr>:$capacity_factor,
+    OptionalAttr<I64Attr>:$capacity,
+    UnitAttr:$normalize,
+    OptionalAttr<F64Attr>:$tau,
+    OptionalAttr<I64Attr>:$sample_offset);
+  let results = (outs
+    Moe_IndexTensor:$indices,
+    Moe_FloatTensor:$weights,
+    Moe_IndexTensor:$counts);
+  let assemblyFormat = [{
+    `` $kind $input `,` $weight (`aux` `(` $aux_weight^ `)`)?
+    `experts` `=` $num_experts `top_k` `=` $top_k
+    custom<CapacityFactor>($capacity_factor) (`capacity` `=` $capacity^)?
+    (`normalize` $normalize^)? (`tau` `=` $tau^)?
+    (`sample_offset` `=` $sample_offset^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isExpertChoice() { return getKind() == GateKind::expert_choice; }
+    bool isDropless() { return !getCapacity().has_value(); }
+    /// cosine's temperature: `tau`, or X-MoE's 0.07 without it (the
+    /// runtime's MOE_RT_GATE_COSINE_TAU).
+    double getTauOrDefault() {
+      std::optional<llvm::APFloat> t = getTau();
+      return t ? t->convertToDouble() : 0.07;
+    }
+    /// noisy_topk: the batch index of the input's first sample.
+    int64_t getSampleOffsetOrZero() { return getSampleOffset().value_or(0); }
+  }];
+}
+
+def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
+  let summary = "all-to-all that sends each token to its experts' ranks";
+  let description = [{
+    Each rank lays out its `input : B x N x M` tokens expert-major by
+    `indices` (at most `capacity` per expert; later tokens are dropped, as in
+    Switch/GShard), then an all-to-all over the expert-parallel group (the
+    ranks spanned by `axes` of `grid`, G of them) delivers to every rank the
+    slots of its E_l = E/G local experts from all G ranks, source-rank-major:
+    the result is `E_l x (G·C) x M`. Dropless dispatch (no `capacity`) has a
+    dynamic second dimension and exchanges `counts` first.
+
+    `moe.combine` is its adjoint; the training-step pass uses each as the
+    other's backward.
+  }];
+  let arguments = !con((ins
+    Moe_FloatTensor:$input,
+    Moe_IndexTensor:$indices,
+    Moe_IndexTensor:$counts),
+    groupArgs, (ins
+    ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+    OptionalAttr<I64Attr>:$capacity));
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $indices `,` $counts `on` $grid `axes` `=` $axes
+    `experts` `=` $num_experts (`capacity` `=` $capacity^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_ExpertOp : Moe_ComputeOp<"expert"> {
+  let summary = "grouped FFN over the rank's local experts";
+  let description = [{
+    For each local expert e of `input : E_l x T x M`:
+    `act(x·up[e]) · down[e]`, or, when `gate(%w)` is given (SwiGLU and
+    friends), `(act(x·w[e]) ⊙ (x·up[e])) · down[e]`.
+    `up, gate : E_l x M x H`, `down : E_l x H x M`.
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$up,
+    Optional<Moe_FloatTensor>:$gate_proj,
+    Moe_FloatTensor:$down,
+    Moe_ActivationAttr:$activation);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    `` $activation $input `up` `(` $up `)` (`gate` `(` $gate_proj^ `)`)?
+    `down` `(` $down `)` attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isGated() { return static_cast<bool>(getGateProj()); }
+    int64_t getHiddenSize() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getUp().getType())
+          .getDimSize(2);
+    }
+  }];
+}
+
+def Moe_SharedExpertOp : Moe_ComputeOp<"shared_expert"> {
+  let summary = "dense FFN applied to every token (DeepSeek shared experts)";
+  let description = [{
+    The same FFN as `moe.expert` but on the tokens themselves
+    (`input : B x N x M`) with 2-D weights `up, gate : M x H_s`,
+    `down : H_s x M`; S shared experts are one FFN of hidden size S·H.
+    Its output is added to the routed experts' combined output.
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$up,
+    Optional<Moe_FloatTensor>:$gate_proj,
+    Moe_FloatTensor:$down,
+    Moe_ActivationAttr:$activation);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    `` $activation $input `up` `(` $up `)` (`gate` `(` $gate_proj^ `)`)?
+    `down` `(` $down `)` attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
+  let summary = "all-to-all back to the tokens' ranks, weighted sum over k";
+  let description = [{
+    The adjoint of `moe.dispatch`: sends every expert output slot
+    (`input : E_l x (G·C) x M`) back to its token's rank, restores token
+    order and sums the k expert outputs of each token scaled by the routing
+    `weights`. Dropped tokens get zero. The result is `B x N x M` with B, N
+    those of `indices`.
+  }];
+  let arguments = !con((ins
+    Moe_FloatTensor:$input,
+    Moe_IndexTensor:$indices,
+    Moe_FloatTensor:$weights,
+    Moe_IndexTensor:$counts),
+    groupArgs, (ins
+    ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+    OptionalAttr<I64Attr>:$capacity));
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $indices `,` $weights `,` $counts `on` $grid `axes` `=` $axes
+    `experts` `=` $num_experts (`capacity` `=` $capacity^)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_AllReduceOp : Moe_CollectiveOp<"all_reduce",
+    [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "sum-all-reduce of gradients, or of a byte range (chunk) of one";
+  let description = [{
+    Sums each operand over the data-parallel group (`axes` of `grid`) and
+    returns the sums. With `bytes [offset, size]` the op has exactly one
+    static-shaped operand and only that byte range is reduced; the rest of
+    the result equals the operand. FlowMoE §3.3 slices a block's gradient
+    all-reduce into such S_p-byte chunks, each a low-priority communication
+    task.
+
+    ```mlir
+    %g:2 = moe.all_reduce %gq, %gk on @cluster axes = [0, 1]
+             : tensor<128x128xf32>, tensor<128x128xf32>
+    %c = moe.all_reduce %gq on @cluster axes = [0, 1] bytes [0, 32768]
+             : tensor<128x128xf32>
+    ```
+  }];
+  let arguments = !con((ins Variadic<Moe_FloatTensor>:$inputs), groupArgs,
+    (ins OptionalAttr<DenseI64ArrayAttr>:$bytes));
+  let results = (outs Variadic<Moe_FloatTensor>:$results);
+  let assemblyFormat = [{
+    $inputs `on` $grid `axes` `=` $axes (`bytes` $bytes^)?
+    attr-dict `:` type($inputs)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    bool isChunk() { return getBytes().has_value(); }
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Training
+//===----------------------------------------------------------------------===//
+
+def Moe_VjpOp : Moe_Op<"vjp", [
+    SingleBlockImplicitTerminator<"YieldOp">, RecursiveMemoryEffects,
+    AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Moe_TaskOpInterface, ["isCommunication"]>]> {
+  let summary = "vector-Jacobian product (backward) of one op";
+  let description = [{
+    The backward task of the single op in its body: given the op's inputs
+    (`primals`, bound to the body's arguments) and one cotangent per
+    floating-point result of the op, returns one gradient per
+    floating-point operand, in operand order (integer operands such as
+    routing indices and token ids get none).
+
+    ```mlir
+    %dx, %dup, %ddown = moe.vjp (%a = %x : tensor<1x32x16xf32>,
+                                 %b = %up : tensor<1x16x32xf32>,
+                                 %c = %down : tensor<1x32x16xf32>)
+        cotangents(%dy : tensor<1x32x16xf32>)
+        -> (tensor<1x32x16xf32>, tensor<1x16x32xf32>, tensor<1x32x16xf32>) {
+      %y = moe.expert relu %a up(%b) down(%c) : (...) -> tensor<1x32x16xf32>
+      moe.yield %y : tensor<1x32x16xf32>
+    }
+    ```
+
+    One generic op rather than one `*_grad` op per forward op: every
+    backward task has the same shape (primals, cotangents → gradients),
+    the verifier checks it once, and the runtime maps the body op's name to
+    its backward kernel. The vjp of a collective is a collective: the
+    adjoint of `moe.dispatch` is a combine-direction all-to-all and vice
+    versa (FlowMoE Eqs. 4–5), so `moe.vjp` of `moe.dispatch`/`moe.combine`
+    runs on a communication stream. How activations are obtained (saved or
+    recomputed from the primals) is the runtime's choice.
+  }];
+  let arguments = (ins Variadic<AnyType>:$primals,
+                       Variadic<AnyType>:$cotangents);
+  let results = (outs Variadic<AnyType>:$gradients);
+  let regions = (region SizedRegion<1>:$body);
+  let hasCustomAssemblyFormat = 1;
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The op whose backward this is.
+    ::mlir::Operation *getForwardOp();
+    /// Grid and axes of the collective this vjp is the adjoint of, if any.
+    ::mlir::moe::CollectiveOpInterface getCollective();
+    /// The cotangent of result `index` of the body op; null for an integer
+    /// result (it has none).
+    ::mlir::Value getCotangentOf(unsigned index);
+    /// The gradient of operand `index` of the body op; null for an integer
+    /// operand (it has none).
+    ::mlir::Value getGradientOf(unsigned index);
+  }];
+}
+
+def Moe_SgdOp : Moe_ComputeOp<"sgd", [AllTypesMatch<["param", "grad", "result"]>]> {
+  let summary = "optimizer update: param - lr * grad";
+  let description = [{
+    The step's parameter update (plain SGD). Returns the new value of the
+    parameter; the training step returns all of them.
+  }];
+  let arguments = (ins Moe_FloatTensor:$param, Moe_FloatTensor:$grad,
+                       F64Attr:$lr);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $param `,` $grad `lr` `=` $lr attr-dict `:` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Scheduling
+//===----------------------------------------------------------------------===//
+
+def Moe_SplitOp : Moe_Op<"split", [Pure]> {
+  let summary = "split a tensor into equal micro-batches along dimension 0";
+  let description = [{
+    `moe.split %x : tensor<4x...> -> tensor<2x...>, tensor<2x...>` cuts the
+    batch dimension into R equal micro-batches (FlowMoE §3.2). All results
+    have the same type, and R divides dimension 0.
+  }];
+  let arguments = (ins AnyRankedTensor:$input);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+  // split(merge(a, b)) -> a, b: micro-batches flow across block boundaries.
+  let hasFolder = 1;
+}
+
+def Moe_MergeOp : Moe_Op<"merge", [Pure]> {
+  let summary = "concatenate micro-batches along dimension 0";
+  let description = [{
+    The inverse of `moe.split`: all operands have the same type and the
+    result's dimension 0 is their sum.
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Moe_RecordEventOp : Moe_Op<"record_event"> {
+  let summary = "record the completion point of a stream";
+  let description = [{
+    Completes when every task issued on `stream` before it (in program order)
+    has completed.
+  }];
+  let arguments = (ins Moe_StreamAttr:$stream);
+  let results = (outs Moe_EventType:$event);
+  let assemblyFormat = "`on` $stream attr-dict";
+}
+
+def Moe_WaitEventOp : Moe_Op<"wait_event"> {
+  let summary = "make a stream wait for an event";
+  let description = [{
+    Tasks issued on `stream` after this op do not start before `event` has
+    completed. Waiting on an event recorded on the same stream is rejected:
+    stream order already implies it.
+  }];
+  let arguments = (ins Moe_EventType:$event, Moe_StreamAttr:$stream);
+  let assemblyFormat = "$event `on` $stream attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif // MOE_OPS_TD

@@ -1,0 +1,620 @@
+//===- RuntimeCalls.h - the one table: moe op -> moe_rt call ----*- C++ -*-===//
+//
+// Which moe_rt function (runtime/include/moe_rt/ops.h) each op of a
+// scheduled step calls, with which arguments in which order, on which
+// stream class — and the same for each op's vjp. Written once, for the two
+// ways a step runs:
+//   lib/Target/Interpreter (moe-run) makes the calls;
+//   lib/Target/EmitC (--moe-convert-to-emitc) prints them as C++.
+//
+// An entry is a specialisation of RuntimeCall<OpT> (below) that describes
+// its calls to a visitor `v`, which makes or prints them:
+//
+//   v.call(MOE_RT_FN(moe_rt_linear), v.stream(), v.in(op.getInput()),
+//          v.in(op.getWeight()), v.in(op.getBias()), v.out(op.getResult()))
+//
+// MOE_RT_FN names the function and wraps the call in a generic lambda. Only
+// a visitor that calls the function instantiates that lambda, so the EmitC
+// side references no runtime symbol (the compiler never links the
+// runtime), while both visitors check their arguments against the
+// function's declaration in moe_rt/ops.h at compile time.
+//
+// What a visitor provides, with the C type of what it passes:
+//   stream()          moe_rt_stream   the op's stream (#moe.stream)
+//   comm(op)          moe_rt_comm     the group of a collective's grid/axes
+//   in(v)             moe_rt_tensor*  operand v of the op (for a vjp: the
+//                                     primal bound to it); NULL when v is
+//                                     null (an absent optional operand)
+//   out(v)            moe_rt_tensor*  result v of a forward op
+//   cotangent(v)      moe_rt_tensor*  a vjp's cotangent of result v
+//   grad(v)           moe_rt_tensor*  a vjp's gradient of operand v; NULL
+//                                     when v is null
+//   i64(x) / flag(b)  int64_t / int   a number; a bool as 0 / 1
+//   f64(x)            double          printed as a float attribute
+//   f64Text(x)        double          printed as 17 significant digits
+//                                     (both exact; f64Text is the form
+//                                     generated code has always given τ)
+//   named(n)          T               a Named<T> constant of moe_rt's
+//                                     headers, printed by name
+//   gateSeed()        uint64_t        this training step's noise seed
+//   aggregate(s, fields...)  const T*  a C struct of moe_rt's headers
+//   call(fn, args...) -> LogicalResult
+//   unsupported(why)  -> failure, reported on the op
+// Arguments are read left to right: generated code fetches buffers in the
+// order the call lists them.
+//
+// Adding an op: docs/design.md, "Adding an op".
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_TARGET_RUNTIMECALLS_H
+#define MOE_TARGET_RUNTIMECALLS_H
+
+#include "moe/Dialect/Moe/MoeOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include "moe_rt/ops.h"
+
+#include <type_traits>
+
+namespace mlir::moe::target {
+
+/// The stream a runtime call queues its work on: a compute stream, or a
+/// communication stream (FlowMoE's priority pool).
+enum class StreamClass { compute, comm };
+
+/// A moe_rt function as an entry names it: its C name, its declared type
+/// `Sig` (decltype of the declaration, which references no symbol) and
+/// `invoke`, a generic lambda that calls it.
+template <class Sig, class Invoke> struct RuntimeFn {
+  const char *name;
+  Invoke invoke;
+};
+template <class Sig, class Invoke>
+RuntimeFn<Sig, Invoke> runtimeFn(const char *name, Invoke invoke) {
+  return {name, invoke};
+}
+#define MOE_RT_FN(fn)                                                          \
+  ::mlir::moe::target::runtimeFn<decltype(fn)>(                                \
+      #fn, [](auto... args) { return fn(args...); })
+
+/// Whether `fn` can be called with arguments of the C types `Args`: both
+/// visitors assert it for every call.
+template <class Sig, class... Args>
+inline constexpr bool callableWith =
+    std::is_invocable_r_v<moe_rt_status, Sig *, Args...>;
+
+/// A constant of moe_rt's headers (an enumerator, a macro): its value for
+/// the interpreter, its name for generated code.
+template <class T> struct Named {
+  T value;
+  const char *name;
+};
+#define MOE_RT_NAMED(constant)                                                 \
+  ::mlir::moe::target::Named<std::decay_t<decltype(constant)>> {               \
+    constant, #constant                                                        \
+  }
+
+/// A C struct type of moe_rt's headers, by name for generated code.
+template <class T> struct CStruct {
+  const char *name;
+};
+#define MOE_RT_STRUCT(type)                                                    \
+  ::mlir::moe::target::CStruct<type> { #type }
+
+//===----------------------------------------------------------------------===//
+// Dialect enums as moe_rt constants
+//===----------------------------------------------------------------------===//
+
+inline Named<moe_rt_norm_kind> normKind(NormKind kind) {
+  return kind == NormKind::rms ? MOE_RT_NAMED(MOE_RT_NORM_RMS)
+                               : MOE_RT_NAMED(MOE_RT_NORM_LAYER);
+}
+
+inline Named<moe_rt_activation> activation(Activation act) {
+  switch (act) {
+  case Activation::relu:
+    return MOE_RT_NAMED(MOE_RT_RELU);
+  case Activation::gelu:
+    return MOE_RT_NAMED(MOE_RT_GELU);
+  case Activation::silu:
+    return MOE_RT_NAMED(MOE_RT_SILU);
+  }
+  llvm_unreachable("an activation the runtime does not know");
+}
+
+inline Named<moe_rt_gate_kind> gateKind(GateKind kind) {
+  switch (kind) {
+  case GateKind::softmax_topk:
+    return MOE_RT_NAMED(MOE_RT_GATE_SOFTMAX_TOPK);
+  case GateKind::noisy_topk:
+    return MOE_RT_NAMED(MOE_RT_GATE_NOISY_TOPK);
+  case GateKind::sigmoid:
+    return MOE_RT_NAMED(MOE_RT_GATE_SIGMOID);
+  case GateKind::cosine:
+    return MOE_RT_NAMED(MOE_RT_GATE_COSINE);
+  case GateKind::expert_choice:
+    return MOE_RT_NAMED(MOE_RT_GATE_EXPERT_CHOICE);
+  }
+  llvm_unreachable("a gate kind the runtime does not know");
+}
+
+/// Entry `i` of a variadic operand group, or null past its end.
+inline Value nth(ValueRange values, size_t i) {
+  return i < values.size() ? values[i] : Value();
+}
+
+inline int64_t numElements(Value v) {
+  return cast<RankedTensorType>(v.getType()).getNumElements();
+}
+
+//===----------------------------------------------------------------------===//
+// The table
+//===----------------------------------------------------------------------===//
+
+/// An op without a runtime call: the primary template. An entry
+/// specialises it with
+///   static constexpr StreamClass stream;
+///   template <class V> static LogicalResult forward(OpT op, V &v);
+/// and, when the op can be differentiated,
+///   template <class V> static LogicalResult backward(OpT op, V &v);
+/// where `op` is the vjp's body op and v.cotangent / v.grad name the vjp's
+/// values.
+template <class OpT> struct RuntimeCall {
+  static constexpr bool exists = false;
+};
+
+template <> struct RuntimeCall<EmbeddingOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(EmbeddingOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_embedding), v.stream(), v.in(op.getIds()),
+                  v.in(op.getTable()), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(EmbeddingOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_embedding_grad), v.stream(),
+                  v.in(op.getIds()), v.cotangent(op.getResult()),
+                  v.grad(op.getTable()));
+  }
+};
+
+template <> struct RuntimeCall<NormOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(NormOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_norm), v.stream(),
+                  v.named(normKind(op.getKind())),
+                  v.f64(op.getEpsilon().convertToDouble()),
+                  v.in(op.getInput()), v.in(op.getScale()),
+                  v.in(op.getBias()), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(NormOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_norm_grad), v.stream(),
+                  v.named(normKind(op.getKind())),
+                  v.f64(op.getEpsilon().convertToDouble()),
+                  v.in(op.getInput()), v.in(op.getScale()),
+                  v.in(op.getBias()), v.cotangent(op.getResult()),
+                  v.grad(op.getInput()), v.grad(op.getScale()),
+                  v.grad(op.getBias()));
+  }
+};
+
+template <> struct RuntimeCall<LinearOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(LinearOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_linear), v.stream(), v.in(op.getInput()),
+                  v.in(op.getWeight()), v.in(op.getBias()),
+                  v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(LinearOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_linear_grad), v.stream(),
+                  v.in(op.getInput()), v.in(op.getWeight()),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()),
+                  v.grad(op.getWeight()), v.grad(op.getBias()));
+  }
+};
+
+template <> struct RuntimeCall<CrossEntropyOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(CrossEntropyOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_cross_entropy), v.stream(),
+                  v.in(op.getLogits()), v.in(op.getLabels()),
+                  v.out(op.getLoss()));
+  }
+  template <class V> static LogicalResult backward(CrossEntropyOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_cross_entropy_grad), v.stream(),
+                  v.in(op.getLogits()), v.in(op.getLabels()),
+                  v.cotangent(op.getLoss()), v.grad(op.getLogits()));
+  }
+};
+
+template <> struct RuntimeCall<AttentionOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  /// moe_rt_attention_attrs, in its field order.
+  template <class V> static auto attrs(AttentionOp op, V &v) {
+    std::optional<NormKind> norm = op.getNorm();
+    return v.aggregate(MOE_RT_STRUCT(moe_rt_attention_attrs),
+                       v.i64(op.getNumHeads()), v.i64(op.getNumKvHeads()),
+                       v.i64(op.getHeadDim()), v.flag(op.getCausal()),
+                       v.flag(op.getRotary()),
+                       v.named(norm ? normKind(*norm)
+                                    : MOE_RT_NAMED(MOE_RT_NORM_NONE)),
+                       v.f64(op.getEpsilon().convertToDouble()));
+  }
+  template <class V> static LogicalResult forward(AttentionOp op, V &v) {
+    ValueRange norm = op.getNormParams();
+    return v.call(MOE_RT_FN(moe_rt_attention), v.stream(), attrs(op, v),
+                  v.in(op.getInput()), v.in(op.getWq()), v.in(op.getWk()),
+                  v.in(op.getWv()), v.in(op.getWo()), v.in(nth(norm, 0)),
+                  v.in(nth(norm, 1)), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(AttentionOp op, V &v) {
+    ValueRange norm = op.getNormParams();
+    return v.call(MOE_RT_FN(moe_rt_attention_grad), v.stream(), attrs(op, v),
+                  v.in(op.getInput()), v.in(op.getWq()), v.in(op.getWk()),
+                  v.in(op.getWv()), v.in(op.getWo()), v.in(nth(norm, 0)),
+                  v.in(nth(norm, 1)), v.cotangent(op.getResult()),
+                  v.grad(op.getInput()), v.grad(op.getWq()),
+                  v.grad(op.getWk()), v.grad(op.getWv()), v.grad(op.getWo()),
+                  v.grad(nth(norm, 0)), v.grad(nth(norm, 1)));
+  }
+};
+
+/// softmax_topk has its own calls; noisy_topk passes the step's seed and
+/// the micro-batch's first sample; the other kinds draw no noise, so
+/// neither matters and moe_rt_gate takes the default seed.
+template <> struct RuntimeCall<GateOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(GateOp op, V &v) {
+    if (op.getKind() == GateKind::softmax_topk)
+      return v.call(MOE_RT_FN(moe_rt_gate_topk), v.stream(),
+                    v.i64(op.getTopK()), v.flag(op.getNormalize()),
+                    v.in(op.getInput()), v.in(op.getWeight()),
+                    v.out(op.getIndices()), v.out(op.getWeights()),
+                    v.out(op.getCounts()));
+    if (op.getKind() == GateKind::noisy_topk)
+      return v.call(MOE_RT_FN(moe_rt_gate_at), v.stream(),
+                    v.named(gateKind(op.getKind())), v.i64(op.getTopK()),
+                    v.flag(op.getNormalize()), v.gateSeed(),
+                    v.i64(op.getSampleOffsetOrZero()),
+                    v.f64Text(op.getTauOrDefault()), v.in(op.getInput()),
+                    v.in(op.getWeight()), v.in(op.getAuxWeight()),
+                    v.out(op.getIndices()), v.out(op.getWeights()),
+                    v.out(op.getCounts()));
+    return v.call(MOE_RT_FN(moe_rt_gate), v.stream(),
+                  v.named(gateKind(op.getKind())), v.i64(op.getTopK()),
+                  v.flag(op.getNormalize()),
+                  v.named(MOE_RT_NAMED(MOE_RT_GATE_NOISE_SEED)),
+                  v.f64Text(op.getTauOrDefault()), v.in(op.getInput()),
+                  v.in(op.getWeight()), v.in(op.getAuxWeight()),
+                  v.out(op.getIndices()), v.out(op.getWeights()),
+                  v.out(op.getCounts()));
+  }
+  template <class V> static LogicalResult backward(GateOp op, V &v) {
+    if (op.getKind() == GateKind::softmax_topk)
+      return v.call(MOE_RT_FN(moe_rt_gate_topk_grad), v.stream(),
+                    v.i64(op.getTopK()), v.flag(op.getNormalize()),
+                    v.in(op.getInput()), v.in(op.getWeight()),
+                    v.cotangent(op.getWeights()), v.grad(op.getInput()),
+                    v.grad(op.getWeight()));
+    if (op.getKind() == GateKind::noisy_topk)
+      return v.call(MOE_RT_FN(moe_rt_gate_grad_at), v.stream(),
+                    v.named(gateKind(op.getKind())), v.i64(op.getTopK()),
+                    v.flag(op.getNormalize()), v.gateSeed(),
+                    v.i64(op.getSampleOffsetOrZero()),
+                    v.f64Text(op.getTauOrDefault()), v.in(op.getInput()),
+                    v.in(op.getWeight()), v.in(op.getAuxWeight()),
+                    v.cotangent(op.getWeights()), v.grad(op.getInput()),
+                    v.grad(op.getWeight()), v.grad(op.getAuxWeight()));
+    return v.call(MOE_RT_FN(moe_rt_gate_grad), v.stream(),
+                  v.named(gateKind(op.getKind())), v.i64(op.getTopK()),
+                  v.flag(op.getNormalize()),
+                  v.named(MOE_RT_NAMED(MOE_RT_GATE_NOISE_SEED)),
+                  v.f64Text(op.getTauOrDefault()), v.in(op.getInput()),
+                  v.in(op.getWeight()), v.in(op.getAuxWeight()),
+                  v.cotangent(op.getWeights()), v.grad(op.getInput()),
+                  v.grad(op.getWeight()), v.grad(op.getAuxWeight()));
+  }
+};
+
+/// moe.expert and moe.shared_expert: one grouped-FFN call (2-D weights make
+/// the shared expert one expert of every token).
+template <class OpT> struct ExpertCall {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(OpT op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_expert), v.stream(),
+                  v.named(activation(op.getActivation())),
+                  v.in(op.getInput()), v.in(op.getUp()),
+                  v.in(op.getGateProj()), v.in(op.getDown()),
+                  v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(OpT op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_expert_grad), v.stream(),
+                  v.named(activation(op.getActivation())),
+                  v.in(op.getInput()), v.in(op.getUp()),
+                  v.in(op.getGateProj()), v.in(op.getDown()),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()),
+                  v.grad(op.getUp()), v.grad(op.getGateProj()),
+                  v.grad(op.getDown()));
+  }
+};
+template <> struct RuntimeCall<ExpertOp> : ExpertCall<ExpertOp> {};
+template <> struct RuntimeCall<SharedExpertOp> : ExpertCall<SharedExpertOp> {};
+
+/// Dispatch and combine queue their layout kernels around the group's
+/// all-to-all; they need a capacity (dropless routing has no call yet).
+template <class V, class OpT>
+FailureOr<RoutingShape> cappedRouting(OpT op, V &v) {
+  RoutingShape shape = *routingShape(op);
+  if (!shape.capacity) {
+    (void)v.unsupported("dropless routing (no capacity) has no runtime call "
+                        "yet");
+    return failure();
+  }
+  return shape;
+}
+
+template <> struct RuntimeCall<DispatchOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(DispatchOp op, V &v) {
+    FailureOr<RoutingShape> r = cappedRouting(op, v);
+    if (failed(r))
+      return failure();
+    return v.call(MOE_RT_FN(moe_rt_dispatch), v.stream(), v.comm(op),
+                  v.i64(r->experts), v.i64(*r->capacity), v.in(op.getInput()),
+                  v.in(op.getIndices()), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(DispatchOp op, V &v) {
+    FailureOr<RoutingShape> r = cappedRouting(op, v);
+    if (failed(r))
+      return failure();
+    return v.call(MOE_RT_FN(moe_rt_dispatch_grad), v.stream(), v.comm(op),
+                  v.i64(r->experts), v.i64(*r->capacity),
+                  v.in(op.getIndices()), v.cotangent(op.getResult()),
+                  v.grad(op.getInput()));
+  }
+};
+
+template <> struct RuntimeCall<CombineOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(CombineOp op, V &v) {
+    FailureOr<RoutingShape> r = cappedRouting(op, v);
+    if (failed(r))
+      return failure();
+    return v.call(MOE_RT_FN(moe_rt_combine), v.stream(), v.comm(op),
+                  v.i64(r->experts), v.i64(*r->capacity), v.in(op.getInput()),
+                  v.in(op.getIndices()), v.in(op.getWeights()),
+                  v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(CombineOp op, V &v) {
+    FailureOr<RoutingShape> r = cappedRouting(op, v);
+    if (failed(r))
+      return failure();
+    return v.call(MOE_RT_FN(moe_rt_combine_grad), v.stream(), v.comm(op),
+                  v.i64(r->experts), v.i64(*r->capacity), v.in(op.getInput()),
+                  v.in(op.getIndices()), v.in(op.getWeights()),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()),
+                  v.grad(op.getWeights()));
+  }
+};
+
+/// One call per gradient, on the pool's low-priority queue (FlowMoE:
+/// all-reduce chunks yield to the all-to-alls); `bytes [offset, size]`
+/// makes it an S_p chunk, size -1 the whole tensor.
+template <> struct RuntimeCall<AllReduceOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(AllReduceOp op, V &v) {
+    int64_t offset = 0, size = -1;
+    if (auto bytes = op.getBytes()) {
+      offset = (*bytes)[0];
+      size = (*bytes)[1];
+    }
+    for (auto [src, dst] : llvm::zip(op.getInputs(), op.getResults()))
+      if (failed(v.call(MOE_RT_FN(moe_rt_all_reduce_into), v.stream(),
+                        v.comm(op), v.in(src), v.out(dst), v.i64(offset),
+                        v.i64(size))))
+        return failure();
+    return success();
+  }
+};
+
+template <> struct RuntimeCall<SgdOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(SgdOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_sgd), v.stream(), v.in(op.getParam()),
+                  v.in(op.getGrad()), v.f64(op.getLr().convertToDouble()),
+                  v.out(op.getResult()));
+  }
+};
+
+/// Micro-batches: each part is the next contiguous run of the whole's
+/// elements.
+template <> struct RuntimeCall<SplitOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(SplitOp op, V &v) {
+    int64_t offset = 0;
+    for (Value part : op.getResults()) {
+      if (failed(v.call(MOE_RT_FN(moe_rt_copy), v.stream(),
+                        v.in(op.getInput()), v.i64(offset), v.out(part),
+                        v.i64(0), v.i64(numElements(part)))))
+        return failure();
+      offset += numElements(part);
+    }
+    return success();
+  }
+};
+
+template <> struct RuntimeCall<MergeOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(MergeOp op, V &v) {
+    int64_t offset = 0;
+    for (Value part : op.getInputs()) {
+      if (failed(v.call(MOE_RT_FN(moe_rt_copy), v.stream(), v.in(part),
+                        v.i64(0), v.out(op.getResult()), v.i64(offset),
+                        v.i64(numElements(part)))))
+        return failure();
+      offset += numElements(part);
+    }
+    return success();
+  }
+};
+
+/// Residual adds (upstream arith.addf on tensors).
+template <> struct RuntimeCall<arith::AddFOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(arith::AddFOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_add), v.stream(), v.in(op.getLhs()),
+                  v.in(op.getRhs()), v.out(op.getResult()));
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Looking an op up
+//===----------------------------------------------------------------------===//
+
+template <class... Ops> struct OpList {};
+
+/// Every op the table may hold an entry for: the moe dialect's (all of
+/// them, so that a new op needs nothing but its entry) and the upstream
+/// ops a step issues.
+using TableOps = OpList<
+#define GET_OP_LIST
+#include "moe/Dialect/Moe/MoeOps.cpp.inc"
+    , arith::AddFOp>;
+
+/// Whether entry E has a backward for OpT (any visitor type will do: a
+/// backward is a template over it).
+struct AnyVisitor;
+template <class E, class OpT, class = void>
+struct HasBackward : std::false_type {};
+template <class E, class OpT>
+struct HasBackward<E, OpT,
+                   std::void_t<decltype(E::backward(
+                       std::declval<OpT>(), std::declval<AnyVisitor &>()))>>
+    : std::true_type {};
+
+template <class T> struct Tag {
+  using type = T;
+};
+
+/// What the table says about an op: whether it has an entry, whether the
+/// entry has a backward, and its stream class.
+struct Lookup {
+  bool found = false;
+  bool differentiable = false;
+  StreamClass stream = StreamClass::compute;
+};
+
+/// Calls `fn(Entry(), typedOp)` with the entry of `op`'s type, if any;
+/// returns what the table knows about the op.
+template <class Fn, class... Ops>
+Lookup withEntry(OpList<Ops...>, Operation *op, Fn &&fn) {
+  Lookup result;
+  auto tryOne = [&](auto tag) {
+    using OpT = typename decltype(tag)::type;
+    using Entry = RuntimeCall<OpT>;
+    if constexpr (Entry::exists) {
+      if (auto typed = dyn_cast<OpT>(op)) {
+        result.found = true;
+        result.stream = Entry::stream;
+        result.differentiable = HasBackward<Entry, OpT>::value;
+        fn(Entry(), typed);
+        return true;
+      }
+    }
+    return false;
+  };
+  (void)(tryOne(Tag<Ops>()) || ...);
+  return result;
+}
+
+/// Issues (through `v`) the runtime calls of one step op: its entry's
+/// forward calls, or for a moe.vjp its body op's backward calls. Reports
+/// an op the table has no call for through v.unsupported.
+template <class V> LogicalResult issueRuntimeCalls(Operation *op, V &v) {
+  auto vjp = dyn_cast<VjpOp>(op);
+  Operation *described = vjp ? vjp.getForwardOp() : op;
+  if (!described)
+    return v.unsupported("a moe.vjp without a body op");
+  LogicalResult status = failure();
+  Lookup found = withEntry(TableOps(), described, [&](auto entry,
+                                                      auto typed) {
+    using Entry = decltype(entry);
+    if (!vjp)
+      status = Entry::forward(typed, v);
+    else if constexpr (HasBackward<Entry, decltype(typed)>::value)
+      status = Entry::backward(typed, v);
+  });
+  if (!found.found)
+    return v.unsupported("moe_rt/ops.h has no call for it (no entry in "
+                         "include/moe/Target/RuntimeCalls.h)");
+  if (vjp && !found.differentiable)
+    return v.unsupported("moe_rt/ops.h has no backward call for it (its "
+                         "entry in include/moe/Target/RuntimeCalls.h has no "
+                         "backward)");
+  return status;
+}
+
+//===----------------------------------------------------------------------===//
+// The step's values an entry names (RuntimeCalls.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Maps the values an entry names — the operands and results of the op it
+/// describes, which for a vjp is the copy in its body — to the step's
+/// values: a vjp's primals, cotangents and gradients.
+class StepValues {
+public:
+  explicit StepValues(Operation *stepOp);
+
+  /// The step's op (a forward op, or the moe.vjp).
+  Operation *stepOp() const { return op; }
+  /// The op whose entry describes the calls (the vjp's body op).
+  Operation *described() const { return body; }
+  bool isBackward() const { return static_cast<bool>(vjp); }
+
+  /// Operand `v` of the described op; null for null.
+  Value in(Value v) const;
+  /// Result `v` of a forward op.
+  Value out(Value v) const;
+  /// A vjp's cotangent of result `v`.
+  Value cotangent(Value v) const;
+  /// A vjp's gradient of operand `v`; null for null.
+  Value grad(Value v) const;
+
+private:
+  Operation *op, *body;
+  /// Op handles are values; their accessors are not const.
+  mutable VjpOp vjp;
+};
+
+/// The stream class the table gives `op` (a vjp: its body op's), or none
+/// if it has no entry.
+std::optional<StreamClass> streamClassOf(Operation *op);
+
+/// The names of the ops that have an entry, and of those whose entry has a
+/// backward (test/unittests/RuntimeCallsTest.cpp checks them against the
+/// dialect).
+std::vector<StringRef> opsWithRuntimeCall();
+std::vector<StringRef> opsWithBackwardCall();
+
+/// The moe ops that need no entry, with the reason: structure the issuers
+/// walk (moe.block, moe.yield), moe.vjp (its body op's entry), and the
+/// event ops, which each issuer maps to its own stream calls.
+ArrayRef<std::pair<StringRef, StringRef>> opsWithoutRuntimeCall();
+
+} // namespace mlir::moe::target
+
+#endif // MOE_TARGET_RUNTIMECALLS_H

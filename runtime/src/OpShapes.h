@@ -1,0 +1,54 @@
+//===- OpShapes.h - a call's checked sizes, for the backends ----*- C++ -*-===//
+//
+// The C API (src/api) checks a call's tensors, then hands the backend of
+// the call's stream (src/cpu or src/cuda) the sizes it read from them:
+// these structs, and kernels::AttentionShape for attention. Plain data,
+// shared by both backends and by the device op templates (src/device).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_SRC_OPSHAPES_H
+#define MOE_RT_SRC_OPSHAPES_H
+
+#include "moe_rt/ops.h"
+
+#include <cstdint>
+
+namespace moe_rt {
+
+/// The sizes of a gate call and its attributes: T tokens of M features, E
+/// experts, D the cosine projection width (M for the other kinds), seq the
+/// sequence length (x's second-to-last dimension: noisy_topk's noise varies
+/// along it), k the choices per token (the capacity C for expert_choice).
+struct GateShape {
+  moe_rt_gate_kind kind = MOE_RT_GATE_SOFTMAX_TOPK;
+  int64_t tokens = 0, m = 0, experts = 0, d = 0, seq = 1, k = 1;
+  bool normalize = false;
+  uint64_t seed = 0;
+  int64_t firstSample = 0; // noisy_topk: the batch index of x's sample 0
+  double tau = 1;
+};
+
+/// Experts, slots, M and H of an expert call: 3-D weights are per local
+/// expert; 2-D weights make one expert of every token (experts = 1,
+/// slots = tokens).
+struct ExpertShape {
+  int64_t experts = 1, slots = 0, m = 0, h = 0;
+};
+
+/// Shapes of a routed op: T tokens with k choices, E experts over G ranks
+/// (El local), capacity C, embedding M. `ec`: expert-choice routing,
+/// indices E x C token ids (k unused).
+struct RouteShape {
+  int64_t T = 0, k = 1, E = 0, G = 1, El = 0, C = 0, M = 0;
+  bool ec = false;
+};
+
+namespace device {
+using moe_rt::ExpertShape;
+using moe_rt::GateShape;
+using moe_rt::RouteShape;
+} // namespace device
+
+} // namespace moe_rt
+
+#endif // MOE_RT_SRC_OPSHAPES_H

@@ -1,0 +1,130 @@
+//===- CpuOps.h - moe_rt/ops.h's ops on the CPU backend ---------*- C++ -*-===//
+//
+// What the C API (src/api) calls when an op's stream is a CPU stream,
+// after it has checked the operands: each queues the CPU kernels
+// (src/kernels) as host tasks on the stream and returns. The counterpart
+// of src/cuda's CudaDenseOps.h and CudaRoutingOps.h, with the same checked
+// sizes; tensors are host tensors that must stay alive until the stream has
+// run the work. Backward calls overwrite their gradient outputs. A data
+// error (a token id, label or expert-choice index out of range) fails the
+// stream with a message; routing still runs its all-to-alls first, so that
+// no peer is left waiting in one.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_SRC_CPU_CPUOPS_H
+#define MOE_RT_SRC_CPU_CPUOPS_H
+
+#include "../OpShapes.h"
+#include "kernels/Attention.h"
+
+#include "moe_rt/collectives.h"
+#include "moe_rt/ops.h"
+
+#include <cstdint>
+
+namespace moe_rt::cpu {
+
+// Dense ops (CpuDenseOps.cpp).
+
+moe_rt_status attention(moe_rt_stream s, const kernels::AttentionShape &shape,
+                        const moe_rt_tensor *x, const moe_rt_tensor *wq,
+                        const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+                        const moe_rt_tensor *wo, const moe_rt_tensor *scale,
+                        const moe_rt_tensor *bias, moe_rt_tensor *out);
+moe_rt_status
+attentionGrad(moe_rt_stream s, const kernels::AttentionShape &shape,
+              const moe_rt_tensor *x, const moe_rt_tensor *wq,
+              const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+              const moe_rt_tensor *wo, const moe_rt_tensor *scale,
+              const moe_rt_tensor *bias, const moe_rt_tensor *dout,
+              moe_rt_tensor *dx, moe_rt_tensor *dwq, moe_rt_tensor *dwk,
+              moe_rt_tensor *dwv, moe_rt_tensor *dwo, moe_rt_tensor *dscale,
+              moe_rt_tensor *dbias);
+/// rows x m over the last dimension; rms picks RMSNorm.
+moe_rt_status norm(moe_rt_stream s, bool rms, int64_t rows, int64_t m,
+                   double eps, const moe_rt_tensor *x,
+                   const moe_rt_tensor *scale, const moe_rt_tensor *bias,
+                   moe_rt_tensor *out);
+moe_rt_status normGrad(moe_rt_stream s, bool rms, int64_t rows, int64_t m,
+                       double eps, const moe_rt_tensor *x,
+                       const moe_rt_tensor *scale, const moe_rt_tensor *dout,
+                       moe_rt_tensor *dx, moe_rt_tensor *dscale,
+                       moe_rt_tensor *dbias);
+/// out (rows x n) = x (rows x k) w (k x n) + bias.
+moe_rt_status linear(moe_rt_stream s, int64_t rows, int64_t k, int64_t n,
+                     const moe_rt_tensor *x, const moe_rt_tensor *w,
+                     const moe_rt_tensor *bias, moe_rt_tensor *out);
+moe_rt_status linearGrad(moe_rt_stream s, int64_t rows, int64_t k, int64_t n,
+                         const moe_rt_tensor *x, const moe_rt_tensor *w,
+                         const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                         moe_rt_tensor *dw, moe_rt_tensor *dbias);
+moe_rt_status embedding(moe_rt_stream s, int64_t tokens, int64_t vocab,
+                        int64_t m, const moe_rt_tensor *ids,
+                        const moe_rt_tensor *table, moe_rt_tensor *out);
+moe_rt_status embeddingGrad(moe_rt_stream s, int64_t tokens, int64_t vocab,
+                            int64_t m, const moe_rt_tensor *ids,
+                            const moe_rt_tensor *dout, moe_rt_tensor *dtable);
+moe_rt_status crossEntropy(moe_rt_stream s, int64_t tokens, int64_t vocab,
+                           const moe_rt_tensor *logits,
+                           const moe_rt_tensor *labels, moe_rt_tensor *loss);
+moe_rt_status crossEntropyGrad(moe_rt_stream s, int64_t tokens, int64_t vocab,
+                               const moe_rt_tensor *logits,
+                               const moe_rt_tensor *labels,
+                               const moe_rt_tensor *dloss,
+                               moe_rt_tensor *dlogits);
+moe_rt_status expert(moe_rt_stream s, moe_rt_activation act,
+                     const ExpertShape &f, const moe_rt_tensor *x,
+                     const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                     const moe_rt_tensor *down, moe_rt_tensor *out);
+moe_rt_status expertGrad(moe_rt_stream s, moe_rt_activation act,
+                         const ExpertShape &f, const moe_rt_tensor *x,
+                         const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                         const moe_rt_tensor *down, const moe_rt_tensor *dout,
+                         moe_rt_tensor *dx, moe_rt_tensor *dup,
+                         moe_rt_tensor *dgate, moe_rt_tensor *ddown);
+/// out = a + b over n F32 elements.
+moe_rt_status add(moe_rt_stream s, int64_t n, const moe_rt_tensor *a,
+                  const moe_rt_tensor *b, moe_rt_tensor *out);
+/// `count` elements (any dtype) from src + srcOffset to dst + dstOffset;
+/// lowPriority queues it on a pool's low-priority queue.
+moe_rt_status copy(moe_rt_stream s, const moe_rt_tensor *src,
+                   int64_t srcOffset, moe_rt_tensor *dst, int64_t dstOffset,
+                   int64_t count, bool lowPriority = false);
+/// out = param - float(lr) * grad over n elements.
+moe_rt_status sgd(moe_rt_stream s, int64_t n, const moe_rt_tensor *param,
+                  const moe_rt_tensor *grad, double lr, moe_rt_tensor *out);
+
+// Gates (CpuGateOps.cpp): every kind, softmax_topk included.
+
+moe_rt_status gate(moe_rt_stream s, const GateShape &z,
+                   const moe_rt_tensor *x, const moe_rt_tensor *w,
+                   const moe_rt_tensor *aux, moe_rt_tensor *indices,
+                   moe_rt_tensor *weights, moe_rt_tensor *counts);
+moe_rt_status gateGrad(moe_rt_stream s, const GateShape &z,
+                       const moe_rt_tensor *x, const moe_rt_tensor *w,
+                       const moe_rt_tensor *aux,
+                       const moe_rt_tensor *dweights, moe_rt_tensor *dx,
+                       moe_rt_tensor *dw, moe_rt_tensor *daux);
+
+// Routing (CpuRoutingOps.cpp): layout tasks around the group's all-to-all.
+
+moe_rt_status dispatch(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
+                       const moe_rt_tensor *x, const moe_rt_tensor *indices,
+                       moe_rt_tensor *out);
+moe_rt_status dispatchGrad(moe_rt_stream s, moe_rt_comm comm,
+                           const RouteShape &r, const moe_rt_tensor *indices,
+                           const moe_rt_tensor *dout, moe_rt_tensor *dx);
+moe_rt_status combine(moe_rt_stream s, moe_rt_comm comm, const RouteShape &r,
+                      const moe_rt_tensor *expertOut,
+                      const moe_rt_tensor *indices,
+                      const moe_rt_tensor *weights, moe_rt_tensor *out);
+moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm,
+                          const RouteShape &r, const moe_rt_tensor *expertOut,
+                          const moe_rt_tensor *indices,
+                          const moe_rt_tensor *weights,
+                          const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
+                          moe_rt_tensor *dweights);
+
+} // namespace moe_rt::cpu
+
+#endif // MOE_RT_SRC_CPU_CPUOPS_H

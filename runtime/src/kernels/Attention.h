@@ -1,0 +1,204 @@
+//===- Attention.h - multi-head / grouped-query attention -------*- C++ -*-===//
+//
+// moe.attention on the CPU, forward and backward: optional pre-norm, Q, K, V
+// projections, rotary embeddings, scaled dot-product attention (causal or
+// not) with num_heads query heads sharing num_kv_heads key/value heads, and
+// the output projection. The residual add is not part of the op.
+//
+// Rotary embeddings use the rotate-half convention of Hugging Face LLaMA /
+// GPT-NeoX: dimension i < D/2 pairs with i + D/2 and both rotate by angle
+// pos * 10000^(-2i/D), so imported models keep their numerics. The backward
+// recomputes the forward's intermediates from x (activation recomputation).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_KERNELS_ATTENTION_H
+#define MOE_RT_KERNELS_ATTENTION_H
+
+#include "Dense.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace moe_rt::kernels {
+
+struct AttentionShape {
+  int64_t batch, seq, embed, heads, kvHeads, headDim;
+  bool causal = false, rotary = false;
+  /// 0: no pre-norm, 1: LayerNorm, 2: RMSNorm.
+  int norm = 0;
+  double eps = 1e-5;
+};
+
+namespace detail {
+
+/// Rotates (in place) the heads x D vectors of one token at position `pos`;
+/// `inverse` applies the transpose (the adjoint, for gradients).
+template <typename T>
+void rotary(T *v, int64_t heads, int64_t d, int64_t pos, bool inverse) {
+  int64_t half = d / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < half; ++i) {
+      double angle = pos * std::pow(10000.0, -2.0 * i / d);
+      double c = std::cos(angle),
+             s = inverse ? -std::sin(angle) : std::sin(angle);
+      T &a = v[h * d + i], &b = v[h * d + i + half];
+      T x = a, y = b;
+      a = T(x * c - y * s);
+      b = T(y * c + x * s);
+    }
+}
+
+template <typename T> struct Activations {
+  std::vector<T> xn, q, k, v, p, o; // per batch element
+};
+
+/// Forward of one sample; keeps what the backward needs in `act`.
+template <typename T>
+void forwardSample(const AttentionShape &s, const T *x, const T *wq,
+                   const T *wk, const T *wv, const T *wo, const T *scale,
+                   const T *bias, T *out, Activations<T> &act) {
+  int64_t n = s.seq, m = s.embed, hd = s.heads * s.headDim,
+          kvd = s.kvHeads * s.headDim, d = s.headDim;
+  act.xn.assign(n * m, T(0));
+  if (s.norm)
+    normForward(s.norm == 2, n, m, x, scale, bias, s.eps, act.xn.data());
+  else
+    std::copy(x, x + n * m, act.xn.begin());
+  act.q.assign(n * hd, T(0));
+  act.k.assign(n * kvd, T(0));
+  act.v.assign(n * kvd, T(0));
+  gemm(false, false, n, hd, m, T(1), act.xn.data(), wq, T(0), act.q.data());
+  gemm(false, false, n, kvd, m, T(1), act.xn.data(), wk, T(0), act.k.data());
+  gemm(false, false, n, kvd, m, T(1), act.xn.data(), wv, T(0), act.v.data());
+  if (s.rotary)
+    for (int64_t t = 0; t < n; ++t) {
+      rotary(act.q.data() + t * hd, s.heads, d, t, false);
+      rotary(act.k.data() + t * kvd, s.kvHeads, d, t, false);
+    }
+  int64_t group = s.heads / s.kvHeads;
+  double inv = 1.0 / std::sqrt(double(d));
+  act.p.assign(s.heads * n * n, T(0));
+  act.o.assign(n * hd, T(0));
+  for (int64_t h = 0; h < s.heads; ++h) {
+    int64_t g = h / group;
+    for (int64_t i = 0; i < n; ++i) {
+      T *prow = act.p.data() + (h * n + i) * n;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        if (s.causal && j > i)
+          continue;
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e)
+          dot += act.q[i * hd + h * d + e] * act.k[j * kvd + g * d + e];
+        prow[j] = T(dot * inv);
+        mx = std::max(mx, double(prow[j]));
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        if (s.causal && j > i) {
+          prow[j] = T(0);
+          continue;
+        }
+        prow[j] = T(std::exp(prow[j] - mx));
+        sum += prow[j];
+      }
+      for (int64_t j = 0; j < n; ++j)
+        prow[j] = T(prow[j] / sum);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t e = 0; e < d; ++e)
+          act.o[i * hd + h * d + e] += prow[j] * act.v[j * kvd + g * d + e];
+    }
+  }
+  gemm(false, false, n, m, hd, T(1), act.o.data(), wo, T(0), out);
+}
+
+} // namespace detail
+
+/// x, out: batch x seq x embed. scale/bias: the pre-norm's (null if none).
+template <typename T>
+void attentionForward(const AttentionShape &s, const T *x, const T *wq,
+                      const T *wk, const T *wv, const T *wo, const T *scale,
+                      const T *bias, T *out) {
+  detail::Activations<T> act;
+  for (int64_t b = 0; b < s.batch; ++b)
+    detail::forwardSample(s, x + b * s.seq * s.embed, wq, wk, wv, wo, scale,
+                          bias, out + b * s.seq * s.embed, act);
+}
+
+/// Accumulates dx and every weight gradient (dscale/dbias may be null).
+template <typename T>
+void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
+                       const T *wk, const T *wv, const T *wo, const T *scale,
+                       const T *bias, const T *dout, T *dx, T *dwq, T *dwk,
+                       T *dwv, T *dwo, T *dscale, T *dbias) {
+  int64_t n = s.seq, m = s.embed, hd = s.heads * s.headDim,
+          kvd = s.kvHeads * s.headDim, d = s.headDim;
+  int64_t group = s.heads / s.kvHeads;
+  double inv = 1.0 / std::sqrt(double(d));
+  detail::Activations<T> act;
+  std::vector<T> out(n * m), dO(n * hd), dQ(n * hd), dK(n * kvd), dV(n * kvd),
+      dxn(n * m), dp(n);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const T *xb = x + b * n * m, *db = dout + b * n * m;
+    detail::forwardSample(s, xb, wq, wk, wv, wo, scale, bias, out.data(), act);
+    // out = O Wo.
+    std::fill(dO.begin(), dO.end(), T(0));
+    gemm(false, true, n, hd, m, T(1), db, wo, T(0), dO.data());
+    gemm(true, false, hd, m, n, T(1), act.o.data(), db, T(1), dwo);
+    std::fill(dQ.begin(), dQ.end(), T(0));
+    std::fill(dK.begin(), dK.end(), T(0));
+    std::fill(dV.begin(), dV.end(), T(0));
+    for (int64_t h = 0; h < s.heads; ++h) {
+      int64_t g = h / group;
+      for (int64_t i = 0; i < n; ++i) {
+        const T *prow = act.p.data() + (h * n + i) * n;
+        // dP = dO V^T; dV += P^T dO.
+        double rowDot = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double v = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            v += dO[i * hd + h * d + e] * act.v[j * kvd + g * d + e];
+            dV[j * kvd + g * d + e] += prow[j] * dO[i * hd + h * d + e];
+          }
+          dp[j] = T(v);
+          rowDot += v * prow[j];
+        }
+        // Softmax: dS = P (dP - sum(dP P)); scores = Q K^T / sqrt(D).
+        for (int64_t j = 0; j < n; ++j) {
+          double ds = prow[j] * (dp[j] - rowDot) * inv;
+          if (ds == 0)
+            continue;
+          for (int64_t e = 0; e < d; ++e) {
+            dQ[i * hd + h * d + e] += T(ds * act.k[j * kvd + g * d + e]);
+            dK[j * kvd + g * d + e] += T(ds * act.q[i * hd + h * d + e]);
+          }
+        }
+      }
+    }
+    if (s.rotary)
+      for (int64_t t = 0; t < n; ++t) {
+        detail::rotary(dQ.data() + t * hd, s.heads, d, t, true);
+        detail::rotary(dK.data() + t * kvd, s.kvHeads, d, t, true);
+      }
+    std::fill(dxn.begin(), dxn.end(), T(0));
+    gemm(false, true, n, m, hd, T(1), dQ.data(), wq, T(1), dxn.data());
+    gemm(false, true, n, m, kvd, T(1), dK.data(), wk, T(1), dxn.data());
+    gemm(false, true, n, m, kvd, T(1), dV.data(), wv, T(1), dxn.data());
+    gemm(true, false, m, hd, n, T(1), act.xn.data(), dQ.data(), T(1), dwq);
+    gemm(true, false, m, kvd, n, T(1), act.xn.data(), dK.data(), T(1), dwk);
+    gemm(true, false, m, kvd, n, T(1), act.xn.data(), dV.data(), T(1), dwv);
+    T *dxb = dx + b * n * m;
+    if (s.norm)
+      normBackward(s.norm == 2, n, m, xb, scale, s.eps, dxn.data(), dxb, dscale,
+                   dbias);
+    else
+      for (int64_t i = 0; i < n * m; ++i)
+        dxb[i] += dxn[i];
+  }
+}
+
+} // namespace moe_rt::kernels
+
+#endif // MOE_RT_KERNELS_ATTENTION_H

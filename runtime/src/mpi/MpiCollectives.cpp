@@ -1,0 +1,78 @@
+//===- MpiCollectives.cpp - the collectives over MPI, on CPU streams ------===//
+
+#include "MpiCollectives.h"
+
+#include "../Error.h"
+#include "CollectiveSteps.h"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+using namespace moe_rt;
+using namespace moe_rt::coll;
+
+namespace moe_rt::mpi {
+
+moe_rt_status allReduce(moe_rt_stream stream, moe_rt_comm comm, float *data,
+                        int64_t count, const char *what) {
+  if (count > std::numeric_limits<int>::max())
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                std::string(what) + ": more elements than MPI's int counts");
+  int n = static_cast<int>(count);
+  return enqueueCollective(
+      stream, comm, comm->ar, AllReduce, count * 4, lowPriority(AllReduce),
+      [data, n, comm](MPI_Request *r) {
+        return MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM,
+                              comm->ar, r);
+      });
+}
+
+moe_rt_status allToAll(moe_rt_stream stream, moe_rt_comm comm, int64_t kind,
+                       int64_t bytes, const float *in, float *out,
+                       const PeerPlan &plan, const char *what) {
+  if (!fitsInt(plan))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                std::string(what) + ": counts exceed MPI's int counts");
+  auto toInt = [](const std::vector<int64_t> &v) {
+    return std::vector<int>(v.begin(), v.end());
+  };
+  std::vector<int> sc = toInt(plan.sendCount), sd = toInt(plan.sendOffset),
+                   rc = toInt(plan.recvCount), rd = toInt(plan.recvOffset);
+  if (kind == AllToAll) {
+    int part = sc.empty() ? 0 : sc[0];
+    return enqueueCollective(
+        stream, comm, comm->a2a, kind, bytes, false, [=](MPI_Request *r) {
+          return MPI_Ialltoall(in, part, MPI_FLOAT, out, part, MPI_FLOAT,
+                               comm->a2a, r);
+        });
+  }
+  return enqueueCollective(
+      stream, comm, comm->a2a, kind, bytes, false, [=](MPI_Request *r) {
+        return MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out,
+                              rc.data(), rd.data(), MPI_FLOAT, comm->a2a, r);
+      });
+}
+
+moe_rt_status allGather(moe_rt_stream stream, moe_rt_comm comm,
+                        const float *in, float *out, int64_t n) {
+  return enqueueCollective(
+      stream, comm, comm->a2a, AllGather, n * 4, false, [=](MPI_Request *r) {
+        return MPI_Iallgather(in, int(n), MPI_FLOAT, out, int(n), MPI_FLOAT,
+                              comm->a2a, r);
+      });
+}
+
+moe_rt_status reduceScatter(moe_rt_stream stream, moe_rt_comm comm,
+                            const float *in, float *out, int64_t n) {
+  // FSMoE's reduce-scatter belongs to the MoE layer's pipeline, like the
+  // all-to-alls: high priority, same communicator class.
+  return enqueueCollective(stream, comm, comm->a2a, ReduceScatter, n * 4,
+                           false, [=](MPI_Request *r) {
+                             return MPI_Ireduce_scatter_block(
+                                 in, out, int(n), MPI_FLOAT, MPI_SUM,
+                                 comm->a2a, r);
+                           });
+}
+
+} // namespace moe_rt::mpi

@@ -1,0 +1,69 @@
+//===- NoMpi.cpp - collectives when built without MPI ---------------------===//
+
+#include "moe_rt/collectives.h"
+
+#include "../Error.h"
+
+#include <cstdlib>
+#include <string>
+
+using namespace moe_rt;
+
+namespace {
+moe_rt_status unavailable(const char *what) {
+  return fail(MOE_RT_UNAVAILABLE,
+              std::string(what) +
+                  ": the runtime was built without MPI (no libopenmpi-dev at "
+                  "build time)");
+}
+} // namespace
+
+extern "C" {
+moe_rt_status moe_rt_mpi_init(int *, char ***) {
+  return unavailable("moe_rt_mpi_init");
+}
+moe_rt_status moe_rt_mpi_finalize(void) { return MOE_RT_OK; }
+void moe_rt_mpi_abort(int code) { std::exit(code); }
+moe_rt_status moe_rt_comm_create_world(double, int, moe_rt_comm *) {
+  return unavailable("moe_rt_comm_create_world");
+}
+moe_rt_status moe_rt_comm_split(moe_rt_comm, int, moe_rt_comm *) {
+  return unavailable("moe_rt_comm_split");
+}
+moe_rt_status moe_rt_comm_destroy(moe_rt_comm) {
+  return unavailable("moe_rt_comm_destroy");
+}
+moe_rt_status moe_rt_comm_node_rank(moe_rt_comm, int *, int *) {
+  return unavailable("moe_rt_comm_node_rank");
+}
+int moe_rt_comm_rank(moe_rt_comm) { return -1; }
+int moe_rt_comm_size(moe_rt_comm) { return 0; }
+moe_rt_status moe_rt_all_reduce(moe_rt_stream, moe_rt_comm, moe_rt_tensor *,
+                                int64_t, int64_t) {
+  return unavailable("moe_rt_all_reduce");
+}
+moe_rt_status moe_rt_all_to_all(moe_rt_stream, moe_rt_comm,
+                                const moe_rt_tensor *, moe_rt_tensor *) {
+  return unavailable("moe_rt_all_to_all");
+}
+moe_rt_status moe_rt_all_to_all_v(moe_rt_stream, moe_rt_comm,
+                                  const moe_rt_tensor *, const int64_t *,
+                                  moe_rt_tensor *, const int64_t *) {
+  return unavailable("moe_rt_all_to_all_v");
+}
+moe_rt_status moe_rt_all_gather(moe_rt_stream, moe_rt_comm,
+                                const moe_rt_tensor *, moe_rt_tensor *) {
+  return unavailable("moe_rt_all_gather");
+}
+moe_rt_status moe_rt_reduce_scatter(moe_rt_stream, moe_rt_comm,
+                                    const moe_rt_tensor *, moe_rt_tensor *) {
+  return unavailable("moe_rt_reduce_scatter");
+}
+moe_rt_status moe_rt_send(moe_rt_stream, moe_rt_comm, const moe_rt_tensor *,
+                          int) {
+  return unavailable("moe_rt_send");
+}
+moe_rt_status moe_rt_recv(moe_rt_stream, moe_rt_comm, moe_rt_tensor *, int) {
+  return unavailable("moe_rt_recv");
+}
+}

@@ -1,0 +1,505 @@
+//===- StepSupport.cpp - bookkeeping for generated training steps ---------===//
+//
+// The state behind moe_rt/step_support.h. It follows tools/moe-run's Runner
+// (streams per #moe.stream, communicators split from the world by grid
+// coordinates, dump formats), so that a generated step and moe-run compute
+// the same thing from the same inputs.
+//
+// On the CUDA backend (moe_step_create_on) buffers live on the rank's GPU,
+// compute streams are CUDA streams and comm streams the CUDA pool; what the
+// trainer and the host-side splats touch is staged through host copies
+// (moe_rt_tensor_copy), each after the step's streams were synchronised.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe_rt/step_support.h"
+
+#include "../Backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Buffer {
+  moe_rt_tensor t{};
+  bool declared = false;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int32_t d = 0; d < t.rank; ++d)
+      n *= t.shape[d];
+    return n;
+  }
+  size_t bytes() const { return numel() * moe_rt_dtype_size(t.dtype); }
+};
+
+/// A host tensor shaped like `like`, for staging a device buffer.
+struct HostCopy {
+  std::vector<int64_t> storage; // 8-byte aligned for I64 and F32 alike
+  moe_rt_tensor t{};
+  explicit HostCopy(const moe_rt_tensor &like) : t(like) {
+    size_t bytes = size_t(std::max<int64_t>(0, moe_rt_tensor_numel(&like))) *
+                   moe_rt_dtype_size(like.dtype);
+    storage.resize((bytes + 7) / 8 + 1);
+    t.data = storage.data();
+    t.backend = MOE_RT_CPU;
+  }
+};
+
+[[noreturn]] void fail(const moe_step *s, const std::string &message);
+
+} // namespace
+
+struct moe_step {
+  double timeout = 60;
+  moe_rt_backend backend = MOE_RT_CPU;
+  int rank = 0, world = 1;
+  moe_rt_comm worldComm = nullptr;
+  /// moe_step_global_loss's stream and world group, made with the step:
+  /// creating a communicator is a collective without a timeout, which a
+  /// rank that stops between two steps would leave the others waiting in.
+  moe_rt_stream lossStream = nullptr;
+  moe_rt_comm lossComm = nullptr;
+  std::vector<Buffer> buffers;
+  std::vector<int64_t> arguments;
+  std::vector<std::string> argumentNames; // "" for token ids / labels
+  std::vector<bool> argumentNamed;
+  std::vector<std::pair<std::string, int64_t>> results;
+  std::map<std::string, std::vector<int64_t>> grids;
+  std::map<std::pair<int, int64_t>, moe_rt_stream> streams;
+  std::map<std::string, moe_rt_comm> comms;
+  std::vector<moe_rt_event> events;
+  // noisy_topk: moe-run's --seed and the number of steps begun so far.
+  uint64_t gateSeedBase = MOE_RT_GATE_NOISE_SEED;
+  int64_t stepsBegun = 0;
+
+  Buffer &buffer(int64_t id) {
+    if (id < 0 || id >= int64_t(buffers.size()) || !buffers[id].declared)
+      fail(this, "buffer " + std::to_string(id) + " was never declared");
+    return buffers[id];
+  }
+};
+
+namespace {
+
+void fail(const moe_step *s, const std::string &message) {
+  std::fprintf(stderr, "moe step: rank %d: error: %s\n", s ? s->rank : -1,
+               message.c_str());
+  std::fflush(stderr);
+  moe_rt_mpi_abort(2);
+  std::exit(2);
+}
+
+void check(const moe_step *s, moe_rt_status st, const std::string &what) {
+  if (st != MOE_RT_OK)
+    fail(s, what + ": " + moe_rt_last_error());
+}
+
+} // namespace
+
+moe_step *moe_step_create(double timeout_s) {
+  return moe_step_create_on(timeout_s, MOE_RT_CPU);
+}
+
+moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend) {
+  auto s = std::make_unique<moe_step>();
+  s->timeout = timeout_s;
+  if (backend != MOE_RT_CPU && backend != MOE_RT_CUDA)
+    fail(s.get(), "unknown backend " + std::to_string(int(backend)));
+  s->backend = backend;
+  // Shape checks on, as moe-run: a mismatched collective is reported, not a
+  // hang or corrupted memory.
+  check(s.get(), moe_rt_comm_create_world(timeout_s, 1, &s->worldComm),
+        "creating the world communicator");
+  s->rank = moe_rt_comm_rank(s->worldComm);
+  s->world = moe_rt_comm_size(s->worldComm);
+  check(s.get(), moe_rt_stream_create_pool(&s->lossStream),
+        "creating a stream");
+  check(s.get(), moe_rt_comm_create_world(timeout_s, 0, &s->lossComm),
+        "creating the world communicator");
+  if (backend == MOE_RT_CUDA) {
+    if (!moe_rt_cuda_compiled())
+      fail(s.get(), "no CUDA backend: the runtime was built without CUDA");
+    if (moe_rt_cuda_device_count() == 0)
+      fail(s.get(), "no CUDA device is available on this machine (the "
+                    "step's CUDA backend needs one GPU per rank)");
+    // One GPU per rank of a node, by node-local rank.
+    int local = 0, localSize = 1;
+    check(s.get(), moe_rt_comm_node_rank(s->worldComm, &local, &localSize),
+          "finding the node-local rank");
+    check(s.get(), moe_rt_cuda_select_device(local), "selecting a GPU");
+  }
+  return s.release();
+}
+
+void moe_step_destroy(moe_step *s) {
+  if (!s)
+    return;
+  for (auto &[key, st] : s->streams)
+    moe_rt_stream_destroy(st);
+  for (moe_rt_event e : s->events)
+    if (e)
+      moe_rt_event_destroy(e);
+  for (auto &[key, c] : s->comms)
+    moe_rt_comm_destroy(c);
+  for (Buffer &b : s->buffers)
+    if (b.declared)
+      moe_rt_tensor_destroy(&b.t);
+  if (s->lossStream)
+    moe_rt_stream_destroy(s->lossStream);
+  if (s->lossComm)
+    moe_rt_comm_destroy(s->lossComm);
+  if (s->worldComm)
+    moe_rt_comm_destroy(s->worldComm);
+  delete s;
+}
+
+int moe_step_rank(const moe_step *s) { return s->rank; }
+int moe_step_world_size(const moe_step *s) { return s->world; }
+int moe_step_num_arguments(const moe_step *s) {
+  return static_cast<int>(s->arguments.size());
+}
+
+moe_rt_tensor *moe_step_argument_tensor(moe_step *s, int i) {
+  if (i < 0 || i >= moe_step_num_arguments(s))
+    fail(s, "no argument " + std::to_string(i));
+  return &s->buffer(s->arguments[i]).t;
+}
+
+const char *moe_step_argument_name(const moe_step *s, int i) {
+  if (i < 0 || i >= moe_step_num_arguments(s))
+    fail(s, "no argument " + std::to_string(i));
+  return s->argumentNamed[i] ? s->argumentNames[i].c_str() : nullptr;
+}
+
+//===--- declarations -----------------------------------------------------===//
+
+void moe_step_grid_v(moe_step *s, const char *name, int rank,
+                     const int64_t *shape) {
+  std::vector<int64_t> dims(shape, shape + rank);
+  int64_t size = 1;
+  for (int64_t d : dims)
+    size *= d;
+  if (size != s->world)
+    fail(s, "grid @" + std::string(name) + " has " + std::to_string(size) +
+                " ranks but the job has " + std::to_string(s->world) +
+                " (use mpirun -np " + std::to_string(size) + ")");
+  s->grids[name] = dims;
+}
+
+void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
+                       const int64_t *shape) {
+  if (id < 0)
+    fail(s, "negative buffer id");
+  if (id >= int64_t(s->buffers.size()))
+    s->buffers.resize(id + 1);
+  Buffer &b = s->buffers[id];
+  if (b.declared)
+    fail(s, "buffer " + std::to_string(id) + " declared twice");
+  check(s, moe_rt_tensor_create(s->backend, dtype, rank, shape, &b.t),
+        "allocating buffer " + std::to_string(id));
+  b.declared = true;
+}
+
+void moe_step_argument(moe_step *s, int64_t id, const char *name) {
+  s->buffer(id);
+  s->arguments.push_back(id);
+  s->argumentNamed.push_back(name != nullptr);
+  s->argumentNames.push_back(name ? name : "");
+}
+
+void moe_step_result(moe_step *s, const char *name, int64_t id) {
+  s->buffer(id);
+  s->results.emplace_back(name, id);
+}
+
+//===--- the step -----------------------------------------------------------===//
+
+void moe_step_set_gate_seed(moe_step *s, uint64_t base) {
+  s->gateSeedBase = base;
+}
+
+uint64_t moe_step_gate_seed(const moe_step *s) {
+  return moe_rt_gate_step_seed(s->gateSeedBase, s->stepsBegun);
+}
+
+void moe_step_begin(moe_step *s) {
+  ++s->stepsBegun; // step n of the run, as moe-run counts them
+  std::vector<bool> isArgument(s->buffers.size());
+  for (int64_t id : s->arguments)
+    isArgument[id] = true;
+  for (size_t id = 0; id < s->buffers.size(); ++id) {
+    Buffer &b = s->buffers[id];
+    if (!b.declared || isArgument[id])
+      continue;
+    if (b.t.backend == MOE_RT_CUDA)
+      check(s, moe_rt::cudaZeroBytes(b.t.data, b.bytes()),
+            "zeroing buffer " + std::to_string(id));
+    else
+      std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
+  }
+}
+
+moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id) {
+  return &s->buffer(id).t;
+}
+
+moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
+                              int64_t index) {
+  auto key = std::make_pair(int(kind), index);
+  auto it = s->streams.find(key);
+  if (it != s->streams.end())
+    return it->second;
+  moe_rt_stream stream;
+  check(s,
+        kind == MOE_STEP_COMM ? moe_rt_stream_create_pool_on(s->backend, &stream)
+                              : moe_rt_stream_create(s->backend, &stream),
+        "creating a stream");
+  return s->streams[key] = stream;
+}
+
+/// The group of `axes` of the grid: ranks that share their coordinates on
+/// the other axes (row-major rank order), as moe-run forms it.
+moe_rt_comm moe_step_comm_v(moe_step *s, const char *grid, int naxes,
+                            const int64_t *axes) {
+  std::string key = grid;
+  for (int i = 0; i < naxes; ++i)
+    key += "," + std::to_string(axes[i]);
+  auto it = s->comms.find(key);
+  if (it != s->comms.end())
+    return it->second;
+  auto g = s->grids.find(grid);
+  if (g == s->grids.end())
+    fail(s, "grid @" + std::string(grid) + " was never declared");
+  const std::vector<int64_t> &shape = g->second;
+  std::vector<int64_t> coord(shape.size());
+  for (int64_t r = s->rank, d = int64_t(shape.size()) - 1; d >= 0; --d) {
+    coord[d] = r % shape[d];
+    r /= shape[d];
+  }
+  int color = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (std::find(axes, axes + naxes, int64_t(d)) == axes + naxes)
+      color = color * shape[d] + coord[d];
+  moe_rt_comm comm;
+  check(s, moe_rt_comm_split(s->worldComm, color, &comm),
+        "forming the group " + key);
+  return s->comms[key] = comm;
+}
+
+moe_rt_event moe_step_record(moe_step *s, int64_t id, moe_rt_stream stream) {
+  if (id >= int64_t(s->events.size()))
+    s->events.resize(id + 1, nullptr);
+  if (!s->events[id])
+    check(s, moe_rt_event_create(s->backend, &s->events[id]),
+          "creating an event");
+  check(s, moe_rt_event_record(s->events[id], stream), "recording an event");
+  return s->events[id];
+}
+
+void moe_step_wait(moe_step *s, moe_rt_stream stream, moe_rt_event event) {
+  check(s, moe_rt_stream_wait_event(stream, event, s->timeout),
+        "waiting on an event");
+}
+
+/// Fills `t` with `value` on the host, or through a host copy on a device.
+/// The buffer is not in use by queued work: the generated step fills a
+/// splat when it reaches it, before queueing its users.
+template <class T>
+static void fillHost(moe_step *s, moe_rt_tensor *t, T value) {
+  if (t->backend == MOE_RT_CPU) {
+    std::fill_n(static_cast<T *>(t->data), moe_rt_tensor_numel(t), value);
+    return;
+  }
+  HostCopy host(*t);
+  std::fill_n(static_cast<T *>(host.t.data), moe_rt_tensor_numel(t), value);
+  check(s, moe_rt_tensor_copy(t, &host.t), "filling a constant");
+}
+
+void moe_step_fill_f32(moe_step *s, moe_rt_tensor *t, double value) {
+  if (t->dtype != MOE_RT_F32)
+    fail(s, "moe_step_fill_f32 on a non-F32 tensor");
+  fillHost(s, t, static_cast<float>(value));
+}
+
+void moe_step_fill_i64(moe_step *s, moe_rt_tensor *t, int64_t value) {
+  if (t->dtype != MOE_RT_I64)
+    fail(s, "moe_step_fill_i64 on a non-I64 tensor");
+  fillHost(s, t, value);
+}
+
+void moe_step_check(moe_step *s, moe_rt_status status, const char *what) {
+  check(s, status, what);
+}
+
+void moe_step_end(moe_step *s) {
+  for (auto &[key, st] : s->streams)
+    check(s,
+          moe_rt_stream_synchronize(st, s->timeout > 0 ? 4 * s->timeout : 0),
+          "the step");
+}
+
+//===--- trainer I/O --------------------------------------------------------===//
+
+void moe_step_load_inputs(moe_step *s, const char *path) {
+  std::ifstream in(path);
+  if (!in)
+    fail(s, std::string("cannot read '") + path + "'");
+  std::string line;
+  for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+    if (!std::getline(in, line))
+      fail(s, std::string("'") + path + "' has " + std::to_string(i) +
+                  " arguments, the step " +
+                  std::to_string(moe_step_num_arguments(s)));
+    std::istringstream ls(line);
+    std::string name, dims;
+    ls >> name >> dims;
+    std::string want = s->argumentNamed[i] ? s->argumentNames[i]
+                                           : "arg" + std::to_string(i);
+    if (name != want)
+      fail(s, std::string("'") + path + "' line " + std::to_string(i + 1) +
+                  ": argument '" + name + "', the step expects '" + want +
+                  "'");
+    Buffer &b = s->buffer(s->arguments[i]);
+    std::string shape;
+    for (int32_t d = 0; d < b.t.rank; ++d)
+      shape += (d ? "x" : "") + std::to_string(b.t.shape[d]);
+    if (dims != shape)
+      fail(s, "argument '" + name + "' has shape " + dims + " in '" + path +
+                  "', " + shape + " in the step");
+    int64_t n = b.numel();
+    HostCopy host(b.t);
+    for (int64_t k = 0; k < n; ++k) {
+      bool ok;
+      if (b.t.dtype == MOE_RT_I64) {
+        long long v;
+        ok = static_cast<bool>(ls >> v);
+        static_cast<int64_t *>(host.t.data)[k] = v;
+      } else {
+        float v;
+        ok = static_cast<bool>(ls >> v);
+        static_cast<float *>(host.t.data)[k] = v;
+      }
+      if (!ok)
+        fail(s, "argument '" + name + "': fewer than " + std::to_string(n) +
+                    " values in '" + path + "'");
+    }
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "loading argument '" + name + "'");
+  }
+}
+
+// The parameter file's reader (header-only, shared with moe-export-params).
+#include "moe_rt/params_file.h"
+
+void moe_step_load_params(moe_step *s, const char *path) {
+  std::ifstream in(path);
+  if (!in)
+    fail(s, std::string("cannot read the parameter file '") + path + "'");
+  std::vector<moe_rt::params_file::Tensor> params;
+  std::string error;
+  if (!moe_rt::params_file::readRank(in, s->rank, s->world, params, error))
+    fail(s, std::string("parameter file '") + path + "': " + error);
+  std::map<std::string, const moe_rt::params_file::Tensor *> byName;
+  for (const auto &t : params)
+    byName[t.name] = &t;
+  for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+    if (!s->argumentNamed[i])
+      continue; // token ids / labels: the trainer's data
+    const std::string &name = s->argumentNames[i];
+    auto it = byName.find(name);
+    if (it == byName.end())
+      fail(s, std::string("parameter file '") + path +
+                  "' has no parameter '" + name +
+                  "' (written for another model?)");
+    Buffer &b = s->buffer(s->arguments[i]);
+    std::vector<int64_t> shape(b.t.shape, b.t.shape + b.t.rank);
+    if (b.t.dtype != MOE_RT_F32)
+      fail(s, "parameter '" + name + "' is not F32");
+    if (it->second->shape != shape)
+      fail(s, "parameter '" + name + "' has shape " +
+                  moe_rt::params_file::formatShape(it->second->shape) +
+                  " in '" + path + "', " +
+                  moe_rt::params_file::formatShape(shape) + " in the step");
+    HostCopy host(b.t);
+    std::copy(it->second->values.begin(), it->second->values.end(),
+              static_cast<float *>(host.t.data));
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "loading parameter '" + name + "'");
+    byName.erase(it);
+  }
+  if (!byName.empty())
+    fail(s, std::string("parameter file '") + path + "' has parameter '" +
+                byName.begin()->first +
+                "', which the step does not take (written for another "
+                "model?)");
+}
+
+void moe_step_dump_results(moe_step *s, const char *path) {
+  FILE *f = std::fopen(path, "w");
+  if (!f)
+    fail(s, std::string("cannot write '") + path + "'");
+  for (auto &[name, id] : s->results) {
+    Buffer &b = s->buffer(id);
+    if (b.t.dtype != MOE_RT_F32)
+      fail(s, "result '" + name + "' is not F32");
+    std::fprintf(f, "%s %lld", name.c_str(), (long long)b.numel());
+    HostCopy host(b.t);
+    check(s, moe_rt_tensor_copy(&host.t, &b.t),
+          "reading result '" + name + "'");
+    const float *v = static_cast<const float *>(host.t.data);
+    for (int64_t k = 0; k < b.numel(); ++k)
+      std::fprintf(f, " %.9g", v[k]);
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
+}
+
+double moe_step_global_loss(moe_step *s) {
+  if (s->results.empty())
+    fail(s, "the step has no results");
+  Buffer &loss = s->buffer(s->results[0].second);
+  moe_rt_tensor total;
+  check(s, moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, 0, nullptr, &total),
+        "allocating the loss");
+  // The sum runs on the host (a CPU pool over MPI) whatever the backend:
+  // one float per step.
+  HostCopy host(loss.t);
+  check(s, moe_rt_tensor_copy(&host.t, &loss.t), "reading the loss");
+  *static_cast<float *>(total.data) = *static_cast<const float *>(host.t.data);
+  check(s, moe_rt_all_reduce(s->lossStream, s->lossComm, &total, 0, -1),
+        "summing the loss");
+  check(s, moe_rt_stream_synchronize(s->lossStream, s->timeout),
+        "summing the loss");
+  double mean = *static_cast<float *>(total.data) / s->world;
+  moe_rt_tensor_destroy(&total);
+  return mean;
+}
+
+void moe_step_advance(moe_step *s) {
+  // Results: the loss, then the new parameters in argument order.
+  size_t next = 1;
+  for (size_t i = 0; i < s->arguments.size(); ++i) {
+    if (!s->argumentNamed[i])
+      continue;
+    if (next >= s->results.size())
+      fail(s, "fewer results than parameters");
+    Buffer &param = s->buffer(s->arguments[i]);
+    Buffer &updated = s->buffer(s->results[next++].second);
+    if (updated.bytes() != param.bytes())
+      fail(s, "result '" + s->results[next - 1].first +
+                  "' does not match its parameter's size");
+    if (updated.t.dtype != param.t.dtype)
+      fail(s, "result '" + s->results[next - 1].first +
+                  "' does not match its parameter's dtype");
+    check(s, moe_rt_tensor_copy(&param.t, &updated.t),
+          "advancing parameter '" + s->argumentNames[i] + "'");
+  }
+}
