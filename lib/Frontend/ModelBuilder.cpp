@@ -134,6 +134,11 @@ private:
   FailureOr<SmallVector<Value>> normParams(StringRef prefix, NormKind kind,
                                            Location loc);
 
+  /// moe.norm of `x` with the parameters under `prefix`, located at
+  /// (block, site).
+  FailureOr<Value> buildNorm(StringRef prefix, NormKind kind, double eps,
+                             Value x, int64_t block, OpSite site,
+                             Location loc);
   FailureOr<Value> buildBlock(int64_t index, const BlockSpec &block, Value x);
   FailureOr<Value> buildAttention(int64_t index, const BlockSpec &block,
                                   Value x);
@@ -519,6 +524,19 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   return out;
 }
 
+FailureOr<Value> ModuleBuilder::buildNorm(StringRef prefix, NormKind kind,
+                                          double eps, Value x, int64_t block,
+                                          OpSite site, Location loc) {
+  auto values = normParams(prefix, kind, loc);
+  if (failed(values))
+    return failure();
+  Value bias = values->size() > 1 ? (*values)[1] : Value();
+  return NormOp::create(b, at(block, site, loc), x.getType(), x, (*values)[0],
+                        bias, NormKindAttr::get(ctx, kind),
+                        b.getF64FloatAttr(eps))
+      .getResult();
+}
+
 FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
                                            const BlockSpec &block, Value h) {
   Location loc = block.attention.loc;
@@ -534,6 +552,16 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
   Value r1 = arith::AddFOp::create(b, at(index, OpSite::attnResidual, loc),
                                    x, *attn)
                  .getResult();
+  // Post-norm (BERT): x = norm(x + f(x)); the normed value is the stream.
+  std::string p = llvm::formatv("block{0}.", index).str();
+  if (block.postnorm) {
+    FailureOr<Value> n = buildNorm(p + "attn_postnorm", *block.postnorm,
+                                   block.postEpsilon, r1, index,
+                                   OpSite::attnPostNorm, loc);
+    if (failed(n))
+      return failure();
+    r1 = *n;
+  }
 
   Location ffnLoc = block.moe ? block.moe->loc : loc;
   std::optional<NormKind> prenorm =
@@ -541,16 +569,11 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
   double eps = block.moe ? block.moe->epsilon : block.denseEpsilon;
   Value normed = r1;
   if (prenorm) {
-    auto values = normParams(llvm::formatv("block{0}.moe_norm", index).str(),
-                             *prenorm, ffnLoc);
-    if (failed(values))
+    FailureOr<Value> n = buildNorm(p + "moe_norm", *prenorm, eps, r1, index,
+                                   OpSite::ffnNorm, ffnLoc);
+    if (failed(n))
       return failure();
-    Value bias = values->size() > 1 ? (*values)[1] : Value();
-    normed =
-        NormOp::create(b, at(index, OpSite::ffnNorm, ffnLoc), r1.getType(), r1,
-                       (*values)[0], bias,
-                       NormKindAttr::get(ctx, *prenorm), b.getF64FloatAttr(eps))
-            .getResult();
+    normed = *n;
   }
   FailureOr<Value> ffn =
       block.moe ? buildMoe(index, *block.moe, normed)
@@ -563,6 +586,14 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
   Value r2 = arith::AddFOp::create(b, at(index, OpSite::ffnResidual, ffnLoc),
                                    r1, *ffn)
                  .getResult();
+  if (block.postnorm) {
+    FailureOr<Value> n = buildNorm(p + "ffn_postnorm", *block.postnorm,
+                                   block.postEpsilon, r2, index,
+                                   OpSite::ffnPostNorm, ffnLoc);
+    if (failed(n))
+      return failure();
+    r2 = *n;
+  }
   YieldOp::create(b, ffnLoc, ValueRange{r2});
   return op.getResult(0);
 }
@@ -582,6 +613,19 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
   Value h = EmbeddingOp::create(b, at(-1, OpSite::embedding, embLoc),
                                 tensor({bsz, n, m}), tokens, *table)
                 .getResult();
+  if (spec.positions) {
+    if (spec.positions < n)
+      return emitError(embLoc)
+             << "the model has " << spec.positions
+             << " learned positions, fewer than the sequence length " << n;
+    FailureOr<Value> wpe = param("embed.positions", {spec.positions, m},
+                                 embLoc);
+    if (failed(wpe))
+      return failure();
+    h = PositionEmbeddingOp::create(b, at(-1, OpSite::positions, embLoc),
+                                    h.getType(), h, *wpe)
+            .getResult();
+  }
   for (auto [i, block] : llvm::enumerate(spec.blocks)) {
     FailureOr<Value> out = buildBlock(i, block, h);
     if (failed(out))
@@ -591,15 +635,12 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
 
   Location head = headLoc();
   if (spec.finalNorm) {
-    auto values = normParams("final_norm", *spec.finalNorm, head);
-    if (failed(values))
+    FailureOr<Value> normed =
+        buildNorm("final_norm", *spec.finalNorm, spec.finalEpsilon, h, -1,
+                  OpSite::finalNorm, head);
+    if (failed(normed))
       return failure();
-    Value bias = values->size() > 1 ? (*values)[1] : Value();
-    h = NormOp::create(b, at(-1, OpSite::finalNorm, head), h.getType(), h,
-                       (*values)[0], bias,
-                       NormKindAttr::get(ctx, *spec.finalNorm),
-                       b.getF64FloatAttr(spec.finalEpsilon))
-            .getResult();
+    h = *normed;
   }
   FailureOr<Value> lmHead = param("lm_head.weight", {m, v}, head);
   if (failed(lmHead))
@@ -712,6 +753,10 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
       add(prefix + ".gate", shape(m, h));
     add(prefix + ".down", shape(h, m));
   };
+  if (blk.postnorm) {
+    addNorm(p + "attn_postnorm", *blk.postnorm);
+    addNorm(p + "ffn_postnorm", *blk.postnorm);
+  }
   if (!blk.moe) {
     addFfn(p + "shared", {}, blk.denseHidden, blk.denseGated);
     return;
@@ -736,10 +781,16 @@ llvm::StringRef mlir::moe::frontend::opSiteName(OpSite site) {
   switch (site) {
   case OpSite::embedding:
     return "moe.embedding";
+  case OpSite::positions:
+    return "moe.position_embedding";
   case OpSite::attention:
     return "moe.attention";
   case OpSite::attnResidual:
     return "arith.addf (attention residual)";
+  case OpSite::attnPostNorm:
+    return "moe.norm (attention post-norm)";
+  case OpSite::ffnPostNorm:
+    return "moe.norm (ffn post-norm)";
   case OpSite::ffnNorm:
     return "moe.norm";
   case OpSite::gate:
@@ -774,6 +825,8 @@ OwningOpRef<ModuleOp> mlir::moe::frontend::buildModule(const ModelSpec &spec,
 void mlir::moe::frontend::addDefaultParams(ModelSpec &spec) {
   std::vector<ParamSpec> wanted;
   wanted.push_back({"embed.table", {spec.vocab, spec.embed}, {}});
+  if (spec.positions)
+    wanted.push_back({"embed.positions", {spec.positions, spec.embed}, {}});
   for (auto [i, block] : llvm::enumerate(spec.blocks))
     appendBlockParams(spec, i, block, wanted);
   if (spec.finalNorm) {
