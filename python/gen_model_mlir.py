@@ -354,6 +354,12 @@ def main(argv=None):
         cfg = replace(cfg, normalize=True)
     if args.postnorm:
         cfg = replace(cfg, postnorm=True)
+    explicit = {item.partition("=")[0] for item in args.set}
+    if cfg.positions and cfg.positions < cfg.seq and \
+            "positions" not in explicit:
+        # A preset's table grows with --set seq (a longer-context variant);
+        # an explicit --set positions must cover the sequence itself.
+        cfg = replace(cfg, positions=cfg.seq)
     if cfg.positions and cfg.positions < cfg.seq:
         ap.error(f"positions {cfg.positions} must cover the sequence length "
                  f"{cfg.seq}")

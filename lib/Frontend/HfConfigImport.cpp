@@ -556,6 +556,7 @@ BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
   block.densePrenorm = f.norm;
   if (f.postnorm) { // BERT: norm(x + f(x)) instead of the pre-norms
     a.prenorm = block.densePrenorm = std::nullopt;
+    a.epsilon = AttentionSpec(a.loc).epsilon; // no norm of its own
     block.postnorm = f.norm;
     block.postEpsilon = f.eps;
   }

@@ -549,27 +549,29 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
   FailureOr<Value> attn = buildAttention(index, block, x);
   if (failed(attn))
     return failure();
-  Value r1 = arith::AddFOp::create(b, at(index, OpSite::attnResidual, loc),
-                                   x, *attn)
-                 .getResult();
-  // Post-norm (BERT): x = norm(x + f(x)); the normed value is the stream.
+  // Post-norm (BERT): x = norm(x + f(x)); the normed sum is the stream.
   std::string p = llvm::formatv("block{0}.", index).str();
-  if (block.postnorm) {
-    FailureOr<Value> n = buildNorm(p + "attn_postnorm", *block.postnorm,
-                                   block.postEpsilon, r1, index,
-                                   OpSite::attnPostNorm, loc);
-    if (failed(n))
-      return failure();
-    r1 = *n;
-  }
+  auto postNorm = [&](Value sum, StringRef name, OpSite site,
+                      Location l) -> FailureOr<Value> {
+    if (!block.postnorm)
+      return sum;
+    return buildNorm(p + name.str(), *block.postnorm, block.postEpsilon, sum,
+                     index, site, l);
+  };
+  FailureOr<Value> r1 = postNorm(
+      arith::AddFOp::create(b, at(index, OpSite::attnResidual, loc), x, *attn)
+          .getResult(),
+      "attn_postnorm", OpSite::attnPostNorm, loc);
+  if (failed(r1))
+    return failure();
 
   Location ffnLoc = block.moe ? block.moe->loc : loc;
   std::optional<NormKind> prenorm =
       block.moe ? block.moe->prenorm : block.densePrenorm;
   double eps = block.moe ? block.moe->epsilon : block.denseEpsilon;
-  Value normed = r1;
+  Value normed = *r1;
   if (prenorm) {
-    FailureOr<Value> n = buildNorm(p + "moe_norm", *prenorm, eps, r1, index,
+    FailureOr<Value> n = buildNorm(p + "moe_norm", *prenorm, eps, *r1, index,
                                    OpSite::ffnNorm, ffnLoc);
     if (failed(n))
       return failure();
@@ -583,18 +585,14 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
                            at(index, OpSite::sharedExpert, ffnLoc));
   if (failed(ffn))
     return failure();
-  Value r2 = arith::AddFOp::create(b, at(index, OpSite::ffnResidual, ffnLoc),
-                                   r1, *ffn)
-                 .getResult();
-  if (block.postnorm) {
-    FailureOr<Value> n = buildNorm(p + "ffn_postnorm", *block.postnorm,
-                                   block.postEpsilon, r2, index,
-                                   OpSite::ffnPostNorm, ffnLoc);
-    if (failed(n))
-      return failure();
-    r2 = *n;
-  }
-  YieldOp::create(b, ffnLoc, ValueRange{r2});
+  FailureOr<Value> r2 = postNorm(
+      arith::AddFOp::create(b, at(index, OpSite::ffnResidual, ffnLoc), *r1,
+                            *ffn)
+          .getResult(),
+      "ffn_postnorm", OpSite::ffnPostNorm, ffnLoc);
+  if (failed(r2))
+    return failure();
+  YieldOp::create(b, ffnLoc, ValueRange{*r2});
   return op.getResult(0);
 }
 
