@@ -6,6 +6,7 @@ func.func @gpt2_tiny_moe(
     %tokens: tensor<4x256xi64>,
     %labels: tensor<4x256xi64>,
     %embed_table: tensor<50257x256xf32> {moe.param = "embed.table"},
+    %embed_positions: tensor<256x256xf32> {moe.param = "embed.positions"},
     %block0_attn_wq: tensor<256x256xf32> {moe.param = "block0.attn.wq"},
     %block0_attn_wk: tensor<256x256xf32> {moe.param = "block0.attn.wk"},
     %block0_attn_wv: tensor<256x256xf32> {moe.param = "block0.attn.wv"},
@@ -143,140 +144,141 @@ func.func @gpt2_tiny_moe(
     %lm_head_weight: tensor<256x50257xf32> {moe.param = "lm_head.weight"}
   ) -> tensor<f32> attributes {moe.model = #moe.model<layers = 12, batch = 4, seq = 256, embed = 256, hidden = 512, experts = 16, top_k = 2, capacity_factor = 1.0, grid = @cluster, ep_axes = [0, 1], dp_axes = [0, 1], intra_axes = [1]>} {
   %h1 = moe.embedding %tokens, %embed_table : (tensor<4x256xi64>, tensor<50257x256xf32>) -> tensor<4x256x256xf32>
-  %h2 = moe.block 0 (%x0 = %h1 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn3 = moe.attention %x0 weights(%block0_attn_wq, %block0_attn_wk, %block0_attn_wv, %block0_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block0_attn_norm_scale, %block0_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res4 = arith.addf %x0, %attn3 : tensor<4x256x256xf32>
-    %norm5 = moe.norm layer %res4, %block0_moe_norm_scale, %block0_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx0, %wts0, %cnt0 = moe.gate softmax_topk %norm5, %block0_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp6 = moe.dispatch %norm5, %idx0, %cnt0 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp7 = moe.expert gelu %disp6 up(%block0_experts_up) down(%block0_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb8 = moe.combine %exp7, %idx0, %wts0, %cnt0 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res9 = arith.addf %res4, %comb8 : tensor<4x256x256xf32>
-    moe.yield %res9 : tensor<4x256x256xf32>
+  %h2 = moe.position_embedding %h1, %embed_positions : (tensor<4x256x256xf32>, tensor<256x256xf32>) -> tensor<4x256x256xf32>
+  %h3 = moe.block 0 (%x0 = %h2 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn4 = moe.attention %x0 weights(%block0_attn_wq, %block0_attn_wk, %block0_attn_wv, %block0_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block0_attn_norm_scale, %block0_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res5 = arith.addf %x0, %attn4 : tensor<4x256x256xf32>
+    %norm6 = moe.norm layer %res5, %block0_moe_norm_scale, %block0_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx0, %wts0, %cnt0 = moe.gate softmax_topk %norm6, %block0_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp7 = moe.dispatch %norm6, %idx0, %cnt0 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp8 = moe.expert gelu %disp7 up(%block0_experts_up) down(%block0_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb9 = moe.combine %exp8, %idx0, %wts0, %cnt0 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res10 = arith.addf %res5, %comb9 : tensor<4x256x256xf32>
+    moe.yield %res10 : tensor<4x256x256xf32>
   }
-  %h10 = moe.block 1 (%x1 = %h2 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn11 = moe.attention %x1 weights(%block1_attn_wq, %block1_attn_wk, %block1_attn_wv, %block1_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block1_attn_norm_scale, %block1_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res12 = arith.addf %x1, %attn11 : tensor<4x256x256xf32>
-    %norm13 = moe.norm layer %res12, %block1_moe_norm_scale, %block1_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx1, %wts1, %cnt1 = moe.gate softmax_topk %norm13, %block1_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp14 = moe.dispatch %norm13, %idx1, %cnt1 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp15 = moe.expert gelu %disp14 up(%block1_experts_up) down(%block1_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb16 = moe.combine %exp15, %idx1, %wts1, %cnt1 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res17 = arith.addf %res12, %comb16 : tensor<4x256x256xf32>
-    moe.yield %res17 : tensor<4x256x256xf32>
+  %h11 = moe.block 1 (%x1 = %h3 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn12 = moe.attention %x1 weights(%block1_attn_wq, %block1_attn_wk, %block1_attn_wv, %block1_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block1_attn_norm_scale, %block1_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res13 = arith.addf %x1, %attn12 : tensor<4x256x256xf32>
+    %norm14 = moe.norm layer %res13, %block1_moe_norm_scale, %block1_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx1, %wts1, %cnt1 = moe.gate softmax_topk %norm14, %block1_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp15 = moe.dispatch %norm14, %idx1, %cnt1 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp16 = moe.expert gelu %disp15 up(%block1_experts_up) down(%block1_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb17 = moe.combine %exp16, %idx1, %wts1, %cnt1 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res18 = arith.addf %res13, %comb17 : tensor<4x256x256xf32>
+    moe.yield %res18 : tensor<4x256x256xf32>
   }
-  %h18 = moe.block 2 (%x2 = %h10 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn19 = moe.attention %x2 weights(%block2_attn_wq, %block2_attn_wk, %block2_attn_wv, %block2_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block2_attn_norm_scale, %block2_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res20 = arith.addf %x2, %attn19 : tensor<4x256x256xf32>
-    %norm21 = moe.norm layer %res20, %block2_moe_norm_scale, %block2_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx2, %wts2, %cnt2 = moe.gate softmax_topk %norm21, %block2_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp22 = moe.dispatch %norm21, %idx2, %cnt2 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp23 = moe.expert gelu %disp22 up(%block2_experts_up) down(%block2_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb24 = moe.combine %exp23, %idx2, %wts2, %cnt2 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res25 = arith.addf %res20, %comb24 : tensor<4x256x256xf32>
-    moe.yield %res25 : tensor<4x256x256xf32>
+  %h19 = moe.block 2 (%x2 = %h11 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn20 = moe.attention %x2 weights(%block2_attn_wq, %block2_attn_wk, %block2_attn_wv, %block2_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block2_attn_norm_scale, %block2_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res21 = arith.addf %x2, %attn20 : tensor<4x256x256xf32>
+    %norm22 = moe.norm layer %res21, %block2_moe_norm_scale, %block2_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx2, %wts2, %cnt2 = moe.gate softmax_topk %norm22, %block2_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp23 = moe.dispatch %norm22, %idx2, %cnt2 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp24 = moe.expert gelu %disp23 up(%block2_experts_up) down(%block2_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb25 = moe.combine %exp24, %idx2, %wts2, %cnt2 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res26 = arith.addf %res21, %comb25 : tensor<4x256x256xf32>
+    moe.yield %res26 : tensor<4x256x256xf32>
   }
-  %h26 = moe.block 3 (%x3 = %h18 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn27 = moe.attention %x3 weights(%block3_attn_wq, %block3_attn_wk, %block3_attn_wv, %block3_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block3_attn_norm_scale, %block3_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res28 = arith.addf %x3, %attn27 : tensor<4x256x256xf32>
-    %norm29 = moe.norm layer %res28, %block3_moe_norm_scale, %block3_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx3, %wts3, %cnt3 = moe.gate softmax_topk %norm29, %block3_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp30 = moe.dispatch %norm29, %idx3, %cnt3 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp31 = moe.expert gelu %disp30 up(%block3_experts_up) down(%block3_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb32 = moe.combine %exp31, %idx3, %wts3, %cnt3 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res33 = arith.addf %res28, %comb32 : tensor<4x256x256xf32>
-    moe.yield %res33 : tensor<4x256x256xf32>
+  %h27 = moe.block 3 (%x3 = %h19 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn28 = moe.attention %x3 weights(%block3_attn_wq, %block3_attn_wk, %block3_attn_wv, %block3_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block3_attn_norm_scale, %block3_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res29 = arith.addf %x3, %attn28 : tensor<4x256x256xf32>
+    %norm30 = moe.norm layer %res29, %block3_moe_norm_scale, %block3_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx3, %wts3, %cnt3 = moe.gate softmax_topk %norm30, %block3_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp31 = moe.dispatch %norm30, %idx3, %cnt3 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp32 = moe.expert gelu %disp31 up(%block3_experts_up) down(%block3_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb33 = moe.combine %exp32, %idx3, %wts3, %cnt3 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res34 = arith.addf %res29, %comb33 : tensor<4x256x256xf32>
+    moe.yield %res34 : tensor<4x256x256xf32>
   }
-  %h34 = moe.block 4 (%x4 = %h26 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn35 = moe.attention %x4 weights(%block4_attn_wq, %block4_attn_wk, %block4_attn_wv, %block4_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block4_attn_norm_scale, %block4_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res36 = arith.addf %x4, %attn35 : tensor<4x256x256xf32>
-    %norm37 = moe.norm layer %res36, %block4_moe_norm_scale, %block4_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx4, %wts4, %cnt4 = moe.gate softmax_topk %norm37, %block4_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp38 = moe.dispatch %norm37, %idx4, %cnt4 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp39 = moe.expert gelu %disp38 up(%block4_experts_up) down(%block4_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb40 = moe.combine %exp39, %idx4, %wts4, %cnt4 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res41 = arith.addf %res36, %comb40 : tensor<4x256x256xf32>
-    moe.yield %res41 : tensor<4x256x256xf32>
+  %h35 = moe.block 4 (%x4 = %h27 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn36 = moe.attention %x4 weights(%block4_attn_wq, %block4_attn_wk, %block4_attn_wv, %block4_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block4_attn_norm_scale, %block4_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res37 = arith.addf %x4, %attn36 : tensor<4x256x256xf32>
+    %norm38 = moe.norm layer %res37, %block4_moe_norm_scale, %block4_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx4, %wts4, %cnt4 = moe.gate softmax_topk %norm38, %block4_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp39 = moe.dispatch %norm38, %idx4, %cnt4 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp40 = moe.expert gelu %disp39 up(%block4_experts_up) down(%block4_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb41 = moe.combine %exp40, %idx4, %wts4, %cnt4 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res42 = arith.addf %res37, %comb41 : tensor<4x256x256xf32>
+    moe.yield %res42 : tensor<4x256x256xf32>
   }
-  %h42 = moe.block 5 (%x5 = %h34 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn43 = moe.attention %x5 weights(%block5_attn_wq, %block5_attn_wk, %block5_attn_wv, %block5_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block5_attn_norm_scale, %block5_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res44 = arith.addf %x5, %attn43 : tensor<4x256x256xf32>
-    %norm45 = moe.norm layer %res44, %block5_moe_norm_scale, %block5_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx5, %wts5, %cnt5 = moe.gate softmax_topk %norm45, %block5_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp46 = moe.dispatch %norm45, %idx5, %cnt5 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp47 = moe.expert gelu %disp46 up(%block5_experts_up) down(%block5_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb48 = moe.combine %exp47, %idx5, %wts5, %cnt5 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res49 = arith.addf %res44, %comb48 : tensor<4x256x256xf32>
-    moe.yield %res49 : tensor<4x256x256xf32>
+  %h43 = moe.block 5 (%x5 = %h35 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn44 = moe.attention %x5 weights(%block5_attn_wq, %block5_attn_wk, %block5_attn_wv, %block5_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block5_attn_norm_scale, %block5_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res45 = arith.addf %x5, %attn44 : tensor<4x256x256xf32>
+    %norm46 = moe.norm layer %res45, %block5_moe_norm_scale, %block5_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx5, %wts5, %cnt5 = moe.gate softmax_topk %norm46, %block5_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp47 = moe.dispatch %norm46, %idx5, %cnt5 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp48 = moe.expert gelu %disp47 up(%block5_experts_up) down(%block5_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb49 = moe.combine %exp48, %idx5, %wts5, %cnt5 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res50 = arith.addf %res45, %comb49 : tensor<4x256x256xf32>
+    moe.yield %res50 : tensor<4x256x256xf32>
   }
-  %h50 = moe.block 6 (%x6 = %h42 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn51 = moe.attention %x6 weights(%block6_attn_wq, %block6_attn_wk, %block6_attn_wv, %block6_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block6_attn_norm_scale, %block6_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res52 = arith.addf %x6, %attn51 : tensor<4x256x256xf32>
-    %norm53 = moe.norm layer %res52, %block6_moe_norm_scale, %block6_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx6, %wts6, %cnt6 = moe.gate softmax_topk %norm53, %block6_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp54 = moe.dispatch %norm53, %idx6, %cnt6 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp55 = moe.expert gelu %disp54 up(%block6_experts_up) down(%block6_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb56 = moe.combine %exp55, %idx6, %wts6, %cnt6 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res57 = arith.addf %res52, %comb56 : tensor<4x256x256xf32>
-    moe.yield %res57 : tensor<4x256x256xf32>
+  %h51 = moe.block 6 (%x6 = %h43 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn52 = moe.attention %x6 weights(%block6_attn_wq, %block6_attn_wk, %block6_attn_wv, %block6_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block6_attn_norm_scale, %block6_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res53 = arith.addf %x6, %attn52 : tensor<4x256x256xf32>
+    %norm54 = moe.norm layer %res53, %block6_moe_norm_scale, %block6_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx6, %wts6, %cnt6 = moe.gate softmax_topk %norm54, %block6_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp55 = moe.dispatch %norm54, %idx6, %cnt6 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp56 = moe.expert gelu %disp55 up(%block6_experts_up) down(%block6_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb57 = moe.combine %exp56, %idx6, %wts6, %cnt6 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res58 = arith.addf %res53, %comb57 : tensor<4x256x256xf32>
+    moe.yield %res58 : tensor<4x256x256xf32>
   }
-  %h58 = moe.block 7 (%x7 = %h50 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn59 = moe.attention %x7 weights(%block7_attn_wq, %block7_attn_wk, %block7_attn_wv, %block7_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block7_attn_norm_scale, %block7_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res60 = arith.addf %x7, %attn59 : tensor<4x256x256xf32>
-    %norm61 = moe.norm layer %res60, %block7_moe_norm_scale, %block7_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx7, %wts7, %cnt7 = moe.gate softmax_topk %norm61, %block7_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp62 = moe.dispatch %norm61, %idx7, %cnt7 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp63 = moe.expert gelu %disp62 up(%block7_experts_up) down(%block7_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb64 = moe.combine %exp63, %idx7, %wts7, %cnt7 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res65 = arith.addf %res60, %comb64 : tensor<4x256x256xf32>
-    moe.yield %res65 : tensor<4x256x256xf32>
+  %h59 = moe.block 7 (%x7 = %h51 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn60 = moe.attention %x7 weights(%block7_attn_wq, %block7_attn_wk, %block7_attn_wv, %block7_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block7_attn_norm_scale, %block7_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res61 = arith.addf %x7, %attn60 : tensor<4x256x256xf32>
+    %norm62 = moe.norm layer %res61, %block7_moe_norm_scale, %block7_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx7, %wts7, %cnt7 = moe.gate softmax_topk %norm62, %block7_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp63 = moe.dispatch %norm62, %idx7, %cnt7 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp64 = moe.expert gelu %disp63 up(%block7_experts_up) down(%block7_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb65 = moe.combine %exp64, %idx7, %wts7, %cnt7 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res66 = arith.addf %res61, %comb65 : tensor<4x256x256xf32>
+    moe.yield %res66 : tensor<4x256x256xf32>
   }
-  %h66 = moe.block 8 (%x8 = %h58 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn67 = moe.attention %x8 weights(%block8_attn_wq, %block8_attn_wk, %block8_attn_wv, %block8_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block8_attn_norm_scale, %block8_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res68 = arith.addf %x8, %attn67 : tensor<4x256x256xf32>
-    %norm69 = moe.norm layer %res68, %block8_moe_norm_scale, %block8_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx8, %wts8, %cnt8 = moe.gate softmax_topk %norm69, %block8_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp70 = moe.dispatch %norm69, %idx8, %cnt8 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp71 = moe.expert gelu %disp70 up(%block8_experts_up) down(%block8_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb72 = moe.combine %exp71, %idx8, %wts8, %cnt8 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res73 = arith.addf %res68, %comb72 : tensor<4x256x256xf32>
-    moe.yield %res73 : tensor<4x256x256xf32>
+  %h67 = moe.block 8 (%x8 = %h59 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn68 = moe.attention %x8 weights(%block8_attn_wq, %block8_attn_wk, %block8_attn_wv, %block8_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block8_attn_norm_scale, %block8_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res69 = arith.addf %x8, %attn68 : tensor<4x256x256xf32>
+    %norm70 = moe.norm layer %res69, %block8_moe_norm_scale, %block8_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx8, %wts8, %cnt8 = moe.gate softmax_topk %norm70, %block8_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp71 = moe.dispatch %norm70, %idx8, %cnt8 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp72 = moe.expert gelu %disp71 up(%block8_experts_up) down(%block8_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb73 = moe.combine %exp72, %idx8, %wts8, %cnt8 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res74 = arith.addf %res69, %comb73 : tensor<4x256x256xf32>
+    moe.yield %res74 : tensor<4x256x256xf32>
   }
-  %h74 = moe.block 9 (%x9 = %h66 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn75 = moe.attention %x9 weights(%block9_attn_wq, %block9_attn_wk, %block9_attn_wv, %block9_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block9_attn_norm_scale, %block9_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res76 = arith.addf %x9, %attn75 : tensor<4x256x256xf32>
-    %norm77 = moe.norm layer %res76, %block9_moe_norm_scale, %block9_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx9, %wts9, %cnt9 = moe.gate softmax_topk %norm77, %block9_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp78 = moe.dispatch %norm77, %idx9, %cnt9 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp79 = moe.expert gelu %disp78 up(%block9_experts_up) down(%block9_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb80 = moe.combine %exp79, %idx9, %wts9, %cnt9 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res81 = arith.addf %res76, %comb80 : tensor<4x256x256xf32>
-    moe.yield %res81 : tensor<4x256x256xf32>
+  %h75 = moe.block 9 (%x9 = %h67 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn76 = moe.attention %x9 weights(%block9_attn_wq, %block9_attn_wk, %block9_attn_wv, %block9_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block9_attn_norm_scale, %block9_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res77 = arith.addf %x9, %attn76 : tensor<4x256x256xf32>
+    %norm78 = moe.norm layer %res77, %block9_moe_norm_scale, %block9_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx9, %wts9, %cnt9 = moe.gate softmax_topk %norm78, %block9_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp79 = moe.dispatch %norm78, %idx9, %cnt9 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp80 = moe.expert gelu %disp79 up(%block9_experts_up) down(%block9_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb81 = moe.combine %exp80, %idx9, %wts9, %cnt9 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res82 = arith.addf %res77, %comb81 : tensor<4x256x256xf32>
+    moe.yield %res82 : tensor<4x256x256xf32>
   }
-  %h82 = moe.block 10 (%x10 = %h74 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn83 = moe.attention %x10 weights(%block10_attn_wq, %block10_attn_wk, %block10_attn_wv, %block10_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block10_attn_norm_scale, %block10_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res84 = arith.addf %x10, %attn83 : tensor<4x256x256xf32>
-    %norm85 = moe.norm layer %res84, %block10_moe_norm_scale, %block10_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx10, %wts10, %cnt10 = moe.gate softmax_topk %norm85, %block10_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp86 = moe.dispatch %norm85, %idx10, %cnt10 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp87 = moe.expert gelu %disp86 up(%block10_experts_up) down(%block10_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb88 = moe.combine %exp87, %idx10, %wts10, %cnt10 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res89 = arith.addf %res84, %comb88 : tensor<4x256x256xf32>
-    moe.yield %res89 : tensor<4x256x256xf32>
+  %h83 = moe.block 10 (%x10 = %h75 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn84 = moe.attention %x10 weights(%block10_attn_wq, %block10_attn_wk, %block10_attn_wv, %block10_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block10_attn_norm_scale, %block10_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res85 = arith.addf %x10, %attn84 : tensor<4x256x256xf32>
+    %norm86 = moe.norm layer %res85, %block10_moe_norm_scale, %block10_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx10, %wts10, %cnt10 = moe.gate softmax_topk %norm86, %block10_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp87 = moe.dispatch %norm86, %idx10, %cnt10 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp88 = moe.expert gelu %disp87 up(%block10_experts_up) down(%block10_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb89 = moe.combine %exp88, %idx10, %wts10, %cnt10 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res90 = arith.addf %res85, %comb89 : tensor<4x256x256xf32>
+    moe.yield %res90 : tensor<4x256x256xf32>
   }
-  %h90 = moe.block 11 (%x11 = %h82 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
-    %attn91 = moe.attention %x11 weights(%block11_attn_wq, %block11_attn_wk, %block11_attn_wv, %block11_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block11_attn_norm_scale, %block11_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %res92 = arith.addf %x11, %attn91 : tensor<4x256x256xf32>
-    %norm93 = moe.norm layer %res92, %block11_moe_norm_scale, %block11_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-    %idx11, %wts11, %cnt11 = moe.gate softmax_topk %norm93, %block11_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
-    %disp94 = moe.dispatch %norm93, %idx11, %cnt11 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
-    %exp95 = moe.expert gelu %disp94 up(%block11_experts_up) down(%block11_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
-    %comb96 = moe.combine %exp95, %idx11, %wts11, %cnt11 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
-    %res97 = arith.addf %res92, %comb96 : tensor<4x256x256xf32>
-    moe.yield %res97 : tensor<4x256x256xf32>
+  %h91 = moe.block 11 (%x11 = %h83 : tensor<4x256x256xf32>) -> tensor<4x256x256xf32> {
+    %attn92 = moe.attention %x11 weights(%block11_attn_wq, %block11_attn_wk, %block11_attn_wv, %block11_attn_wo) heads = 4 kv_heads = 4 head_dim = 64 causal prenorm layer(%block11_attn_norm_scale, %block11_attn_norm_bias) : (tensor<4x256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %res93 = arith.addf %x11, %attn92 : tensor<4x256x256xf32>
+    %norm94 = moe.norm layer %res93, %block11_moe_norm_scale, %block11_moe_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+    %idx11, %wts11, %cnt11 = moe.gate softmax_topk %norm94, %block11_gate_weight experts = 16 top_k = 2 capacity_factor = 1.0 capacity = 128 : (tensor<4x256x256xf32>, tensor<256x16xf32>) -> (tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>)
+    %disp95 = moe.dispatch %norm94, %idx11, %cnt11 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<4x256x256xf32>, tensor<4x256x2xi32>, tensor<16xi32>) -> tensor<1x2048x256xf32>
+    %exp96 = moe.expert gelu %disp95 up(%block11_experts_up) down(%block11_experts_down) : (tensor<1x2048x256xf32>, tensor<1x256x512xf32>, tensor<1x512x256xf32>) -> tensor<1x2048x256xf32>
+    %comb97 = moe.combine %exp96, %idx11, %wts11, %cnt11 on @cluster axes = [0, 1] experts = 16 capacity = 128 : (tensor<1x2048x256xf32>, tensor<4x256x2xi32>, tensor<4x256x2xf32>, tensor<16xi32>) -> tensor<4x256x256xf32>
+    %res98 = arith.addf %res93, %comb97 : tensor<4x256x256xf32>
+    moe.yield %res98 : tensor<4x256x256xf32>
   }
-  %norm98 = moe.norm layer %h90, %final_norm_scale, %final_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
-  %logits99 = moe.linear %norm98, %lm_head_weight : (tensor<4x256x256xf32>, tensor<256x50257xf32>) -> tensor<4x256x50257xf32>
-  %loss = moe.cross_entropy %logits99, %labels : (tensor<4x256x50257xf32>, tensor<4x256xi64>) -> tensor<f32>
+  %norm99 = moe.norm layer %h91, %final_norm_scale, %final_norm_bias : (tensor<4x256x256xf32>, tensor<256xf32>, tensor<256xf32>) -> tensor<4x256x256xf32>
+  %logits100 = moe.linear %norm99, %lm_head_weight : (tensor<4x256x256xf32>, tensor<256x50257xf32>) -> tensor<4x256x50257xf32>
+  %loss = moe.cross_entropy %logits100, %labels : (tensor<4x256x50257xf32>, tensor<4x256xi64>) -> tensor<f32>
   return %loss : tensor<f32>
 }

@@ -41,6 +41,8 @@ class Config:
     gate_dim: int | None = None  # cosine's projection width d (None = M)
     normalize: bool = False  # renormalise top-k weights (Mixtral)
     cosine_tau: float | None = None  # cosine's τ (None: the dialect's 0.07)
+    positions: int = 0      # learned absolute positions (GPT-2's wpe); 0: none
+    postnorm: bool = False  # BERT: x = norm(x + f(x)), no pre-/final norms
     note: str = ""
 
     @property
@@ -70,9 +72,9 @@ def table2(name, L, B, N, M, H, epr, k, f, **kw):
 
 
 PRESETS = {c.name: c for c in [
-    table2("gpt2-tiny-moe", 12, 4, 256, 256, 512, 1, 2, 1.0),
+    table2("gpt2-tiny-moe", 12, 4, 256, 256, 512, 1, 2, 1.0, positions=256),
     table2("bert-large-moe", 24, 4, 512, 512, 1024, 2, 1, 1.0,
-           vocab=30522, causal=False),
+           vocab=30522, causal=False, positions=512, postnorm=True),
     table2("llama2-moe", 32, 4, 512, 1024, 4096, 1, 1, 1.0, vocab=32000,
            norm="rms", rotary=True, activation="silu"),
     table2("llama2-moe-l", 64, 4, 512, 1024, 4096, 1, 1, 1.0, vocab=32000,
@@ -141,17 +143,33 @@ def write(cfg):
     norm_params = (lambda p: [w.arg(p + ".scale", [M])] +
                    ([w.arg(p + ".bias", [M])] if c.norm == "layer" else []))
 
+    wpe = w.arg("embed.positions", [c.positions, M]) if c.positions else None
     h = w.fresh("h")
     w.emit(f"{h} = moe.embedding {tokens}, {wte} : "
            f"({tensor([B, N], 'i64')}, {tensor([c.vocab, M])}) -> {act}")
+    if wpe:
+        h0, h = h, w.fresh("h")
+        w.emit(f"{h} = moe.position_embedding {h0}, {wpe} : "
+               f"({act}, {tensor([c.positions, M])}) -> {act}")
+
+    def emit_norm(x, params, indent):
+        out = w.fresh("norm")
+        w.emit(f"{out} = moe.norm {c.norm} {x}, {', '.join(params)} : "
+               f"({', '.join([act] + [tensor([M])] * len(params))}) -> {act}",
+               indent)
+        return out
     for l in range(c.layers):
         p = f"block{l}"
         wq = w.arg(p + ".attn.wq", [M, c.heads * c.head_dim])
         wk = w.arg(p + ".attn.wk", [M, kv * c.head_dim])
         wv = w.arg(p + ".attn.wv", [M, kv * c.head_dim])
         wo = w.arg(p + ".attn.wo", [c.heads * c.head_dim, M])
-        ln1 = norm_params(p + ".attn_norm")
-        ln2 = norm_params(p + ".moe_norm")
+        # Pre-norm: attn_norm, moe_norm; post-norm (BERT): a norm after
+        # each residual add instead (the builder's parameter order).
+        ln1 = [] if c.postnorm else norm_params(p + ".attn_norm")
+        ln2 = [] if c.postnorm else norm_params(p + ".moe_norm")
+        post1 = norm_params(p + ".attn_postnorm") if c.postnorm else []
+        post2 = norm_params(p + ".ffn_postnorm") if c.postnorm else []
         # The kind's extra operand goes after the weight, as the dialect's
         # aux(...): noisy_topk's W_noise (M x E), cosine's W_proj (M x d)
         # with the weight d x E.
@@ -178,15 +196,15 @@ def write(cfg):
                                 tensor([c.heads * c.head_dim, M])] +
                                [tensor([M])] * len(ln1))
         a = w.fresh("attn")
+        prenorm = f" prenorm {c.norm}({', '.join(ln1)})" if ln1 else ""
         w.emit(f"{a} = moe.attention {x} weights({wq}, {wk}, {wv}, {wo}) "
                f"heads = {c.heads} kv_heads = {kv} head_dim = {c.head_dim}"
-               f"{flags} prenorm {c.norm}({', '.join(ln1)}) : "
-               f"({attn_types}) -> {act}", 4)
+               f"{flags}{prenorm} : ({attn_types}) -> {act}", 4)
         r1 = w.fresh("res")
         w.emit(f"{r1} = arith.addf {x}, {a} : {act}", 4)
-        n = w.fresh("norm")
-        w.emit(f"{n} = moe.norm {c.norm} {r1}, {', '.join(ln2)} : "
-               f"({', '.join([act] + [tensor([M])] * len(ln2))}) -> {act}", 4)
+        if post1:
+            r1 = emit_norm(r1, post1, 4)
+        n = emit_norm(r1, ln2, 4) if ln2 else r1
         t = l
         # Token choice routes B x N x k; expert choice E x C (each expert's
         # C picks, token ids flattened over B x N).
@@ -220,14 +238,14 @@ def write(cfg):
                f"{tensor(route_shape)}, {tensor([E], 'i32')}) -> {act}", 4)
         r2 = w.fresh("res")
         w.emit(f"{r2} = arith.addf {r1}, {cmb} : {act}", 4)
+        if post2:
+            r2 = emit_norm(r2, post2, 4)
         w.emit(f"moe.yield {r2} : {act}", 4)
         w.emit("}")
         h = out
-    lnf = norm_params("final_norm")
+    lnf = [] if c.postnorm else norm_params("final_norm")
     head = w.arg("lm_head.weight", [M, c.vocab])
-    hf = w.fresh("norm")
-    w.emit(f"{hf} = moe.norm {c.norm} {h}, {', '.join(lnf)} : "
-           f"({', '.join([act] + [tensor([M])] * len(lnf))}) -> {act}")
+    hf = emit_norm(h, lnf, 2) if lnf else h
     logits = w.fresh("logits")
     w.emit(f"{logits} = moe.linear {hf}, {head} : ({act}, "
            f"{tensor([M, c.vocab])}) -> {tensor([B, N, c.vocab])}")
@@ -268,7 +286,8 @@ def main(argv=None):
     ap.add_argument("--grid", help="override the grid, NODESxGPUS (e.g. 1x4)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=N",
                     help="override an integer field: batch, seq, embed, "
-                         "hidden, top_k, head_dim, vocab, kv_heads")
+                         "hidden, top_k, head_dim, vocab, kv_heads, "
+                         "positions (learned position table rows)")
     ap.add_argument("--capacity-factor",
                     help="override f (a number, or 'dropless')")
     ap.add_argument("--gate", choices=GATE_KINDS,
@@ -280,6 +299,9 @@ def main(argv=None):
                          "default: none written, the dialect's 0.07)")
     ap.add_argument("--normalize", action="store_true",
                     help="renormalise the kept top-k weights")
+    ap.add_argument("--postnorm", action="store_true",
+                    help="post-norm blocks (BERT): x = norm(x + f(x)) after "
+                         "each sublayer, no pre-norms, no final norm")
     ap.add_argument("-o", "--output", help="output file (default stdout)")
     args = ap.parse_args(argv)
     if args.list:
@@ -308,7 +330,7 @@ def main(argv=None):
                      f"got {args.grid!r}")
         cfg = replace(cfg, grid=(nodes, gpus))
     settable = {"batch", "seq", "embed", "hidden", "top_k", "head_dim",
-                "vocab", "kv_heads", "gate_dim"}
+                "vocab", "kv_heads", "gate_dim", "positions"}
     for item in args.set:
         field_name, _, value = item.partition("=")
         if field_name not in settable or not value.isdigit() or int(value) < 1:
@@ -330,6 +352,17 @@ def main(argv=None):
         cfg = replace(cfg, gate=args.gate)
     if args.normalize:
         cfg = replace(cfg, normalize=True)
+    if args.postnorm:
+        cfg = replace(cfg, postnorm=True)
+    explicit = {item.partition("=")[0] for item in args.set}
+    if cfg.positions and cfg.positions < cfg.seq and \
+            "positions" not in explicit:
+        # A preset's table grows with --set seq (a longer-context variant);
+        # an explicit --set positions must cover the sequence itself.
+        cfg = replace(cfg, positions=cfg.seq)
+    if cfg.positions and cfg.positions < cfg.seq:
+        ap.error(f"positions {cfg.positions} must cover the sequence length "
+                 f"{cfg.seq}")
     if cfg.normalize and cfg.gate not in ("softmax_topk", "noisy_topk"):
         ap.error(f"--normalize applies to softmax_topk and noisy_topk gates "
                  f"only (the dialect's rule), not {cfg.gate}")

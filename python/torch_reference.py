@@ -12,7 +12,8 @@ mean over ranks, one SGD step — and compares. Run with Debian's
 The model is rebuilt from the generator's preset and overrides, so the
 reference does not read the compiler's IR: attention (MHA/GQA, causal,
 rotary in the rotate-half convention, layer/RMS pre-norm), residuals,
-the gate of every token-choice kind (softmax_topk, noisy_topk with the
+learned absolute positions (--set positions=P), post-norm blocks
+(--postnorm), the gate of every token-choice kind (softmax_topk, noisy_topk with the
 runtime's noise: fresh per step from --seed, different per sample; sigmoid,
 cosine with its τ; optionally renormalised), experts, final norm, LM head,
 mean token cross-entropy. --steps N repeats the step N times (SGD between),
@@ -183,13 +184,25 @@ def expert_choice(c, p, pre, x, micro):
     return torch.cat(outs, 0)
 
 
+def postnorm(c, p, name, x):
+    """A post-norm block's norm `name` (attn_postnorm, ffn_postnorm) of x,
+    or x itself in a pre-norm model."""
+    if not c.postnorm:
+        return x
+    return norm(c, x, p[f"{name}.scale"], p.get(f"{name}.bias"))
+
+
 def attention_sublayer(c, p, pre, h):
-    """Block `pre`'s pre-norm attention with its residual: h + attn(norm(h))
-    (h: B x N x M). Shared with python/torch_moe_peer.py."""
+    """Block `pre`'s attention with its residual: h + attn(norm(h)), or
+    norm(h + attn(h)) post-norm (h: B x N x M). Shared with
+    python/torch_moe_peer.py."""
     kv = c.kv_heads or c.heads
     b, n, _ = h.shape
-    ln = [p[f"{pre}.attn_norm.scale"], p.get(f"{pre}.attn_norm.bias")]
-    xn = norm(c, h, *ln)
+    if c.postnorm:
+        xn = h
+    else:
+        xn = norm(c, h, p[f"{pre}.attn_norm.scale"],
+                  p.get(f"{pre}.attn_norm.bias"))
     q = (xn @ p[f"{pre}.attn.wq"]).view(b, n, c.heads, c.head_dim)
     k = (xn @ p[f"{pre}.attn.wk"]).view(b, n, kv, c.head_dim)
     v = (xn @ p[f"{pre}.attn.wv"]).view(b, n, kv, c.head_dim)
@@ -203,12 +216,15 @@ def attention_sublayer(c, p, pre, h):
         mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
         scores = scores.masked_fill(mask, float("-inf"))
     att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
-    return h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
+    return postnorm(c, p, f"{pre}.attn_postnorm",
+                    h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"])
 
 
 def lm_loss(c, p, h, labels):
-    """Final norm, LM head and the mean token cross-entropy."""
-    hf = norm(c, h, p["final_norm.scale"], p.get("final_norm.bias"))
+    """Final norm (none post-norm), LM head and the mean token
+    cross-entropy."""
+    hf = h if c.postnorm else norm(c, h, p["final_norm.scale"],
+                                   p.get("final_norm.bias"))
     logits = hf @ p["lm_head.weight"]
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            labels.reshape(-1))
@@ -216,12 +232,16 @@ def lm_loss(c, p, h, labels):
 
 def step_loss(c, p, tokens, labels, micro=1):
     h = p["embed.table"][tokens]
+    if c.positions:  # row n of the table to token n of every sample
+        h = h + p["embed.positions"][:tokens.shape[1]]
     for l in range(c.layers):
         pre = f"block{l}"
         h1 = attention_sublayer(c, p, pre, h)
-        x = norm(c, h1, p[f"{pre}.moe_norm.scale"], p.get(f"{pre}.moe_norm.bias"))
+        x = h1 if c.postnorm else norm(c, h1, p[f"{pre}.moe_norm.scale"],
+                                       p.get(f"{pre}.moe_norm.bias"))
         if c.gate == "expert_choice":
-            h = h1 + expert_choice(c, p, pre, x, micro)
+            h = postnorm(c, p, f"{pre}.ffn_postnorm",
+                         h1 + expert_choice(c, p, pre, x, micro))
             continue
         w, idx = route(c, p, pre, x)
         up, down = p[f"{pre}.experts.up"], p[f"{pre}.experts.down"]
@@ -236,7 +256,7 @@ def step_loss(c, p, tokens, labels, micro=1):
                 hid = act(c, hid)
             out = out + w[..., j:j + 1] * torch.einsum("bnh,bnhm->bnm", hid,
                                                         down[e])
-        h = h1 + out
+        h = postnorm(c, p, f"{pre}.ffn_postnorm", h1 + out)
     return lm_loss(c, p, h, labels)
 
 
@@ -253,6 +273,8 @@ def main():
     ap.add_argument("--layers", type=int)
     ap.add_argument("--gate", choices=gen.GATE_KINDS)
     ap.add_argument("--normalize", action="store_true")
+    ap.add_argument("--postnorm", action="store_true",
+                    help="post-norm blocks (gen_model_mlir.py --postnorm)")
     ap.add_argument("--seed", type=int, default=BASE_SEED,
                     help="moe-run's --seed: step s's noisy_topk noise seed "
                          "is mix64(mix64(seed) ^ s) (default %(default)s)")
@@ -284,6 +306,8 @@ def main():
         overrides["gate"] = args.gate
     if args.normalize:
         overrides["normalize"] = True
+    if args.postnorm:
+        overrides["postnorm"] = True
     if args.grid:
         # expert_choice's capacity counts the experts of the whole grid.
         overrides["grid"] = tuple(int(v) for v in args.grid.lower().split("x"))
@@ -323,7 +347,8 @@ def main():
         if step > 1:  # SGD, then the next step from the updated parameters
             with torch.no_grad():
                 for k, p in params.items():
-                    p -= args.lr * p.grad
+                    if p.grad is not None:
+                        p -= args.lr * p.grad
                     p.grad = None
         NOISE_SEED = (args.noise_seed if args.noise_seed is not None
                       else step_seed(args.seed, step))
@@ -339,7 +364,10 @@ def main():
     check("loss", torch.tensor([float(loss)]), torch.tensor([ours_loss]))
     with torch.no_grad():
         for k, p in params.items():
-            updated = p - args.lr * p.grad
+            # A parameter the reference does not read (a test's variant
+            # with an op dropped) keeps its value.
+            grad = p.grad if p.grad is not None else torch.zeros_like(p)
+            updated = p - args.lr * grad
             for r in range(args.ranks):
                 if k in expert_keys:
                     per = updated.shape[0] // args.ranks

@@ -40,17 +40,19 @@ void mlir::moe::labelBlockForward(ArrayRef<Operation *> ops, int64_t block,
     if (getTask(op) || isa<YieldOp, MergeOp, SplitOp>(op) ||
         op->getNumRegions() != 0)
       continue;
-    if (std::optional<TaskKind> kind = blockTaskKind(op)) {
-      setTask(op, make(*kind, block));
-      continue;
-    }
-    // After the combine: part of the next block's first task.
+    // After the combine: part of the next block's first task — the
+    // residual add, and in a post-norm block (BERT) the norm after it,
+    // which would otherwise be an AT task of this block that waits for
+    // this block's combine.
+    std::optional<TaskKind> kind = blockTaskKind(op);
     bool afterCombine = llvm::any_of(op->getOperands(), [&](Value v) {
       TaskAttr t = v.getDefiningOp() ? getTask(v.getDefiningOp()) : nullptr;
       return t && (t.getKind() == TaskKind::C || t == next);
     });
-    if (afterCombine)
+    if (afterCombine && (!kind || *kind == TaskKind::AT))
       setTask(op, next);
+    else if (kind)
+      setTask(op, make(*kind, block));
     else
       plumbing.push_back(op);
   }

@@ -295,6 +295,10 @@ struct HfFields {
   GateKind gate = GateKind::softmax_topk;
   bool normalize = false;
   std::optional<double> capacity;
+  /// Learned absolute positions (GPT-2, BERT): table rows; 0: none.
+  int64_t positions = 0;
+  /// Post-norm blocks (BERT): norms after the residual adds, no final norm.
+  bool postnorm = false;
   std::vector<std::string> &notes;
   explicit HfFields(std::vector<std::string> &notes) : notes(notes) {}
 };
@@ -508,6 +512,26 @@ std::function<bool(int64_t)> routedBlocks(const Config &cfg,
   };
 }
 
+/// GPT-2 and BERT learn a table row per position (`n_positions` /
+/// `max_position_embeddings`); BERT's blocks are post-norm.
+void readPositions(const Config &cfg, HfFields &f) {
+  if (f.family != Family::Gpt2 && f.family != Family::Bert)
+    return;
+  if (std::optional<std::string> t = cfg.getString({"position_embedding_type"}))
+    if (*t != "absolute")
+      cfg.failKey("position_embedding_type",
+                  "is '" + *t + "'; only learned absolute positions "
+                  "(moe.position_embedding) are represented");
+  f.positions =
+      cfg.requireInt({"n_positions", "max_position_embeddings", "n_ctx"},
+                     "learned positions (table rows)");
+  if (f.family == Family::Bert) {
+    f.postnorm = true;
+    f.notes.push_back("BERT's embedding LayerNorm and token-type embeddings "
+                      "are not represented");
+  }
+}
+
 /// One block from the fields: attention, then routed experts or a dense
 /// FFN; locations name the HF module (`layers.<i>.self_attn`, `.mlp`).
 BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
@@ -529,11 +553,17 @@ BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
     a.rotaryLoc = cfg.keyLoc("rope_theta");
   a.prenorm = f.norm;
   a.epsilon = f.eps;
+  block.densePrenorm = f.norm;
+  if (f.postnorm) { // BERT: norm(x + f(x)) instead of the pre-norms
+    a.prenorm = block.densePrenorm = std::nullopt;
+    a.epsilon = AttentionSpec(a.loc).epsilon; // no norm of its own
+    block.postnorm = f.norm;
+    block.postEpsilon = f.eps;
+  }
   if (!routed) {
     block.denseHidden = f.denseHidden;
     block.denseActivation = f.act;
     block.denseGated = f.gated;
-    block.densePrenorm = f.norm;
     block.denseEpsilon = f.eps;
     return block;
   }
@@ -547,7 +577,7 @@ BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
   moe.gated = f.gated;
   moe.hidden = f.expertHidden;
   moe.sharedHidden = f.sharedHidden;
-  moe.prenorm = f.norm;
+  moe.prenorm = f.postnorm ? std::nullopt : std::optional<NormKind>(f.norm);
   moe.epsilon = f.eps;
   block.moe = moe;
   return block;
@@ -570,12 +600,14 @@ ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
   spec.batch = opts.batch.value_or(4);
   spec.seq = opts.seq.value_or(std::min<int64_t>(maxPos.value_or(512), 512));
   readLayerFlavour(cfg, f);
+  readPositions(cfg, f);
   readRouting(cfg, opts, spec, f);
+  spec.positions = f.positions;
 
   auto routed = routedBlocks(cfg, f);
   for (int64_t i = 0; i < f.layers; ++i)
     spec.blocks.push_back(makeBlock(cfg, f, i, routed(i)));
-  spec.finalNorm = f.norm;
+  spec.finalNorm = f.postnorm ? std::nullopt : std::optional<NormKind>(f.norm);
   spec.finalEpsilon = f.eps;
   spec.tiedEmbeddings =
       cfg.getBool("tie_word_embeddings").value_or(!f.llamaLike);

@@ -134,6 +134,11 @@ private:
   FailureOr<SmallVector<Value>> normParams(StringRef prefix, NormKind kind,
                                            Location loc);
 
+  /// moe.norm of `x` with the parameters under `prefix`, located at
+  /// (block, site).
+  FailureOr<Value> buildNorm(StringRef prefix, NormKind kind, double eps,
+                             Value x, int64_t block, OpSite site,
+                             Location loc);
   FailureOr<Value> buildBlock(int64_t index, const BlockSpec &block, Value x);
   FailureOr<Value> buildAttention(int64_t index, const BlockSpec &block,
                                   Value x);
@@ -519,6 +524,19 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   return out;
 }
 
+FailureOr<Value> ModuleBuilder::buildNorm(StringRef prefix, NormKind kind,
+                                          double eps, Value x, int64_t block,
+                                          OpSite site, Location loc) {
+  auto values = normParams(prefix, kind, loc);
+  if (failed(values))
+    return failure();
+  Value bias = values->size() > 1 ? (*values)[1] : Value();
+  return NormOp::create(b, at(block, site, loc), x.getType(), x, (*values)[0],
+                        bias, NormKindAttr::get(ctx, kind),
+                        b.getF64FloatAttr(eps))
+      .getResult();
+}
+
 FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
                                            const BlockSpec &block, Value h) {
   Location loc = block.attention.loc;
@@ -531,26 +549,33 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
   FailureOr<Value> attn = buildAttention(index, block, x);
   if (failed(attn))
     return failure();
-  Value r1 = arith::AddFOp::create(b, at(index, OpSite::attnResidual, loc),
-                                   x, *attn)
-                 .getResult();
+  // Post-norm (BERT): x = norm(x + f(x)); the normed sum is the stream.
+  std::string p = llvm::formatv("block{0}.", index).str();
+  auto postNorm = [&](Value sum, StringRef name, OpSite site,
+                      Location l) -> FailureOr<Value> {
+    if (!block.postnorm)
+      return sum;
+    return buildNorm(p + name.str(), *block.postnorm, block.postEpsilon, sum,
+                     index, site, l);
+  };
+  FailureOr<Value> r1 = postNorm(
+      arith::AddFOp::create(b, at(index, OpSite::attnResidual, loc), x, *attn)
+          .getResult(),
+      "attn_postnorm", OpSite::attnPostNorm, loc);
+  if (failed(r1))
+    return failure();
 
   Location ffnLoc = block.moe ? block.moe->loc : loc;
   std::optional<NormKind> prenorm =
       block.moe ? block.moe->prenorm : block.densePrenorm;
   double eps = block.moe ? block.moe->epsilon : block.denseEpsilon;
-  Value normed = r1;
+  Value normed = *r1;
   if (prenorm) {
-    auto values = normParams(llvm::formatv("block{0}.moe_norm", index).str(),
-                             *prenorm, ffnLoc);
-    if (failed(values))
+    FailureOr<Value> n = buildNorm(p + "moe_norm", *prenorm, eps, *r1, index,
+                                   OpSite::ffnNorm, ffnLoc);
+    if (failed(n))
       return failure();
-    Value bias = values->size() > 1 ? (*values)[1] : Value();
-    normed =
-        NormOp::create(b, at(index, OpSite::ffnNorm, ffnLoc), r1.getType(), r1,
-                       (*values)[0], bias,
-                       NormKindAttr::get(ctx, *prenorm), b.getF64FloatAttr(eps))
-            .getResult();
+    normed = *n;
   }
   FailureOr<Value> ffn =
       block.moe ? buildMoe(index, *block.moe, normed)
@@ -560,10 +585,14 @@ FailureOr<Value> ModuleBuilder::buildBlock(int64_t index,
                            at(index, OpSite::sharedExpert, ffnLoc));
   if (failed(ffn))
     return failure();
-  Value r2 = arith::AddFOp::create(b, at(index, OpSite::ffnResidual, ffnLoc),
-                                   r1, *ffn)
-                 .getResult();
-  YieldOp::create(b, ffnLoc, ValueRange{r2});
+  FailureOr<Value> r2 = postNorm(
+      arith::AddFOp::create(b, at(index, OpSite::ffnResidual, ffnLoc), *r1,
+                            *ffn)
+          .getResult(),
+      "ffn_postnorm", OpSite::ffnPostNorm, ffnLoc);
+  if (failed(r2))
+    return failure();
+  YieldOp::create(b, ffnLoc, ValueRange{*r2});
   return op.getResult(0);
 }
 
@@ -582,6 +611,19 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
   Value h = EmbeddingOp::create(b, at(-1, OpSite::embedding, embLoc),
                                 tensor({bsz, n, m}), tokens, *table)
                 .getResult();
+  if (spec.positions) {
+    if (spec.positions < n)
+      return emitError(embLoc)
+             << "the model has " << spec.positions
+             << " learned positions, fewer than the sequence length " << n;
+    FailureOr<Value> wpe = param("embed.positions", {spec.positions, m},
+                                 embLoc);
+    if (failed(wpe))
+      return failure();
+    h = PositionEmbeddingOp::create(b, at(-1, OpSite::positions, embLoc),
+                                    h.getType(), h, *wpe)
+            .getResult();
+  }
   for (auto [i, block] : llvm::enumerate(spec.blocks)) {
     FailureOr<Value> out = buildBlock(i, block, h);
     if (failed(out))
@@ -591,15 +633,12 @@ LogicalResult ModuleBuilder::buildBody(func::FuncOp func) {
 
   Location head = headLoc();
   if (spec.finalNorm) {
-    auto values = normParams("final_norm", *spec.finalNorm, head);
-    if (failed(values))
+    FailureOr<Value> normed =
+        buildNorm("final_norm", *spec.finalNorm, spec.finalEpsilon, h, -1,
+                  OpSite::finalNorm, head);
+    if (failed(normed))
       return failure();
-    Value bias = values->size() > 1 ? (*values)[1] : Value();
-    h = NormOp::create(b, at(-1, OpSite::finalNorm, head), h.getType(), h,
-                       (*values)[0], bias,
-                       NormKindAttr::get(ctx, *spec.finalNorm),
-                       b.getF64FloatAttr(spec.finalEpsilon))
-            .getResult();
+    h = *normed;
   }
   FailureOr<Value> lmHead = param("lm_head.weight", {m, v}, head);
   if (failed(lmHead))
@@ -712,6 +751,10 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
       add(prefix + ".gate", shape(m, h));
     add(prefix + ".down", shape(h, m));
   };
+  if (blk.postnorm) {
+    addNorm(p + "attn_postnorm", *blk.postnorm);
+    addNorm(p + "ffn_postnorm", *blk.postnorm);
+  }
   if (!blk.moe) {
     addFfn(p + "shared", {}, blk.denseHidden, blk.denseGated);
     return;
@@ -736,10 +779,16 @@ llvm::StringRef mlir::moe::frontend::opSiteName(OpSite site) {
   switch (site) {
   case OpSite::embedding:
     return "moe.embedding";
+  case OpSite::positions:
+    return "moe.position_embedding";
   case OpSite::attention:
     return "moe.attention";
   case OpSite::attnResidual:
     return "arith.addf (attention residual)";
+  case OpSite::attnPostNorm:
+    return "moe.norm (attention post-norm)";
+  case OpSite::ffnPostNorm:
+    return "moe.norm (ffn post-norm)";
   case OpSite::ffnNorm:
     return "moe.norm";
   case OpSite::gate:
@@ -774,6 +823,8 @@ OwningOpRef<ModuleOp> mlir::moe::frontend::buildModule(const ModelSpec &spec,
 void mlir::moe::frontend::addDefaultParams(ModelSpec &spec) {
   std::vector<ParamSpec> wanted;
   wanted.push_back({"embed.table", {spec.vocab, spec.embed}, {}});
+  if (spec.positions)
+    wanted.push_back({"embed.positions", {spec.positions, spec.embed}, {}});
   for (auto [i, block] : llvm::enumerate(spec.blocks))
     appendBlockParams(spec, i, block, wanted);
   if (spec.finalNorm) {

@@ -89,6 +89,10 @@ def main():
     ap.add_argument("style")
     ap.add_argument("--ir", required=True, help="the imported IR (moe-opt "
                     "model.onnx output), for its moe.source attributes")
+    ap.add_argument("--variant", choices=["no-positions", "prenorm"],
+                    help="compare against the module with one op changed "
+                    "(for tests that must fail): its position Add dropped, "
+                    "or its post-norms moved before the sublayers")
     add_run_arguments(ap)
     args = ap.parse_args()
 
@@ -103,6 +107,10 @@ def main():
     # the module allows it (its temporaries follow the default dtype; a
     # module that casts masks with .float() is computed in float32).
     model = torch_models.build(args.style, True)[0]
+    if args.variant == "no-positions":
+        model.drop_positions = True
+    for blk in model.blocks if args.variant == "prenorm" else []:
+        blk.as_prenorm = True
     precision = "float64"
     try:
         with torch.no_grad():
@@ -153,7 +161,8 @@ def main():
             for r in range(args.ranks):
                 check(f"updated {k} (rank {r})",
                       rank_share(k, old - args.lr * grad, r), results[r][k])
-    print(f"pytorch ({args.style}, {precision}): loss {float(loss):.6f} vs ours "
+    variant = f", variant {args.variant}" if args.variant else ""
+    print(f"pytorch ({args.style}{variant}, {precision}): loss {float(loss):.6f} vs ours "
           f"{ours:.6f}; {tally.summary()}")
     return 1 if tally.bad else 0
 

@@ -27,6 +27,7 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             mask added to the scores), scale (scores / 2), expertop (a
             Softsign activation), capacity (capacity from a graph input);
             err-seqcapacity: Switch counting positions per sequence;
+            err-posoffset: gpt2-pos with position ids 1..N;
             err-partialrotary: rotary over 8 of 16 head dims
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
@@ -88,6 +89,25 @@ class RMSNormWeightFirst(nn.Module):
             x.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
+class RMSNormWeightLast(RMSNormWeightFirst):
+    """The same gains applied after the normalisation,
+    `(x * rsqrt(mean(x^2) + eps)) * w`: the same function as weight-first
+    (onnx-norm-placement.test checks it under ONNX Runtime)."""
+
+    def forward(self, x):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)) \
+            * self.weight
+
+
+class RMSNormWeightInside(RMSNormWeightFirst):
+    """The gains inside the statistic, `w*x * rsqrt(mean((w*x)^2) + eps)`:
+    a different function (the negative case of onnx-norm-placement.test)."""
+
+    def forward(self, x):
+        y = self.weight * x
+        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
 class PostNormBlock(nn.Module):
     """BERT-style: the norm after the residual Add (x = norm(x + f(x)))."""
 
@@ -95,8 +115,14 @@ class PostNormBlock(nn.Module):
         super().__init__()
         self.attn, self.attn_norm = attn, make_norm("layer", m)
         self.ffn, self.ffn_norm = ffn, make_norm("layer", m)
+        # The negative checks' variant: the same norms moved before the
+        # sublayers (pre-norm), a different model.
+        self.as_prenorm = False
 
     def forward(self, x):
+        if self.as_prenorm:
+            x = x + self.attn(self.attn_norm(x))
+            return x + self.ffn(self.ffn_norm(x))
         x = self.attn_norm(x + self.attn(x))
         return self.ffn_norm(x + self.ffn(x))
 
@@ -106,6 +132,10 @@ def make_norm(kind, m):
         return RMSNorm(m)
     if kind == "rms-wfirst":
         return RMSNormWeightFirst(m)
+    if kind == "rms-wlast":
+        return RMSNormWeightLast(m)
+    if kind == "rms-winside":
+        return RMSNormWeightInside(m)
     if kind == "layer-hand":
         return LayerNormHand(m)
     norm = nn.LayerNorm(m, eps=1e-5)
@@ -248,10 +278,14 @@ class MixtralMoe(nn.Module):
     """HF MixtralSparseMoeBlock (dropless)."""
 
     def __init__(self, m, h, e, k, normalize=True, bias=False,
-                 reverse=False):
+                 reverse=False, act=None):
         super().__init__()
         self.gate = nn.Linear(m, e, bias=False)
-        self.experts = nn.ModuleList(SwiGLU(m, h, bias) for _ in range(e))
+        # act: plain MLP experts with that activation (GPT-2 / BERT's
+        # GELU), else SwiGLU.
+        self.experts = nn.ModuleList(
+            (MLP(m, h, ACTS[act], bias) if act else SwiGLU(m, h, bias))
+            for _ in range(e))
         self.e, self.k, self.normalize = e, k, normalize
         # Visiting experts last to first puts them in the graph in reverse:
         # the importer must order them by index, not by graph position.
@@ -408,6 +442,8 @@ class Model(nn.Module):
         # GPT-2 / BERT: learned absolute position embeddings added to the
         # token embeddings (wpe); 0: none.
         self.wpe = nn.Embedding(positions, m) if positions else None
+        # The negative checks' variant: the table kept, its Add dropped.
+        self.drop_positions = False
         self.blocks = nn.ModuleList(blocks)
         self.norm = make_norm(norm, m) if norm else nn.Identity()
         self.lm_head = nn.Linear(m, vocab, bias=False)
@@ -415,7 +451,7 @@ class Model(nn.Module):
 
     def forward(self, tokens, labels=None):
         x = self.embed(tokens)
-        if self.wpe is not None:
+        if self.wpe is not None and not self.drop_positions:
             x = x + self.wpe(torch.arange(tokens.shape[1]))[None]
         for blk in self.blocks:
             x = blk(x)
@@ -515,16 +551,22 @@ def build(style, loss):
             blocks = [Block("layer", M, TorchMHA(M, heads, bias=True),
                             MixtralMoe(M, H, E, K)) for _ in range(2)]
         elif style in ("gpt2-pos", "bert-postnorm"):
+            # FlowMoE Table 2's GPT-2 / BERT: LayerNorm, GELU experts;
+            # BERT bidirectional and post-norm, without a final norm.
             def attn():
-                return HandAttention(M, heads, heads, False)
+                return HandAttention(M, heads, heads, False,
+                                     causal=style == "gpt2-pos")
+            def moe():
+                return MixtralMoe(M, H, E, K, act="gelu")
             if style == "bert-postnorm":
-                blocks = [PostNormBlock(M, attn(), MixtralMoe(M, H, E, K))
-                          for _ in range(2)]
+                blocks = [PostNormBlock(M, attn(), moe()) for _ in range(2)]
             else:
-                blocks = [Block("layer", M, attn(), MixtralMoe(M, H, E, K))
-                          for _ in range(2)]
+                blocks = [Block("layer", M, attn(), moe()) for _ in range(2)]
+            ex.update(activation="gelu", gated=False,
+                      causal=style == "gpt2-pos")
         else:  # llama-*: GQA attention, Mixtral MoE
-            norm = "rms" if style == "llama-interleaved" else "rms-wfirst"
+            norm = {"llama-interleaved": "rms", "llama-wlast": "rms-wlast",
+                    "llama-winside": "rms-winside"}.get(style, "rms-wfirst")
             blocks = [Block(norm, M, HandAttention(M, heads, kvh, rope,
                                                    repeat="expand"),
                             MixtralMoe(M, H, E, K)) for _ in range(2)]
@@ -534,8 +576,11 @@ def build(style, loss):
         ex.setdefault("normalize", True)
         ex.setdefault("experts", E)
         ex.setdefault("H", H)
-        ex.update(M=M, k=K, dropless=True, activation="silu", gated=True,
-                  heads=heads, head_dim=M // heads, causal=True,
+        ex.setdefault("activation", "silu")
+        ex.setdefault("gated", True)
+        ex.setdefault("causal", True)
+        ex.update(M=M, k=K, dropless=True,
+                  heads=heads, head_dim=M // heads,
                   rotary=style != "mha-bias" and not style.startswith(
                       ("gpt2", "bert")),
                   rotary_layout="interleaved" if rope == "interleaved"
@@ -545,12 +590,20 @@ def build(style, loss):
                   vocab=V)
         if style == "bert-postnorm":
             ex["norm_module"] = None
-        if style == "gpt2-pos":
-            ex["positions"] = N
+            ex["postnorm"] = True
+        if style in ("gpt2-pos", "bert-postnorm"):
+            ex["positions"] = 2 * N  # more rows than tokens: N.. unused
     else:
         raise SystemExit(f"torch_models.py: unknown style '{style}'")
     model = Model(ex["vocab"], ex["M"], ex.pop("norm_module", ex["norm"]),
                   blocks, loss, positions=ex.get("positions", 0))
+    if style in ("gpt2-pos", "bert-postnorm"):
+        # Gains far from 1 and sizeable biases: every LayerNorm matters.
+        with torch.no_grad():
+            for mod in model.modules():
+                if isinstance(mod, nn.LayerNorm):
+                    mod.weight.copy_(0.25 + 2.0 * torch.rand(ex["M"]))
+                    mod.bias.copy_(0.3 * torch.randn(ex["M"]))
     ex.setdefault("gate", "softmax_topk")
     ex["loss"] = loss
     return model.eval(), B, N, ex
@@ -558,11 +611,14 @@ def build(style, loss):
 
 # Issue 10's models: llama-issue (weight-first RMSNorm + interleaved
 # rotary), llama-wfirst (weight-first RMSNorm, rotate-half rotary),
-# llama-interleaved (interleaved rotary alone), deepseek-issue /
+# llama-wlast (llama-wfirst's gains after the normalisation: the same
+# function), llama-winside (the gains inside the statistic: a different
+# one), llama-interleaved (interleaved rotary alone), deepseek-issue /
 # deepseek-wfirst (the same with shared experts), mha-bias
 # (nn.MultiheadAttention with bias), gpt2-pos (learned positions),
 # bert-postnorm (post-norm blocks).
-ISSUE_STYLES = ["llama-issue", "llama-wfirst", "llama-interleaved",
+ISSUE_STYLES = ["llama-issue", "llama-wfirst", "llama-wlast",
+                "llama-winside", "llama-interleaved",
                 "deepseek-issue", "deepseek-wfirst", "mha-bias", "gpt2-pos",
                 "bert-postnorm"]
 
@@ -574,12 +630,14 @@ STYLES = ISSUE_STYLES + ["mixtral", "mixtral-reversed", "gshard", "switch", "dee
 
 # Broken models for the error tests: a style exported, then edited.
 EDITS = {"err-padmask": "attn-hand", "err-scale": "attn-hand",
-         "err-expertop": "mixtral", "err-capacity": "switch"}
+         "err-expertop": "mixtral", "err-capacity": "switch",
+         "err-posoffset": "gpt2-pos"}
 
 
 def edit(style, path):
     """Applies an err-* edit to the exported model at `path` in place."""
     import onnx
+    import onnx.numpy_helper
     from onnx import TensorProto, helper
     model = onnx.load(path)
     g = model.graph
@@ -607,6 +665,13 @@ def edit(style, path):
     elif style == "err-expertop":
         # An activation the moe dialect does not have.
         first("Sigmoid", "/blocks.0/ffn/experts.0").op_type = "Softsign"
+    elif style == "err-posoffset":
+        # Position ids 1..N instead of 0..N-1 (a valid file: the table has
+        # 2N rows), which moe.position_embedding cannot represent.
+        ids = consts[first("Gather", "/wpe/").input[1]]
+        t = onnx.numpy_helper.to_array(ids.attribute[0].t) + 1
+        ids.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(
+            t, ids.output[0]))
     elif style == "err-capacity":
         # The capacity comes from a graph input instead of a constant.
         less = first("Less", "/blocks.0/ffn/")

@@ -307,6 +307,43 @@ TEST(DeviceDense, EmbeddingBadIdFailsWithMessage) {
   }
 }
 
+//===--- learned absolute positions ---------------------------------------===//
+
+TEST(DeviceDense, PositionEmbeddingForwardAndBackward) {
+  std::mt19937 rng(37);
+  // A table with more positions than the sequence: rows past it get no
+  // gradient (and must be zeroed, not left as garbage).
+  const int64_t batch = 3, seq = 4, rows = 6, m = 5, n = batch * seq * m;
+  Vec x = randomVec(n, rng), table = randomVec(rows * m, rng),
+      dy = randomVec(n, rng);
+  Vec want(n), got = garbage(n);
+  k::positionEmbeddingForward(batch, seq, m, x.data(), table.data(),
+                              want.data());
+  // The kernel itself, by its definition: x[b, t] + table[t].
+  EXPECT_EQ(want[(2 * seq + 3) * m + 4], x[(2 * seq + 3) * m + 4] +
+                                             table[3 * m + 4]);
+  CheckedExecutor ex;
+  ASSERT_EQ(dev::positionEmbeddingForward(ex, batch, seq, m, x.data(),
+                                          table.data(), got.data()),
+            MOE_RT_OK);
+  expectClose(got, want, "position embedding forward", 0);
+
+  Vec wantDx(n, 0), wantDt(rows * m, 0), gotDx = garbage(n),
+      gotDt = garbage(rows * m);
+  k::positionEmbeddingBackward(batch, seq, m, dy.data(), wantDx.data(),
+                               wantDt.data());
+  EXPECT_FLOAT_EQ(wantDt[1 * m + 2], dy[(0 * seq + 1) * m + 2] +
+                                         dy[(1 * seq + 1) * m + 2] +
+                                         dy[(2 * seq + 1) * m + 2]);
+  ASSERT_EQ(dev::positionEmbeddingBackward(ex, batch, seq, rows, m, dy.data(),
+                                           gotDx.data(), gotDt.data()),
+            MOE_RT_OK);
+  expectClose(gotDx, wantDx, "position embedding dx", 0);
+  expectClose(gotDt, wantDt, "position embedding dtable", 0);
+  for (int64_t i = seq * m; i < rows * m; ++i)
+    ASSERT_EQ(gotDt[i], 0.0f) << "unused table row element " << i;
+}
+
 //===--- cross-entropy ----------------------------------------------------===//
 
 TEST(DeviceDense, CrossEntropyForwardAndBackward) {
@@ -518,6 +555,9 @@ TEST(DeviceDenseCuda, EntryPointsRefuseACpuStream) {
       {"linearGrad", cu::linearGrad(s, 2, 3, 4, f, f, f, f, f, nullptr)},
       {"embedding", cu::embedding(s, 2, 5, 3, ids, f, f)},
       {"embeddingGrad", cu::embeddingGrad(s, 2, 5, 3, ids, f, f)},
+      {"positionEmbedding", cu::positionEmbedding(s, 2, 3, 4, f, f, f)},
+      {"positionEmbeddingGrad",
+       cu::positionEmbeddingGrad(s, 2, 3, 5, 4, f, f, f)},
       {"crossEntropy", cu::crossEntropy(s, 2, 5, f, ids, f)},
       {"crossEntropyGrad", cu::crossEntropyGrad(s, 2, 5, f, ids, f, f)},
       {"add", cu::add(s, 4, f, f, f)},

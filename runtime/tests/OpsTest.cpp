@@ -157,6 +157,41 @@ TEST_F(OpsTest, EmbeddingRowsAndABadIdFailsTheStream) {
       << moe_rt_last_error();
 }
 
+TEST_F(OpsTest, PositionEmbeddingKnownAnswerGradientAndChecks) {
+  // B = 2, N = 2, M = 2; a 3-position table (one row more than N).
+  Tensor x({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}),
+      table({3, 2}, {10, 20, 30, 40, 50, 60}), out({2, 2, 2});
+  ASSERT_EQ(moe_rt_position_embedding(s, &x, &table, &out), MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  std::vector<float> want = {11, 22, 33, 44, 15, 26, 37, 48};
+  for (int i = 0; i < 8; ++i)
+    EXPECT_FLOAT_EQ(out.f()[i], want[i]) << i;
+
+  Tensor dout({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8}), dx({2, 2, 2}),
+      dtable({3, 2}, {9, 9, 9, 9, 9, 9});
+  ASSERT_EQ(moe_rt_position_embedding_grad(s, &dout, &dx, &dtable), MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  std::vector<float> wantT = {6, 8, 10, 12, 0, 0}; // summed over the batch
+  for (int i = 0; i < 6; ++i)
+    EXPECT_FLOAT_EQ(dtable.f()[i], wantT[i]) << i;
+  EXPECT_FLOAT_EQ(dx.f()[5], 6);
+
+  // Fewer positions than tokens, a wrong width, a 2-D activation.
+  Tensor shortTable({1, 2}), wideTable({3, 3}), flat({4, 2}), flatOut({4, 2});
+  EXPECT_EQ(moe_rt_position_embedding(s, &x, &shortTable, &out),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(moe_rt_last_error()).find("fewer than the sequence"),
+            std::string::npos)
+      << moe_rt_last_error();
+  EXPECT_EQ(moe_rt_position_embedding(s, &x, &wideTable, &out),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_position_embedding(s, &flat, &table, &flatOut),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_position_embedding(s, nullptr, &table, &out),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(sync(), MOE_RT_OK); // nothing was queued
+}
+
 TEST_F(OpsTest, GateTopKMatchesTheKernel) {
   const int64_t tokens = 6, model = 4, experts = 5, k = 2;
   Tensor x({1, tokens, model}), w({model, experts});

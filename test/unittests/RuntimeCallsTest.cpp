@@ -69,9 +69,9 @@ TEST(RuntimeCalls, DifferentiatedOpsHaveBackwardCalls) {
   std::vector<StringRef> backward = opsWithBackwardCall();
   std::set<StringRef> has(backward.begin(), backward.end());
   for (StringRef name :
-       {"moe.embedding", "moe.norm", "moe.linear", "moe.cross_entropy",
-        "moe.attention", "moe.gate", "moe.expert", "moe.shared_expert",
-        "moe.dispatch", "moe.combine"})
+       {"moe.embedding", "moe.position_embedding", "moe.norm", "moe.linear",
+        "moe.cross_entropy", "moe.attention", "moe.gate", "moe.expert",
+        "moe.shared_expert", "moe.dispatch", "moe.combine"})
     EXPECT_TRUE(has.count(name)) << name.str() << " has no backward call";
   for (StringRef name : {"moe.sgd", "moe.all_reduce", "moe.split",
                          "moe.merge", "arith.addf"})

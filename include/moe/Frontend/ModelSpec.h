@@ -119,6 +119,11 @@ struct BlockSpec {
   bool denseGated = false;
   std::optional<NormKind> densePrenorm = NormKind::layer;
   double denseEpsilon = 1e-5;
+  /// Post-norm (BERT): a norm after each residual add, x = norm(x + f(x)),
+  /// parameters block<i>.attn_postnorm.* and block<i>.ffn_postnorm.*;
+  /// nullopt: none (pre-norm blocks have their norms in the specs above).
+  std::optional<NormKind> postnorm;
+  double postEpsilon = 1e-5;
   explicit BlockSpec(Location loc) : attention(loc) {}
 };
 
@@ -127,8 +132,10 @@ struct BlockSpec {
 /// model-level ops.
 enum class OpSite {
   embedding,
+  positions,    // moe.position_embedding (learned absolute positions)
   attention,    // moe.attention (with its pre-norm)
   attnResidual, // arith.addf of the attention output to the stream
+  attnPostNorm, // moe.norm after the attention residual (post-norm blocks)
   ffnNorm,      // moe.norm before the gate / dense FFN
   gate,
   dispatch,
@@ -137,6 +144,7 @@ enum class OpSite {
   sharedExpert, // moe.shared_expert (shared experts, or a dense block's FFN)
   sharedAdd,    // arith.addf of the shared experts to the routed output
   ffnResidual,  // arith.addf of the FFN output to the stream
+  ffnPostNorm,  // moe.norm after the FFN residual (post-norm blocks)
   finalNorm,
   lmHead,
   loss,
@@ -154,6 +162,10 @@ struct ModelSpec {
   /// One line for the module's header comment / summary (where it came from).
   std::string origin;
   int64_t vocab = 0, batch = 0, seq = 0, embed = 0;
+  /// Learned absolute position embeddings (GPT-2's wpe): the table's rows
+  /// (parameter embed.positions, positions x embed), added to the token
+  /// embeddings; 0: none.
+  int64_t positions = 0;
   std::vector<BlockSpec> blocks;
   /// Final norm before the LM head; nullopt: none.
   std::optional<NormKind> finalNorm = NormKind::layer;
@@ -179,9 +191,10 @@ struct ModelSpec {
 /// then one argument per ModelSpec::params entry with `moe.param` and, when
 /// it has initializers, `moe.source`) in the same shape as
 /// python/gen_model_mlir.py writes. Parameter names it expects:
-///   embed.table, block<i>.attn.{wq,wk,wv,wo}, block<i>.attn_norm.{scale,bias},
-///   block<i>.moe_norm.{scale,bias}, block<i>.gate.weight (+ .gate.noise for
-///   noisy_topk), block<i>.experts.{up,gate,down},
+///   embed.table, embed.positions, block<i>.attn.{wq,wk,wv,wo},
+///   block<i>.attn_norm.{scale,bias}, block<i>.moe_norm.{scale,bias},
+///   block<i>.{attn,ffn}_postnorm.{scale,bias}, block<i>.gate.weight
+///   (+ .gate.noise for noisy_topk), block<i>.experts.{up,gate,down},
 ///   block<i>.shared.{up,gate,down}, final_norm.{scale,bias}, lm_head.weight
 /// Returns null after emitting an error (at the offending spec's location)
 /// when the spec is inconsistent (e.g. E not divisible by the rank count).

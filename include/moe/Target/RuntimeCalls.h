@@ -179,6 +179,22 @@ template <> struct RuntimeCall<EmbeddingOp> {
   }
 };
 
+template <> struct RuntimeCall<PositionEmbeddingOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(PositionEmbeddingOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_position_embedding), v.stream(),
+                  v.in(op.getInput()), v.in(op.getTable()),
+                  v.out(op.getResult()));
+  }
+  template <class V>
+  static LogicalResult backward(PositionEmbeddingOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_position_embedding_grad), v.stream(),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()),
+                  v.grad(op.getTable()));
+  }
+};
+
 template <> struct RuntimeCall<NormOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;

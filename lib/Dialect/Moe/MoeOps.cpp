@@ -259,6 +259,26 @@ LogicalResult EmbeddingOp::verify() {
   return verifyShape(*this, "result", result, expected);
 }
 
+LogicalResult PositionEmbeddingOp::verify() {
+  ShapedType input = shapeOf(getInput()), table = shapeOf(getTable());
+  if (failed(verifyRank(*this, "input", input, 3)) ||
+      failed(verifyRank(*this, "table", table, 2)) ||
+      failed(verifyDim(*this, "table", table, 1, input.getDimSize(2),
+                          "the embedding size M")))
+    return failure();
+  int64_t positions = table.getDimSize(0), seq = input.getDimSize(1);
+  if (!ShapedType::isDynamic(positions) && !ShapedType::isDynamic(seq) &&
+      positions < seq)
+    return emitOpError() << "table has " << positions
+                         << " positions, fewer than the sequence length "
+                         << seq;
+  if (getResult().getType() != getInput().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " must equal the input type "
+                         << getInput().getType();
+  return success();
+}
+
 LogicalResult NormOp::verify() {
   ShapedType input = shapeOf(getInput());
   if (input.getRank() < 1)

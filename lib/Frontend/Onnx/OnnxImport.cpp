@@ -4,8 +4,9 @@
 // transformer is built:
 //
 //   tokens -> Gather(embedding table)                      the stream S
-//   repeat: S -> [attention sublayer] -> Add(S, .) = S'
-//           S' -> [FFN sublayer]      -> Add(S', .) = S''  one block
+//          [-> Add(S, Gather(position table))]            learned positions
+//   repeat: S -> [attention sublayer] -> Add(S, .) = S'  [-> norm: post-norm]
+//           S' -> [FFN sublayer]      -> Add(S', .) = S''[-> norm] one block
 //   S -> [final norm] -> MatMul/Gemm(LM head) -> logits [-> loss(labels)]
 //
 // A sublayer is the Region between the stream value and the value its
@@ -165,6 +166,12 @@ private:
   std::string tableName;
 
   LogicalResult findEmbedding(std::string &stream);
+  LogicalResult findPositions(std::string &stream);
+  /// A post-norm after a residual Add (BERT): if `stream` is normalised
+  /// (`required`: it must be), claims the norm for `site` of block `index`
+  /// and moves the stream past it. Returns whether one was found.
+  FailureOr<bool> postNorm(std::string &stream, BlockSpec &block, int index,
+                           OpSite site, bool required);
   const onnx::NodeProto *residualAdd(const std::string &stream) const;
   LogicalResult sublayer(const std::string &stream, const onnx::NodeProto &add,
                          BlockSpec &block, int index, bool attention);
@@ -306,6 +313,58 @@ LogicalResult Importer::findEmbedding(std::string &stream) {
   }
   stream = embedding->output(0);
   return success();
+}
+
+/// GPT-2's learned positions right after the token embedding.
+LogicalResult Importer::findPositions(std::string &stream) {
+  PositionMatch pm;
+  FailureOr<bool> found = matchPositions(g, eval, stream, spec.batch,
+                                         spec.seq, spec.embed, pm);
+  if (failed(found))
+    return failure();
+  if (!*found)
+    return success();
+  spec.positions = pm.rows;
+  spec.params.push_back(
+      {"embed.positions", {pm.rows, spec.embed}, source(pm.table)});
+  for (const onnx::NodeProto *n : pm.nodes)
+    claim(n, OpSite::positions);
+  stream = pm.output;
+  passNoOpCast(stream, Site{-1, OpSite::positions});
+  return success();
+}
+
+FailureOr<bool> Importer::postNorm(std::string &stream, BlockSpec &block,
+                                   int index, OpSite site, bool required) {
+  bool attn = site == OpSite::attnPostNorm;
+  std::string prefix = "block" + std::to_string(index) +
+                       (attn ? ".attn_postnorm" : ".ffn_postnorm");
+  NormMatch nm{NormKind::layer, 1e-5, stream, {}};
+  FailureOr<bool> norm = matchNorm(g, stream, prefix, spec.params, nm);
+  if (failed(norm))
+    return failure();
+  if (!*norm) {
+    if (required)
+      emitError(block.attention.loc)
+          << "block " << index << " normalises its attention residual "
+          << "(post-norm) but not its FFN residual: a post-norm block "
+             "normalises both";
+    return required ? FailureOr<bool>(failure()) : FailureOr<bool>(false);
+  }
+  if (!attn && (nm.kind != *block.postnorm ||
+                nm.epsilon != block.postEpsilon)) {
+    g.error(*nm.nodes.front())
+        << "block " << index << "'s two post-norms differ in kind or "
+        << "epsilon; moe blocks give both sublayers the same post-norm";
+    return failure();
+  }
+  block.postnorm = nm.kind;
+  block.postEpsilon = nm.epsilon;
+  for (const onnx::NodeProto *n : nm.nodes)
+    claimed[n].push_back(Site{index, site});
+  stream = nm.output;
+  passNoOpCast(stream, Site{index, site});
+  return true;
 }
 
 /// The Add that puts a sublayer's result back into the stream: it reads
@@ -744,12 +803,14 @@ void Importer::report(llvm::raw_ostream &os) const {
   };
   os << "model:\n";
   line(-1, OpSite::embedding);
+  line(-1, OpSite::positions);
   for (size_t b = 0; b < spec.blocks.size(); ++b) {
     os << "block " << b << ":\n";
-    for (OpSite s : {OpSite::attention, OpSite::attnResidual, OpSite::ffnNorm,
-                     OpSite::gate, OpSite::dispatch, OpSite::expert,
-                     OpSite::combine, OpSite::sharedExpert, OpSite::sharedAdd,
-                     OpSite::ffnResidual})
+    for (OpSite s :
+         {OpSite::attention, OpSite::attnResidual, OpSite::attnPostNorm,
+          OpSite::ffnNorm, OpSite::gate, OpSite::dispatch, OpSite::expert,
+          OpSite::combine, OpSite::sharedExpert, OpSite::sharedAdd,
+          OpSite::ffnResidual, OpSite::ffnPostNorm})
       line(b, s);
   }
   os << "head:\n";
@@ -764,6 +825,8 @@ OwningOpRef<ModuleOp> Importer::run() {
 
   int index = 0;
   passNoOpCast(stream, Site{-1, OpSite::embedding});
+  if (failed(findPositions(stream)))
+    return nullptr;
   while (const onnx::NodeProto *add1 = residualAdd(stream)) {
     BlockSpec block(g.loc(*add1));
     if (failed(sublayer(stream, *add1, block, index, /*attention=*/true)))
@@ -771,6 +834,15 @@ OwningOpRef<ModuleOp> Importer::run() {
     std::string mid = add1->output(0);
     passNoOpCast(mid, Site{index, OpSite::attnResidual});
     const onnx::NodeProto *add2 = residualAdd(mid);
+    if (!add2) {
+      // Post-norm (BERT): the FFN reads the normalised residual sum.
+      FailureOr<bool> post =
+          postNorm(mid, block, index, OpSite::attnPostNorm, false);
+      if (failed(post))
+        return nullptr;
+      if (*post)
+        add2 = residualAdd(mid);
+    }
     if (!add2) {
       g.error(*add1) << "block " << index
                      << "'s attention sublayer ends here, but no FFN "
@@ -781,9 +853,12 @@ OwningOpRef<ModuleOp> Importer::run() {
       return nullptr;
     if (block.moe && !block.moe->capacityFactor && opts.capacityFactor)
       block.moe->capacityFactor = opts.capacityFactor;
-    spec.blocks.push_back(std::move(block));
     stream = add2->output(0);
     passNoOpCast(stream, Site{index, OpSite::ffnResidual});
+    if (block.postnorm &&
+        failed(postNorm(stream, block, index, OpSite::ffnPostNorm, true)))
+      return nullptr;
+    spec.blocks.push_back(std::move(block));
     ++index;
   }
   if (index == 0) {

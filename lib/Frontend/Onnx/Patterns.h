@@ -97,6 +97,21 @@ FailureOr<bool> matchNorm(const OnnxGraph &g, llvm::StringRef input,
                           llvm::StringRef paramPrefix,
                           std::vector<ParamSpec> &params, NormMatch &out);
 
+/// Learned absolute positions (Positions.cpp): the stream's only reader is
+/// an Add of a position-table Gather (2-D initializer, rows x m) by ids
+/// that put row n at token n of every sample. On a match: the table, its
+/// rows, the Add's output and the nodes (Add, views, Gather). Fails, with
+/// an error at the Gather, for a position table added any other way.
+struct PositionMatch {
+  std::string table;
+  int64_t rows = 0;
+  std::string output;
+  std::vector<const onnx::NodeProto *> nodes;
+};
+FailureOr<bool> matchPositions(const OnnxGraph &g, StaticEval &eval,
+                               llvm::StringRef stream, int64_t batch,
+                               int64_t seq, int64_t m, PositionMatch &out);
+
 // Attention sublayers (TorchPatterns / ContribPatterns).
 /// Q/K/V/softmax/O written out with MatMul (hand-written or
 /// nn.MultiheadAttention as exported), with or without rotary and GQA.

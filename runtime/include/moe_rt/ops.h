@@ -85,6 +85,19 @@ moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
                                     const moe_rt_tensor *dout,
                                     moe_rt_tensor *dtable);
 
+/* Learned absolute positions (GPT-2's wpe): out[b, n, :] = x[b, n, :] +
+ * table[n, :] for x B x N x M and table P x M, P >= N. The vjp overwrites
+ * dx = dout and dtable[n] = sum_b dout[b, n] (rows N.. zero); either may be
+ * NULL. */
+moe_rt_status moe_rt_position_embedding(moe_rt_stream s,
+                                        const moe_rt_tensor *x,
+                                        const moe_rt_tensor *table,
+                                        moe_rt_tensor *out);
+moe_rt_status moe_rt_position_embedding_grad(moe_rt_stream s,
+                                             const moe_rt_tensor *dout,
+                                             moe_rt_tensor *dx,
+                                             moe_rt_tensor *dtable);
+
 /* Mean token cross-entropy; loss and dloss are 0-d. */
 moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
                                    const moe_rt_tensor *labels,

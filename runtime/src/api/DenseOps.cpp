@@ -1,8 +1,8 @@
 //===- DenseOps.cpp - the dense op calls: checks, then the backend --------===//
 //
-// Attention, norms, linear, embedding, cross-entropy and the expert FFN,
-// each with its vjp: argument checks (shapes are read when the call is
-// made), then the op goes to its stream's backend (src/cpu/CpuOps.h or
+// Attention, norms, linear, embedding, position embedding, cross-entropy
+// and the expert FFN, each with its vjp: argument checks (shapes are read
+// when the call is made), then the op goes to its stream's backend (src/cpu/CpuOps.h or
 // src/cuda's), which reads the data when the work runs.
 //
 //===----------------------------------------------------------------------===//
@@ -118,6 +118,31 @@ Check embeddingChecks(const char *call, moe_rt_stream s,
   if (c.status)
     return c;
   return c.size(act, actName, moe_rt_tensor_numel(ids) * dim(table, 1));
+}
+
+/// What moe_rt_position_embedding and its vjp both check: the stream, the
+/// B x N x M activation `act` (x, or dout) and a P x M table (or its
+/// gradient, optional in the vjp) with P >= N positions.
+Check positionChecks(const char *call, moe_rt_stream s,
+                     const moe_rt_tensor *act, const char *actName,
+                     const moe_rt_tensor *table, const char *tableName,
+                     bool tableOptional) {
+  Check c{call, backendOf(s)};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(act, actName, MOE_RT_F32, 3)
+      .tensor(table, tableName, MOE_RT_F32, 2, tableOptional);
+  if (c.status)
+    return c;
+  c.that(act->rank == 3, std::string(actName) + " must be B x N x M");
+  if (table)
+    c.that(table->rank == 2 && dim(table, 1) == dim(act, 2),
+           std::string(tableName) + " must be positions x M")
+        .that(dim(table, 0) >= dim(act, 1),
+              std::string(tableName) + " has " +
+                  std::to_string(dim(table, 0)) +
+                  " positions, fewer than the sequence length " +
+                  std::to_string(dim(act, 1)));
+  return c;
 }
 
 /// What moe_rt_cross_entropy and its vjp both check: the stream, logits
@@ -333,6 +358,37 @@ moe_rt_status moe_rt_embedding_grad(moe_rt_stream s, const moe_rt_tensor *ids,
   MOE_RT_ON_CUDA(s, cuda::embeddingGrad(s, tokens, vocab, m, i64(ids),
                                         f32(dout), f32(dtable)));
   return cpu::embeddingGrad(s, tokens, vocab, m, ids, dout, dtable);
+}
+
+moe_rt_status moe_rt_position_embedding(moe_rt_stream s,
+                                        const moe_rt_tensor *x,
+                                        const moe_rt_tensor *table,
+                                        moe_rt_tensor *out) {
+  Check c = positionChecks("moe_rt_position_embedding", s, x, "x", table,
+                           "table", false);
+  c.tensor(out, "out", MOE_RT_F32).sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  int64_t b = dim(x, 0), n = dim(x, 1), m = dim(x, 2);
+  MOE_RT_ON_CUDA(s, cuda::positionEmbedding(s, b, n, m, f32(x), f32(table),
+                                            f32(out)));
+  return cpu::positionEmbedding(s, b, n, m, x, table, out);
+}
+
+moe_rt_status moe_rt_position_embedding_grad(moe_rt_stream s,
+                                             const moe_rt_tensor *dout,
+                                             moe_rt_tensor *dx,
+                                             moe_rt_tensor *dtable) {
+  Check c = positionChecks("moe_rt_position_embedding_grad", s, dout, "dout",
+                           dtable, "dtable", true);
+  c.tensor(dx, "dx", MOE_RT_F32, 0, true).sizeOf(dx, "dx", dout);
+  if (c.status)
+    return c.status;
+  int64_t b = dim(dout, 0), n = dim(dout, 1), m = dim(dout, 2);
+  MOE_RT_ON_CUDA(s, cuda::positionEmbeddingGrad(
+                        s, b, n, dtable ? dim(dtable, 0) : 0, m, f32(dout),
+                        f32(dx), f32(dtable)));
+  return cpu::positionEmbeddingGrad(s, b, n, m, dout, dx, dtable);
 }
 
 moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,

@@ -115,6 +115,27 @@ moe_rt_status embeddingGrad(moe_rt_stream s, int64_t tokens, int64_t vocab,
   });
 }
 
+moe_rt_status positionEmbedding(moe_rt_stream s, int64_t batch, int64_t seq,
+                                int64_t m, const moe_rt_tensor *x,
+                                const moe_rt_tensor *table,
+                                moe_rt_tensor *out) {
+  return task(s, [=] {
+    k::positionEmbeddingForward(batch, seq, m, f32(x), f32(table), f32(out));
+  });
+}
+
+moe_rt_status positionEmbeddingGrad(moe_rt_stream s, int64_t batch,
+                                    int64_t seq, int64_t m,
+                                    const moe_rt_tensor *dout,
+                                    moe_rt_tensor *dx, moe_rt_tensor *dtable) {
+  return task(s, [=] {
+    for (moe_rt_tensor *g : {dx, dtable})
+      zero(g);
+    k::positionEmbeddingBackward(batch, seq, m, f32(dout), f32(dx),
+                                 f32(dtable));
+  });
+}
+
 moe_rt_status crossEntropy(moe_rt_stream s, int64_t tokens, int64_t v,
                            const moe_rt_tensor *logits,
                            const moe_rt_tensor *labels, moe_rt_tensor *loss) {

@@ -64,6 +64,16 @@ moe_rt_status embedding(moe_rt_stream s, int64_t tokens, int64_t vocab,
 moe_rt_status embeddingGrad(moe_rt_stream s, int64_t tokens, int64_t vocab,
                             int64_t m, const moe_rt_tensor *ids,
                             const moe_rt_tensor *dout, moe_rt_tensor *dtable);
+/// moe_rt_position_embedding(_grad) for x batch x seq x m, a table of
+/// `rows` >= seq rows.
+moe_rt_status positionEmbedding(moe_rt_stream s, int64_t batch, int64_t seq,
+                                int64_t m, const moe_rt_tensor *x,
+                                const moe_rt_tensor *table,
+                                moe_rt_tensor *out);
+moe_rt_status positionEmbeddingGrad(moe_rt_stream s, int64_t batch,
+                                    int64_t seq, int64_t m,
+                                    const moe_rt_tensor *dout,
+                                    moe_rt_tensor *dx, moe_rt_tensor *dtable);
 moe_rt_status crossEntropy(moe_rt_stream s, int64_t tokens, int64_t vocab,
                            const moe_rt_tensor *logits,
                            const moe_rt_tensor *labels, moe_rt_tensor *loss);

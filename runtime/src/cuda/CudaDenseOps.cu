@@ -96,6 +96,23 @@ moe_rt_status embeddingGrad(moe_rt_stream s, int64_t tokens, int64_t vocab,
   return ex.status() ? ex.status() : st;
 }
 
+moe_rt_status positionEmbedding(moe_rt_stream s, int64_t batch, int64_t seq,
+                                int64_t m, const float *x, const float *table,
+                                float *out) {
+  CudaExecutor ex(s);
+  device::positionEmbeddingForward(ex, batch, seq, m, x, table, out);
+  return ex.status();
+}
+
+moe_rt_status positionEmbeddingGrad(moe_rt_stream s, int64_t batch,
+                                    int64_t seq, int64_t rows, int64_t m,
+                                    const float *dout, float *dx,
+                                    float *dtable) {
+  CudaExecutor ex(s);
+  device::positionEmbeddingBackward(ex, batch, seq, rows, m, dout, dx, dtable);
+  return ex.status();
+}
+
 moe_rt_status crossEntropy(moe_rt_stream s, int64_t tokens, int64_t vocab,
                            const float *logits, const int64_t *labels,
                            float *loss) {

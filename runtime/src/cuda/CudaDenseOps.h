@@ -79,6 +79,18 @@ moe_rt_status embeddingGrad(moe_rt_stream s, int64_t tokens, int64_t vocab,
                             int64_t m, const int64_t *ids, const float *dout,
                             float *dtable);
 
+/// moe_rt_position_embedding: out = x + table[position], x batch x seq x m.
+moe_rt_status positionEmbedding(moe_rt_stream s, int64_t batch, int64_t seq,
+                                int64_t m, const float *x, const float *table,
+                                float *out);
+
+/// moe_rt_position_embedding_grad: dx = dout, dtable (rows x m) = sum over
+/// the batch of dout, rows past seq zero (either may be null).
+moe_rt_status positionEmbeddingGrad(moe_rt_stream s, int64_t batch,
+                                    int64_t seq, int64_t rows, int64_t m,
+                                    const float *dout, float *dx,
+                                    float *dtable);
+
 /// moe_rt_cross_entropy: loss (one float) = mean token cross-entropy of
 /// logits (tokens x vocab) against labels.
 moe_rt_status crossEntropy(moe_rt_stream s, int64_t tokens, int64_t vocab,

@@ -1,10 +1,10 @@
 //===- DenseOps.h - dense ops over an executor ------------------*- C++ -*-===//
 //
-// The CUDA backend's linear, norm, embedding, cross-entropy, add, copy and
-// sgd, written once over an executor X (see Device.h): CudaExecutor runs
-// them on a GPU (src/cuda/CudaDenseOps.cu), HostExecutor on the host, where
-// runtime/tests/DeviceDenseTest.cpp checks them against the CPU kernels of
-// src/kernels/Dense.h.
+// The CUDA backend's linear, norm, embedding, position embedding,
+// cross-entropy, add, copy and sgd, written once over an executor X (see
+// Device.h): CudaExecutor runs them on a GPU (src/cuda/CudaDenseOps.cu),
+// HostExecutor on the host, where runtime/tests/DeviceDenseTest.cpp checks
+// them against the CPU kernels of src/kernels/Dense.h.
 //
 // Semantics are the CPU ops' (src/cpu/CpuDenseOps.cpp), not the
 // raw kernels': backward calls OVERWRITE their gradient outputs (the CPU op
@@ -232,6 +232,35 @@ struct EmbeddingGradBody {
   }
 };
 
+//===--- learned absolute positions ---------------------------------------===//
+
+/// y[b, n, :] = x[b, n, :] + table[n, :]; `plane` = seq * m.
+struct PositionAddBody {
+  int64_t plane;
+  const float *x, *table;
+  float *y;
+  MOE_HD void operator()(int64_t i) const { y[i] = x[i] + table[i % plane]; }
+};
+
+/// dtable[i] = sum_b dy[b, i] for i < plane, 0 for the rows past seq; one
+/// thread per table element, summed in float over b = 0.. as the CPU
+/// kernel does (the same float result).
+struct PositionGradBody {
+  int64_t batch, plane;
+  const float *dy;
+  float *dtable;
+  MOE_HD void operator()(int64_t i) const {
+    if (i >= plane) {
+      dtable[i] = 0.0f;
+      return;
+    }
+    float acc = 0.0f;
+    for (int64_t b = 0; b < batch; ++b)
+      acc += dy[b * plane + i];
+    dtable[i] = acc;
+  }
+};
+
 //===--- cross-entropy ----------------------------------------------------===//
 
 /// log(sum_v exp(row[v])) as kernels::logSumExp: max of the floats, then a
@@ -448,6 +477,31 @@ moe_rt_status embeddingBackward(X &x, int64_t tokens, int64_t vocab,
     return x.status();
   return x.forEach(tokens * m, dense::EmbeddingGradBody{vocab, m, ids, dy,
                                                         dtable, word, code});
+}
+
+/// y = x + table[position] (moe_rt_position_embedding): x batch x seq x m,
+/// table rows x m with rows >= seq.
+template <class X>
+moe_rt_status positionEmbeddingForward(X &x, int64_t batch, int64_t seq,
+                                       int64_t m, const float *in,
+                                       const float *table, float *y) {
+  return x.forEach(batch * seq * m,
+                   dense::PositionAddBody{seq * m, in, table, y});
+}
+
+/// dx = dy, dtable = sum over the batch of dy, rows past seq zero (each
+/// overwritten; each may be null; moe_rt_position_embedding_grad).
+template <class X>
+moe_rt_status positionEmbeddingBackward(X &x, int64_t batch, int64_t seq,
+                                        int64_t rows, int64_t m,
+                                        const float *dy, float *dx,
+                                        float *dtable) {
+  if (dx && x.copy(dx, dy, sizeof(float) * size_t(batch * seq * m)))
+    return x.status();
+  if (dtable)
+    return x.forEach(rows * m,
+                     dense::PositionGradBody{batch, seq * m, dy, dtable});
+  return x.status();
 }
 
 /// loss (0-d) = mean over tokens of logsumexp(logits_t) - logits_t[label_t]

@@ -132,6 +132,32 @@ bool embeddingBackward(int64_t tokens, int64_t vocab, int64_t m, const Id *ids,
   return true;
 }
 
+//===--- learned absolute positions -------------------------------------===//
+//
+// GPT-2's wpe: y[b, n, :] = x[b, n, :] + table[n, :] for x batch x seq x m
+// and a table of at least seq rows (rows past seq are not read).
+
+template <typename T>
+void positionEmbeddingForward(int64_t batch, int64_t seq, int64_t m,
+                              const T *x, const T *table, T *y) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq * m; ++i)
+      y[b * seq * m + i] = x[b * seq * m + i] + table[i];
+}
+
+/// dx += dy; dtable[n] += sum_b dy[b, n] (either may be null).
+template <typename T>
+void positionEmbeddingBackward(int64_t batch, int64_t seq, int64_t m,
+                               const T *dy, T *dx, T *dtable) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq * m; ++i) {
+      if (dx)
+        dx[b * seq * m + i] += dy[b * seq * m + i];
+      if (dtable)
+        dtable[i] += dy[b * seq * m + i];
+    }
+}
+
 //===--- mean token cross-entropy ---------------------------------------===//
 
 /// log(sum_v exp(row[v])), computed stably.

@@ -17,6 +17,30 @@ func.func @embedding_result(%ids: tensor<2x8xi64>, %t: tensor<32x16xf32>) {
 
 // -----
 
+func.func @position_rank(%x: tensor<16x16xf32>, %t: tensor<8x16xf32>) {
+  // expected-error @+1 {{'input' must have rank 3, got 16x16}}
+  %h = moe.position_embedding %x, %t : (tensor<16x16xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+  return
+}
+
+// -----
+
+func.func @position_width(%x: tensor<2x8x16xf32>, %t: tensor<8x32xf32>) {
+  // expected-error @+1 {{'table'}}
+  %h = moe.position_embedding %x, %t : (tensor<2x8x16xf32>, tensor<8x32xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @position_too_few(%x: tensor<2x8x16xf32>, %t: tensor<4x16xf32>) {
+  // expected-error @+1 {{table has 4 positions, fewer than the sequence length 8}}
+  %h = moe.position_embedding %x, %t : (tensor<2x8x16xf32>, tensor<4x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
 func.func @norm_scale(%x: tensor<2x8x16xf32>, %s: tensor<8xf32>) {
   // expected-error @+1 {{'scale' must have shape 16, got 8}}
   %n = moe.norm layer %x, %s : (tensor<2x8x16xf32>, tensor<8xf32>) -> tensor<2x8x16xf32>

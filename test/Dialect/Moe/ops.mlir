@@ -10,7 +10,9 @@ func.func @dense(%ids: tensor<2x8xi64>, %table: tensor<32x16xf32>,
                  %s: tensor<16xf32>, %b: tensor<16xf32>,
                  %w: tensor<16x32xf32>, %wb: tensor<32xf32>) -> tensor<f32> {
   // CHECK: moe.embedding %{{.*}}, %{{.*}} : (tensor<2x8xi64>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
-  %h = moe.embedding %ids, %table : (tensor<2x8xi64>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+  %h0 = moe.embedding %ids, %table : (tensor<2x8xi64>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+  // CHECK: moe.position_embedding %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
+  %h = moe.position_embedding %h0, %table : (tensor<2x8x16xf32>, tensor<32x16xf32>) -> tensor<2x8x16xf32>
   // CHECK: moe.norm layer %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   %n = moe.norm layer %h, %s, %b : (tensor<2x8x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   // CHECK: moe.norm rms %{{.*}}, %{{.*}} {epsilon = 9.9999999999999995E-7 : f64}

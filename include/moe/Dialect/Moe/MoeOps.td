@@ -98,6 +98,27 @@ def Moe_EmbeddingOp : Moe_ComputeOp<"embedding"> {
   let hasVerifier = 1;
 }
 
+def Moe_PositionEmbeddingOp : Moe_ComputeOp<"position_embedding"> {
+  let summary = "learned absolute position embeddings added to the stream";
+  let description = [{
+    GPT-2's / BERT's `wpe`: `result[b, n, :] = input[b, n, :] + table[n, :]`
+    with `input : B x N x M` and `table : P x M`, `P >= N` positions (rows
+    past N are not read). Positions are the token's index in its sequence,
+    0-based, the same in every sample.
+
+    ```mlir
+    %h = moe.position_embedding %x, %wpe
+           : (tensor<4x64x128xf32>, tensor<1024x128xf32>) -> tensor<4x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Moe_FloatTensor:$input, Moe_FloatTensor:$table);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $table attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Moe_NormOp : Moe_ComputeOp<"norm"> {
   let summary = "LayerNorm or RMSNorm over the last dimension";
   let description = [{
