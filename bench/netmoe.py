@@ -16,8 +16,9 @@ next to the paper's, all in one run.
      the oracle.
    - Volumes are also converted to MB per model (fp32, hidden size H),
      next to Table 5.
-3. A row for real traces recorded by the trainer (--trace FILE). The row
-   stays pending until moe-run can record traces (issue 14, part B).
+3. Rows for a real trace recorded by the trainer (--trace FILE; record one
+   with MOE_GRID=2x2 MOE_ROUTING_TRACE=FILE examples/trainer/train.sh,
+   which runs moe-run --routing-trace).
 4. Predicted step-time speedup on NetMoE's cluster. This is SIMULATED:
    moe-opt --moe-simulate on bench/netmoe-a800.json, where the all-to-all
    intra/inter bandwidth terms are scaled by the volume ratios that
@@ -211,11 +212,11 @@ class Bench:
             log("| trace | gather inter | scatter inter | both inter | moved "
                 "across / all % | pred. err. |")
             log("|---|---|---|---|---|---|")
-            log("| (pending) | - | - | - | - | - |")
-            log("\nPending: moe-run --routing-trace, which records a real "
-                "trace, is issue 14 part B. Once it lands, rerun with "
-                "--trace FILE. The code path is the same one the synthetic "
-                "rows use.\n")
+            log("| (no --trace) | - | - | - | - | - |")
+            log("\nNo real trace given: record one with MOE_GRID=2x2 "
+                "MOE_ROUTING_TRACE=FILE examples/trainer/train.sh (moe-run "
+                "--routing-trace) and rerun with --trace FILE. The code path "
+                "is the same one the synthetic rows use.\n")
             return
         log("| trace | next counts | gather inter | scatter inter | both inter "
             "| moved across / all % | pred. err. |")
@@ -327,9 +328,10 @@ def main():
         lines.append(text)
 
     log("# NetMoE reproduction: placement solve, all-to-all volumes, step time\n")
-    log("Volumes come from routing traces: synthetic ones, since real traces "
-        "are pending. Solve times are measured on this machine, one core. "
-        "Step times are SIMULATED (section 4).\n")
+    log("Volumes come from routing traces: synthetic ones (section 2) and, "
+        "with --trace, one the example trainer recorded (section 3). Solve "
+        "times are measured on this machine, one core. Step times are "
+        "SIMULATED (section 4).\n")
     with tempfile.TemporaryDirectory() as tmp:
         b = Bench(args, tmp, log)
         b.solve_times()

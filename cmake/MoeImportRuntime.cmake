@@ -8,7 +8,9 @@
 #                      SOURCE_DIR <moe-mlir checkout>
 #                      [CUDA ON|OFF])  # was the runtime built with CUDA?
 #
-# The archive's own dependencies come along: MPI, OpenBLAS, threads and,
+# The archive's own dependencies come along: moe_planning (routing traces;
+# its archive beside the runtime's, or in planning/ there), MPI, OpenBLAS,
+# threads and,
 # for a runtime with its CUDA backend, cudart, cuBLAS and NCCL (a CPU-only
 # trainer does not call them, but the archive references them).
 include_guard(GLOBAL)
@@ -23,10 +25,19 @@ function(moe_import_runtime)
     message(FATAL_ERROR "moe_import_runtime: no runtime library at "
                         "${ARG_LIBRARY} (build moe-mlir first)")
   endif()
+  get_filename_component(dir "${ARG_LIBRARY}" DIRECTORY)
+  find_file(MOE_PLANNING_LIBRARY libmoe_planning.a
+    PATHS "${dir}" "${dir}/planning" "${dir}/../runtime/planning"
+    NO_DEFAULT_PATH)
+  if(NOT MOE_PLANNING_LIBRARY)
+    message(FATAL_ERROR "moe_import_runtime: no libmoe_planning.a beside "
+                        "${ARG_LIBRARY} (the runtime's routing traces need it)")
+  endif()
   find_package(Threads REQUIRED)
   find_package(MPI REQUIRED COMPONENTS CXX)
   find_package(OpenBLAS CONFIG REQUIRED)
-  set(deps MPI::MPI_CXX ${OpenBLAS_LIBRARIES} Threads::Threads)
+  set(deps "${MOE_PLANNING_LIBRARY}" MPI::MPI_CXX ${OpenBLAS_LIBRARIES}
+      Threads::Threads)
   if(ARG_CUDA)
     find_package(CUDAToolkit REQUIRED)
     find_library(MOE_NCCL_LIBRARY nccl REQUIRED

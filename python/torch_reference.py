@@ -230,6 +230,59 @@ def lm_loss(c, p, h, labels):
                            labels.reshape(-1))
 
 
+# When a list, step_loss appends (block, indices B x N x k) of every
+# token-choice gate: --routing-trace compares them with a recorded trace.
+ROUTES = None
+
+
+def read_trace_records(path):
+    """The records of a routing trace (docs/routing-trace-format.md) as
+    {(step, micro, block): rows of counts}."""
+    records, lines = {}, open(path).read().split("\n")
+    i = 0
+    while i < len(lines):
+        words = lines[i].split()
+        i += 1
+        if words[:1] == ["record"]:
+            key = (int(words[3]), int(words[5]), int(words[7]))
+            i += 1  # sample-ranks: the data loader's, as the reference's
+            rows = []
+            while i < len(lines) and lines[i].split() and \
+                    lines[i].split()[0].isdigit():
+                rows.append([int(v) for v in lines[i].split()])
+                i += 1
+            records[key] = rows
+    return records
+
+
+def check_routing_trace(path, routes, experts, micro_batches):
+    """Step 1's per-sample expert counts of every block and micro-batch,
+    from the reference's own top-k, against the trace: exact equality.
+    Trace sample j*(B/R) + b of micro-batch r is sample r*(B/R) + b of
+    rank j."""
+    records = read_trace_records(path)
+    matched = 0
+    for (step, micro, block), rows in sorted(records.items()):
+        if step != 1:
+            continue
+        want = []
+        for rank_routes in routes:
+            idx = dict(rank_routes)[block]
+            per = idx.shape[0] // micro_batches
+            for b in range(micro * per, (micro + 1) * per):
+                counts = torch.bincount(idx[b].reshape(-1),
+                                        minlength=experts)
+                want.append([int(v) for v in counts])
+        if want != rows:
+            print(f"routing trace: record (step 1, micro {micro}, block "
+                  f"{block}) differs from the reference's routing")
+            return 1
+        matched += 1
+    print(f"routing trace: {matched} records of step 1 match the "
+          f"reference's routing")
+    return 0 if matched else 1
+
+
 def step_loss(c, p, tokens, labels, micro=1):
     h = p["embed.table"][tokens]
     if c.positions:  # row n of the table to token n of every sample
@@ -244,6 +297,8 @@ def step_loss(c, p, tokens, labels, micro=1):
                          h1 + expert_choice(c, p, pre, x, micro))
             continue
         w, idx = route(c, p, pre, x)
+        if ROUTES is not None:
+            ROUTES.append((l, idx.detach()))
         up, down = p[f"{pre}.experts.up"], p[f"{pre}.experts.down"]
         gate = p.get(f"{pre}.experts.gate")
         out = torch.zeros_like(x)
@@ -261,7 +316,7 @@ def step_loss(c, p, tokens, labels, micro=1):
 
 
 def main():
-    global NOISE_SEED, SHARED_SAMPLE_NOISE
+    global NOISE_SEED, SHARED_SAMPLE_NOISE, ROUTES
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("preset")
@@ -295,6 +350,10 @@ def main():
                          "degree): expert_choice then picks its top-C tokens "
                          "within each micro-batch (token choice without "
                          "drops does not depend on it)")
+    ap.add_argument("--routing-trace", metavar="FILE",
+                    help="also check that moe-run --routing-trace's step 1 "
+                         "records equal the reference's per-sample expert "
+                         "counts")
     args = ap.parse_args()
     c = gen.PRESETS[args.preset]
     overrides = {k: int(v) for k, v in (s.split("=") for s in args.set)}
@@ -352,9 +411,16 @@ def main():
                     p.grad = None
         NOISE_SEED = (args.noise_seed if args.noise_seed is not None
                       else step_seed(args.seed, step))
-        losses = [step_loss(c, params, inp["arg0"].long(),
-                            inp["arg1"].long(), args.micro_batches)
-                  for inp in inputs]
+        losses, routes = [], []
+        for inp in inputs:
+            ROUTES = [] if step == 1 else None
+            losses.append(step_loss(c, params, inp["arg0"].long(),
+                                    inp["arg1"].long(), args.micro_batches))
+            routes.append(ROUTES)
+        ROUTES = None
+        if step == 1 and args.routing_trace and check_routing_trace(
+                args.routing_trace, routes, c.experts, args.micro_batches):
+            return 1
         loss = torch.stack(losses).mean()
         loss.backward()
 

@@ -8,6 +8,7 @@
 //   mpirun -np P codegen-driver --inputs PREFIX [--dump PREFIX] [--steps N]
 //                               [--timeout SECONDS] [--params FILE]
 //                               [--backend cpu|cuda] [--seed S]
+//                               [--routing-trace FILE]
 //   mpirun -np P codegen-driver --data TEXT --params FILE [--steps N] ...
 //
 // --inputs PREFIX reads every argument from what `moe-run --dump-inputs`
@@ -28,6 +29,10 @@
 //
 // --seed S is moe-run's --seed for the noise of noisy_topk gates
 // (moe_step_set_gate_seed); parameters come from --params / --inputs.
+//
+// --routing-trace FILE records the routing trace of a step scheduled with
+// routing statistics (moe_step_set_routing_trace), as moe-run's option;
+// rank 0 then also prints each step's balance line on stderr, as moe-run.
 //
 // With more than one step, rank 0 prints moe-run's progress line
 // ("[s/N] X s/step, Y s left") on stderr after each step.
@@ -71,7 +76,7 @@ static int usage(const char *message) {
                "codegen-driver: error: %s\nusage: mpirun -np P codegen-driver "
                "(--inputs PREFIX | --data TEXT --params FILE) [--dump PREFIX] "
                "[--steps N] [--timeout S] [--params FILE] "
-               "[--backend cpu|cuda] [--seed S]\n",
+               "[--backend cpu|cuda] [--seed S] [--routing-trace FILE]\n",
                message);
   moe_rt_mpi_finalize();
   return 2;
@@ -157,7 +162,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump, params, data;
+  std::string inputs, dump, params, data, routingTrace;
   int steps = 1;
   double timeout = 60;
   std::optional<uint64_t> seed; // moe-run's default when absent
@@ -175,6 +180,8 @@ int main(int argc, char **argv) {
       params = v;
     else if (a == "--data")
       data = v;
+    else if (a == "--routing-trace")
+      routingTrace = v;
     else if (a == "--steps") {
       std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
       if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
@@ -243,6 +250,8 @@ int main(int argc, char **argv) {
   MOE_CAT(MOE_MODEL, _declare)(s);
   if (seed)
     moe_step_set_gate_seed(s, *seed);
+  if (!routingTrace.empty())
+    moe_step_set_routing_trace(s, routingTrace.c_str());
   TextArguments textArgs;
   if (!data.empty()) {
     std::string error = findTextArguments(s, textArgs);
@@ -279,6 +288,8 @@ int main(int argc, char **argv) {
     double loss = moe_step_global_loss(s);
     if (moe_step_rank(s) == 0) {
       std::printf("step %d loss %.6f\n", step, loss);
+      if (*moe_step_routing_balance(s))
+        std::fprintf(stderr, "%s\n", moe_step_routing_balance(s));
       if (steps > 1) { // as moe-run: progress on stderr, stdout parseable
         std::chrono::duration<double> elapsed =
             std::chrono::steady_clock::now() - start;

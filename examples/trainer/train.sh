@@ -11,12 +11,19 @@
 # MOE_GRID (default 1x4: nodes x ranks per node) and MOE_MPIRUN (default
 # "mpirun --allow-run-as-root --oversubscribe -np RANKS") place the ranks
 # elsewhere: scripts/emulated-cluster.sh run sets both to train on an
-# emulated cluster's nodes (docs/cluster.md).
+# emulated cluster's nodes (docs/cluster.md). MOE_ROUTING_TRACE=FILE
+# schedules the step with routing statistics and records the run's routing
+# trace there (moe-run --routing-trace; docs/routing-trace-format.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="${MOE_BUILD_DIR:-$ROOT/build}"
 STEPS="${1:-20}"
 PIPELINE="${2:-degree=2 policy=flowmoe chunk-bytes=64KiB lr=0.2}"
+TRACE_ARGS=()
+if [[ -n "${MOE_ROUTING_TRACE:-}" ]]; then
+  PIPELINE="$PIPELINE routing-stats=1"
+  TRACE_ARGS=(--routing-trace "$MOE_ROUTING_TRACE")
+fi
 GRID="${MOE_GRID:-1x4}"
 RANKS=$(( ${GRID%x*} * ${GRID#*x} ))
 read -r -a MPIRUN <<< "${MOE_MPIRUN:-mpirun --allow-run-as-root --oversubscribe -np $RANKS}"
@@ -32,4 +39,5 @@ mkdir -p "$OUT"
 "$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.mlir" --moe-flowmoe-pipeline="$PIPELINE" -o "$OUT/byte-moe.step.mlir"
 echo "== training $STEPS steps on $RANKS ranks: $PIPELINE (grid $GRID)"
 "${MPIRUN[@]}" "$BUILD_DIR/bin/moe-run" "$OUT/byte-moe.step.mlir" \
-  --data "$ROOT/examples/data/moe-notes.txt" --steps "$STEPS" --timeout 120
+  --data "$ROOT/examples/data/moe-notes.txt" --steps "$STEPS" --timeout 120 \
+  ${TRACE_ARGS[@]+"${TRACE_ARGS[@]}"}

@@ -101,7 +101,14 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
     else
       for (Value v : ar.getInputs())
         c.bytes += valueBytes(v);
+  } else if (isa<RoutingCountsOp>(forward)) {
+    // Routing statistics: the gathered (G B) x E counts (moved as 4-byte
+    // floats, the size of the i32 result).
+    kind = CollectiveKind::AllGather;
+    c.bytes = valueBytes(forward->getResult(0));
   } else {
+    if (routing)
+      return tracedExchange(op, forward, size, perNode);
     // The bytes each rank sends: every slot of the send buffer, E x C x M
     // for dispatch and the same back for combine; dropless sends its k
     // copies of every token.
@@ -213,7 +220,9 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
     c.link = collectiveLink(group->first, group->second);
     return c;
   }
-  FailureOr<TaskCost> c = forwardCost(forward);
+  auto expert = dyn_cast<ExpertOp>(forward);
+  FailureOr<TaskCost> c = routing && expert ? tracedExperts(op, expert)
+                                            : forwardCost(forward);
   if (failed(c))
     return failure();
   if (op->hasTrait<OpTrait::ConstantLike>())

@@ -37,6 +37,11 @@ struct FlowMoePipelineOptions
   Option<std::string> profile{
       *this, "profile", llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
       llvm::cl::init("")};
+  Option<bool> routingStats{
+      *this, "routing-stats",
+      llvm::cl::desc("Gather each forward dispatch's per-sample expert "
+                     "counts on every rank (moe-routing-stats)"),
+      llvm::cl::init(false)};
   Option<std::string> tune{
       *this, "tune",
       llvm::cl::desc("S_p search for chunk-bytes=auto: bo | grid | random"),
@@ -66,6 +71,8 @@ void mlir::moe::registerMoePipelines() {
               MoeChunkGradientsOptions{options.chunkBytes}));
           pm.addPass(createMoeInsertSyncs());
         }
+        if (options.routingStats)
+          pm.addPass(createMoeRoutingStats());
         pm.addPass(createMoeVerifySchedule());
       });
 }

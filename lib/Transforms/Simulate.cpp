@@ -1,5 +1,6 @@
 //===- Simulate.cpp - predicted iteration time and timeline ---------------===//
 
+#include "moe/Analysis/RoutingLoads.h"
 #include "moe/Analysis/Simulator.h"
 #include "moe/Transforms/Passes.h"
 
@@ -55,6 +56,9 @@ int64_t worldSize(FunctionOpInterface func) {
 struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
   using MoeSimulateBase::MoeSimulateBase;
 
+  /// The recorded routing of routing-trace=, if given.
+  std::shared_ptr<RoutingLoads> loads;
+
   void printText(raw_ostream &os, FunctionOpInterface func,
                  const HardwareProfile &hw, const SimulationResult &r) {
     auto ms = [](double us) { return llvm::format("%10.3f ms", us / 1000.0); };
@@ -69,6 +73,9 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
     os << "simulated @" << func.getName() << " (policy "
        << (policy ? policy.getValue() : "?") << ") on profile " << hw.name
        << " [simulated, not measured]\n";
+    if (loads)
+      os << "  routing from trace " << routingTrace << ", step "
+         << loads->step() << "\n";
     os << "  iteration time           " << ms(r.iterationUs) << "\n";
     os << "  compute busy             " << ms(r.computeBusyUs) << " "
        << pct(r.computeBusyUs) << "\n";
@@ -104,7 +111,7 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
     llvm::json::Object kinds;
     for (auto &[kind, us] : byKind)
       kinds[kind] = us;
-    return llvm::json::Object{
+    llvm::json::Object summary{
         {"busy_us_by_task", std::move(kinds)},
         {"function", func.getName()},
         {"policy", policy ? policy.getValue() : ""},
@@ -120,6 +127,11 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         {"lower_bound_us", r.lowerBoundUs},
         {"peak_pending_gradient_bytes", r.peakPendingGradientBytes},
         {"tasks", static_cast<int64_t>(r.tasks.size())}};
+    if (loads) {
+      summary["routing_trace"] = routingTrace;
+      summary["routing_step"] = loads->step();
+    }
+    return summary;
   }
 
   void runOnOperation() override {
@@ -146,6 +158,18 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
     }
     std::string tracePath = trace.empty() ? clTraceFile.getValue() : trace;
     CostModel model(*hw);
+    if (!routingTrace.empty()) {
+      auto loaded = RoutingLoads::load(
+          routingTrace,
+          routingStep < 0 ? std::nullopt : std::optional<int64_t>(routingStep));
+      if (!loaded) {
+        mlir::emitError(getOperation().getLoc())
+            << "moe-simulate: " << llvm::toString(loaded.takeError());
+        return signalPassFailure();
+      }
+      loads = std::move(*loaded);
+      model.setRoutingLoads(loads.get());
+    }
     llvm::json::Array all;
     std::string traceText;
     bool any = false;

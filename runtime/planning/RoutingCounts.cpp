@@ -82,5 +82,13 @@ std::vector<int> contiguousPlacement(int samples, int ranks) {
   return placement;
 }
 
+std::vector<int> expertParallelPlacement(int experts, int ranks) {
+  std::vector<int> placement(experts);
+  int perRank = std::max(1, experts / std::max(1, ranks));
+  for (int e = 0; e < experts; ++e)
+    placement[e] = e / perRank;
+  return placement;
+}
+
 } // namespace planning
 } // namespace moe_rt

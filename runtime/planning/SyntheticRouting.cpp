@@ -187,8 +187,7 @@ TraceHeader syntheticHeader(const SyntheticRouting &c) {
     blk.topK = c.topK;
     blk.expertRank = c.expertRank;
     if (blk.expertRank.empty() && ranks > 0 && c.experts >= ranks)
-      for (int e = 0; e < c.experts; ++e)
-        blk.expertRank.push_back(e / (c.experts / ranks));
+      blk.expertRank = expertParallelPlacement(c.experts, ranks);
     h.blocks.push_back(std::move(blk));
   }
   return h;

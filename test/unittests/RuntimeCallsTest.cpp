@@ -133,6 +133,7 @@ public:
     return {std::string(n.name)};
   }
   Recorded<uint64_t> gateSeed() { return {std::string("seed")}; }
+  Recorded<moe_rt_routing_log *> routingLog() { return {std::string("log")}; }
   template <class T, class... Fields>
   Recorded<const T *> aggregate(CStruct<T> s, Recorded<Fields>...) {
     return {std::string(s.name)};
@@ -179,6 +180,7 @@ func.func @step(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>,
     moe.yield %o : tensor<2x8x16xf32>
   }
   %m = arith.mulf %x, %x : tensor<2x8x16xf32>
+  %rc = moe.routing_counts %i on @grid axes = [1] experts = 4 {moe.task = #moe.task<D, fwd, block = 2, micro = 1>} : (tensor<2x8x2xi32>) -> tensor<4x4xi32>
   return
 }
 )mlir";
@@ -276,6 +278,25 @@ TEST_F(RecordedCalls, AnOpWithoutAnEntryIsRefused) {
   Recorder r = record(ops[4]);
   EXPECT_TRUE(r.calls.empty());
   EXPECT_NE(r.refused.find("no call for it"), std::string::npos) << r.refused;
+}
+
+// Routing statistics hand their counts to the step's routing log, with
+// the dispatch's (block, micro) and grid in a moe_rt_routing_site.
+TEST_F(RecordedCalls, RoutingCountsGoToTheStepsLog) {
+  Operation *counts = ops[5];
+  Recorder r = record(counts);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].callee, "moe_rt_routing_counts");
+  std::vector<Arg> expected = {std::string("stream"),
+                               std::string("comm @grid 1"),
+                               std::string("log"),
+                               std::string("moe_rt_routing_site"),
+                               arg(2),
+                               counts->getResult(0)};
+  EXPECT_EQ(r.calls[0].args, expected);
+  auto [nodes, perNode] = cast<RoutingCountsOp>(counts).getNodeGrid();
+  EXPECT_EQ(nodes, 1);
+  EXPECT_EQ(perNode, 2);
 }
 
 } // namespace

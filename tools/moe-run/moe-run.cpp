@@ -54,7 +54,7 @@ void check(llvm::Error e) {
 }
 
 struct Options {
-  std::string input, dump, dumpInputs, dataPath;
+  std::string input, dump, dumpInputs, dataPath, routingTrace;
   int steps = 1;
   uint64_t seed = 1;
   bool randomWeights = false;
@@ -86,6 +86,8 @@ Options parseOptions(int argc, char **argv) {
       o.dump = value();
     } else if (a == "--data") {
       o.dataPath = value();
+    } else if (a == "--routing-trace") {
+      o.routingTrace = value();
     } else if (a == "--random-weights") {
       o.randomWeights = true;
     } else if (a == "--dump-inputs") {
@@ -99,7 +101,8 @@ Options parseOptions(int argc, char **argv) {
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
-                  "[--dump-inputs FILE] [--timeout SECONDS]\n");
+                  "[--dump-inputs FILE] [--routing-trace FILE] "
+                  "[--timeout SECONDS]\n");
       moe_rt_mpi_finalize();
       std::exit(0);
     } else if (!a.empty() && a[0] == '-') {
@@ -242,6 +245,38 @@ void dumpResults(Interpreter &run, const std::string &path) {
   std::fclose(f);
 }
 
+/// The routing log of a step with routing statistics (moe.routing_counts;
+/// moe-opt --moe-routing-stats), or null; rank 0 writes --routing-trace.
+moe_rt_routing_log *routingLog(FunctionOpInterface step, const Options &o,
+                               int rank) {
+  bool counted = false;
+  step.walk([&](RoutingCountsOp) { counted = true; });
+  if (!counted) {
+    if (!o.routingTrace.empty())
+      die("--routing-trace: the step has no routing statistics "
+          "(moe.routing_counts); schedule it with "
+          "--moe-flowmoe-pipeline='routing-stats=1 ...'");
+    return nullptr;
+  }
+  moe_rt_routing_log *log = moe_rt_routing_log_create();
+  if (rank == 0 && !o.routingTrace.empty() &&
+      moe_rt_routing_log_open_trace(log, o.routingTrace.c_str(),
+                                    ("moe-run " + o.input).c_str()) !=
+          MOE_RT_OK)
+    die(moe_rt_last_error());
+  return log;
+}
+
+/// After step `s`: its records to the trace, its balance line (rank 0).
+void endRoutingStep(moe_rt_routing_log *log, int s, int rank) {
+  if (!log)
+    return;
+  if (moe_rt_routing_log_end_step(log, s) != MOE_RT_OK)
+    die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
+  if (rank == 0)
+    std::fprintf(stderr, "%s\n", moe_rt_routing_log_balance(log));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -258,7 +293,8 @@ int main(int argc, char **argv) {
     die(llvm::toString(loaded.takeError()));
 
   auto [rank, world] = rankAndWorld(o.timeout);
-  Interpreter run(loaded->func, {rank, world, o.seed, o.timeout});
+  moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
+  Interpreter run(loaded->func, {rank, world, o.seed, o.timeout, log});
   check(run.prepare());
   int fromSource = initArguments(run, !o.randomWeights, o.input);
   if (rank == 0 && fromSource)
@@ -286,6 +322,7 @@ int main(int argc, char **argv) {
     if (!text.empty() && s > 1)
       loadText(run, text, s - 1);
     check(run.run(s));
+    endRoutingStep(log, s, rank);
     float loss =
         globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);
     if (rank == 0) {
@@ -303,6 +340,9 @@ int main(int argc, char **argv) {
   }
   if (!o.dump.empty())
     dumpResults(run, o.dump + ".rank" + std::to_string(rank));
+  if (log && moe_rt_routing_log_close(log) != MOE_RT_OK)
+    die(moe_rt_last_error());
+  moe_rt_routing_log_destroy(log);
   moe_rt_stream_destroy(sync);
   moe_rt_comm_destroy(all);
   moe_rt_mpi_finalize();

@@ -17,6 +17,8 @@
 
 namespace mlir::moe {
 
+class RoutingLoads;
+
 struct TaskCost {
   double us = 0.0;
   bool communication = false;
@@ -37,6 +39,10 @@ public:
 
   const HardwareProfile &getProfile() const { return profile; }
 
+  /// Prices dispatch, combine and expert tasks from recorded routing
+  /// (RoutingLoads.h; null: uniform routing). Not owned.
+  void setRoutingLoads(const RoutingLoads *loads) { routing = loads; }
+
 private:
   FailureOr<TaskCost> forwardCost(Operation *op);
   FailureOr<TaskCost> collectiveCost(Operation *op, Operation *forward);
@@ -46,8 +52,14 @@ private:
   FailureOr<std::pair<int64_t, int64_t>>
   groupShape(Operation *op, FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
 
+  /// The trace-driven costs (TracedCosts.cpp).
+  FailureOr<TaskCost> tracedExchange(Operation *op, Operation *forward,
+                                     int64_t size, int64_t perNode);
+  FailureOr<TaskCost> tracedExperts(Operation *op, ExpertOp expert);
+
   const HardwareProfile &profile;
   SymbolTableCollection symbols;
+  const RoutingLoads *routing = nullptr;
 };
 
 } // namespace mlir::moe

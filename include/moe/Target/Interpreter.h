@@ -21,6 +21,7 @@
 #include "llvm/Support/Error.h"
 
 #include "moe_rt/moe_rt.h"
+#include "moe_rt/routing_stats.h"
 
 #include <cstdint>
 #include <functional>
@@ -55,6 +56,9 @@ public:
     uint64_t seed = 1;
     /// Seconds any wait may take (<= 0: no limit); moe-run's --timeout.
     double timeout = 60;
+    /// Where moe.routing_counts hands each step's counts (moe-run
+    /// --routing-trace and its balance line); null: nowhere.
+    moe_rt_routing_log *routingLog = nullptr;
   };
 
   Interpreter(FunctionOpInterface step, Options options);

@@ -37,6 +37,8 @@
 //   named(n)          T               a Named<T> constant of moe_rt's
 //                                     headers, printed by name
 //   gateSeed()        uint64_t        this training step's noise seed
+//   routingLog()      moe_rt_routing_log*  the step's routing log
+//                                     (moe_rt/routing_stats.h), or NULL
 //   aggregate(s, fields...)  const T*  a C struct of moe_rt's headers
 //   call(fn, args...) -> LogicalResult
 //   unsupported(why)  -> failure, reported on the op
@@ -419,6 +421,25 @@ template <> struct RuntimeCall<CombineOp> {
                   v.in(op.getIndices()), v.in(op.getWeights()),
                   v.cotangent(op.getResult()), v.grad(op.getInput()),
                   v.grad(op.getWeights()));
+  }
+};
+
+/// Routing statistics: this rank's per-sample counts, all-gathered, and
+/// handed to the step's routing log as (block, micro) of the op's task.
+template <> struct RuntimeCall<RoutingCountsOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(RoutingCountsOp op, V &v) {
+    auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName());
+    auto [nodes, perNode] = op.getNodeGrid();
+    return v.call(MOE_RT_FN(moe_rt_routing_counts), v.stream(), v.comm(op),
+                  v.routingLog(),
+                  v.aggregate(MOE_RT_STRUCT(moe_rt_routing_site),
+                              v.i64(task ? task.getBlock() : -1),
+                              v.i64(task ? task.getMicro() : 0),
+                              v.i64(op.getNumExperts()), v.i64(nodes),
+                              v.i64(perNode)),
+                  v.in(op.getIndices()), v.out(op.getResult()));
   }
 };
 

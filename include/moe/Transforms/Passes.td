@@ -177,6 +177,22 @@ def MoeInsertSyncs : Pass<"moe-insert-syncs", "::mlir::ModuleOp"> {
   }];
 }
 
+def MoeRoutingStats : Pass<"moe-routing-stats", "::mlir::ModuleOp"> {
+  let summary = "Gather every forward dispatch's per-sample expert counts "
+                "on every rank (routing statistics)";
+  let description = [{
+    In every scheduled step (a function with `moe.schedule`), inserts a
+    `moe.routing_counts` of the routing indices right after each forward
+    token-choice `moe.dispatch`, on the dispatch's stream and task: the
+    indices are ready there (the dispatch waited for them) and the
+    dispatch's all-to-all is not delayed. Every rank then holds the
+    (G·B) x E counts of each block and micro-batch, which the runtime hands
+    to the step's routing log (moe-run --routing-trace, the balance line;
+    docs/load-aware.md §1). Runs at the end of `moe-flowmoe-pipeline` with
+    `routing-stats=1`; running it twice adds nothing.
+  }];
+}
+
 def MoeVerifySchedule : Pass<"moe-verify-schedule", "::mlir::ModuleOp"> {
   let summary = "Reject a schedule that breaks a dependency, can hang, or "
                 "orders collectives differently across ranks";
@@ -222,7 +238,14 @@ def MoeSimulate : Pass<"moe-simulate", "::mlir::ModuleOp"> {
     memory of gradients computed but not yet all-reduced. All figures are
     simulated and say so. `trace` (or the global `--moe-trace=FILE`)
     writes a Chrome-trace / Perfetto timeline with one track per stream per
-    rank. The IR is not changed.
+    rank. With `routing-trace=FILE` (a routing trace,
+    docs/routing-trace-format.md) the dispatch, combine and expert tasks of
+    (block l, micro-batch r) follow the trace's record (step s, r, l) of
+    step `routing-step` (default: the trace's first) instead of uniform
+    routing: each rank's intra- and inter-node token rows through the
+    per-link alpha-beta, the slowest rank ending the exchange, the busiest
+    rank's experts gating the combine (docs/load-aware.md §6). A trace that
+    does not match the step is an error naming both. The IR is not changed.
   }];
   let options = [
     Option<"profile", "profile", "std::string", /*default=*/"\"\"",
@@ -232,7 +255,12 @@ def MoeSimulate : Pass<"moe-simulate", "::mlir::ModuleOp"> {
     Option<"json", "json", "bool", /*default=*/"false",
            "Write the summary as JSON">,
     Option<"trace", "trace", "std::string", /*default=*/"\"\"",
-           "Write a Chrome-trace JSON timeline to this file">
+           "Write a Chrome-trace JSON timeline to this file">,
+    Option<"routingTrace", "routing-trace", "std::string",
+           /*default=*/"\"\"",
+           "Price dispatch, combine and experts from this routing trace">,
+    Option<"routingStep", "routing-step", "int64_t", /*default=*/"-1",
+           "The routing trace's step to use (-1: its first)">
   ];
 }
 

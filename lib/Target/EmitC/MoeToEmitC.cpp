@@ -142,6 +142,17 @@ public:
     return stepSeed;
   }
 
+  /// The step's routing log, moe_step_routing_log(s): fetched once per
+  /// step function.
+  Value routingLog() {
+    if (!stepLog)
+      stepLog = call("moe_step_routing_log",
+                     emitc::PointerType::get(emitc::OpaqueType::get(
+                         b.getContext(), "moe_rt_routing_log")),
+                     {ctx});
+    return stepLog;
+  }
+
   Value tensor(Value v) {
     auto it = tensors.find(v);
     if (it != tensors.end())
@@ -163,7 +174,7 @@ private:
   std::map<std::string, Value> comms;
   DenseMap<Value, Value> events;
   int64_t nextEvent = 0;
-  Value stepSeed;
+  Value stepSeed, stepLog;
   /// The op being emitted, for error messages of the generated code and the
   /// comment above each of its calls.
   std::string what, comment;
@@ -254,6 +265,9 @@ public:
   }
   GenArg<uint64_t> gateSeed() {
     return {[this] { return Arg(e.gateSeed()); }};
+  }
+  GenArg<moe_rt_routing_log *> routingLog() {
+    return {[this] { return Arg(e.routingLog()); }};
   }
   /// A struct of constants, as a local initialised in field order.
   template <class T, class... Fields>

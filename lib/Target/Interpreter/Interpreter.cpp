@@ -114,6 +114,7 @@ public:
   uint64_t gateSeed() {
     return moe_rt_gate_step_seed(run.options.seed, run.step);
   }
+  moe_rt_routing_log *routingLog() { return run.options.routingLog; }
   /// The struct lives until the op's calls are made (the runtime copies it
   /// when it queues the task).
   template <class T, class... Fields>

@@ -16,6 +16,7 @@
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
+#include "moe_rt/routing_stats.h"
 
 #ifdef __cplusplus
 extern "C" {

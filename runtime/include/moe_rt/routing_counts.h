@@ -106,6 +106,10 @@ AllToAllVolume allToAllVolume(const CountMatrix &sampleCounts,
 /// The data loader's placement: sample i on rank i / (samples / ranks).
 std::vector<int> contiguousPlacement(int samples, int ranks);
 
+/// Expert parallelism's placement (moe.dispatch's E_l x (G C) x M layout):
+/// expert e on rank e / (experts / ranks).
+std::vector<int> expertParallelPlacement(int experts, int ranks);
+
 } // namespace planning
 } // namespace moe_rt
 

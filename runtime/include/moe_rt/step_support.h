@@ -77,6 +77,14 @@ void moe_step_advance(moe_step *s);
  * set). Step n (the n-th <model>_step call) draws its noise from
  * moe_rt_gate_step_seed(base, n), as moe-run's step n does. */
 void moe_step_set_gate_seed(moe_step *s, uint64_t base);
+/* Routing statistics (moe.routing_counts, moe-opt --moe-routing-stats):
+ * rank 0 records every later step's counts to the routing trace `path`
+ * (docs/routing-trace-format.md), as moe-run --routing-trace does; the
+ * other ranks ignore the call. */
+void moe_step_set_routing_trace(moe_step *s, const char *path);
+/* The last step's balance line ("step S balance: tokens/rank max/mean
+ * ..."), or "" when the step has no routing statistics. */
+const char *moe_step_routing_balance(const moe_step *s);
 
 /*--- Generated <model>_declare ---------------------------------------------*/
 
@@ -115,6 +123,8 @@ void moe_step_fill_i64(moe_step *s, moe_rt_tensor *t, int64_t value);
 /* The noise seed of the running step (moe_step_begin counts the steps):
  * what the generated noisy_topk gate calls pass, forward and backward. */
 uint64_t moe_step_gate_seed(const moe_step *s);
+/* The routing log moe.routing_counts' calls hand their counts to. */
+moe_rt_routing_log *moe_step_routing_log(moe_step *s);
 /* Ends the job with `what` (the op) if a runtime call failed. */
 void moe_step_check(moe_step *s, moe_rt_status status, const char *what);
 /* Waits for every stream; a failed task ends the job with its message. */

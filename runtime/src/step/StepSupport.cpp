@@ -79,6 +79,8 @@ struct moe_step {
   // noisy_topk: moe-run's --seed and the number of steps begun so far.
   uint64_t gateSeedBase = MOE_RT_GATE_NOISE_SEED;
   int64_t stepsBegun = 0;
+  // moe.routing_counts' statistics: the balance line, the routing trace.
+  moe_rt_routing_log *routingLog = moe_rt_routing_log_create();
 
   Buffer &buffer(int64_t id) {
     if (id < 0 || id >= int64_t(buffers.size()) || !buffers[id].declared)
@@ -152,6 +154,7 @@ void moe_step_destroy(moe_step *s) {
   for (Buffer &b : s->buffers)
     if (b.declared)
       moe_rt_tensor_destroy(&b.t);
+  moe_rt_routing_log_destroy(s->routingLog); // after the streams' last task
   if (s->lossStream)
     moe_rt_stream_destroy(s->lossStream);
   if (s->lossComm)
@@ -344,6 +347,22 @@ void moe_step_end(moe_step *s) {
     check(s,
           moe_rt_stream_synchronize(st, s->timeout > 0 ? 4 * s->timeout : 0),
           "the step");
+  check(s, moe_rt_routing_log_end_step(s->routingLog, s->stepsBegun),
+        "the routing statistics");
+}
+
+moe_rt_routing_log *moe_step_routing_log(moe_step *s) { return s->routingLog; }
+
+void moe_step_set_routing_trace(moe_step *s, const char *path) {
+  if (s->rank == 0) // every rank holds the same counts; one writes them
+    check(s,
+          moe_rt_routing_log_open_trace(s->routingLog, path,
+                                        "a generated step (moe_step)"),
+          "the routing trace");
+}
+
+const char *moe_step_routing_balance(const moe_step *s) {
+  return moe_rt_routing_log_balance(s->routingLog);
 }
 
 //===--- trainer I/O --------------------------------------------------------===//

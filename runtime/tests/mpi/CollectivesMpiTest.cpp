@@ -16,6 +16,8 @@
 #include "moe_rt/collectives.h"
 #include "moe_rt/ops.h"
 
+#include "MpiChecks.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,31 +26,10 @@
 #include <thread>
 #include <vector>
 
+using namespace mpi_checks;
+
 namespace {
 
-int rank = 0, size = 1, checks = 0;
-
-void expect(bool ok, const std::string &what) {
-  if (ok) {
-    ++checks;
-    return;
-  }
-  std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
-  std::exit(1);
-}
-
-void ok(moe_rt_status s, const char *what) {
-  expect(s == MOE_RT_OK, std::string(what) + ": " + moe_rt_status_name(s) +
-                             " " + moe_rt_last_error());
-}
-
-moe_rt_tensor make(std::vector<int64_t> shape) {
-  moe_rt_tensor t;
-  ok(moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, int(shape.size()),
-                          shape.data(), &t),
-     "tensor");
-  return t;
-}
 float *f(moe_rt_tensor &t) { return static_cast<float *>(t.data); }
 
 } // namespace

@@ -402,6 +402,38 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
   let hasVerifier = 1;
 }
 
+def Moe_RoutingCountsOp : Moe_CollectiveOp<"routing_counts"> {
+  let summary = "per-sample expert counts of the whole batch, on every rank";
+  let description = [{
+    Routing statistics (docs/load-aware.md §1): counts this rank's
+    token-choice `indices : B x N x k` per sample and expert (NetMoE Eq. 2's
+    num, before capacity), then all-gathers them over the group (`axes` of
+    `grid`, G ranks), so every rank holds the `(G·B) x E` matrix: row
+    j·B + b is sample b of group rank j. The runtime hands each result to
+    the step's routing log (routing traces, the balance line); planners
+    read it as a value. `moe-routing-stats` inserts one after every forward
+    token-choice dispatch.
+
+    ```mlir
+    %n = moe.routing_counts %idx on @cluster axes = [0, 1] experts = 8
+           : (tensor<2x64x2xi32>) -> tensor<8x8xi32>
+    ```
+  }];
+  let arguments = !con((ins Moe_IndexTensor:$indices), groupArgs,
+    (ins ConfinedAttr<I64Attr, [IntPositive]>:$num_experts));
+  let results = (outs Moe_IndexTensor:$result);
+  let assemblyFormat = [{
+    $indices `on` $grid `axes` `=` $axes `experts` `=` $num_experts
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The group as the routing trace's grid: nodes (grid axis 0, when the
+    /// group spans it) x ranks per node (the product of its other axes).
+    std::pair<int64_t, int64_t> getNodeGrid();
+  }];
+}
+
 def Moe_AllReduceOp : Moe_CollectiveOp<"all_reduce",
     [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
   let summary = "sum-all-reduce of gradients, or of a byte range (chunk) of one";

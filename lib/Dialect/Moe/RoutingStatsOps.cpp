@@ -1,0 +1,63 @@
+//===- RoutingStatsOps.cpp - moe.routing_counts ---------------------------===//
+//
+// The routing statistics op (docs/load-aware.md §1): its shape rules and
+// the group read as the routing trace's nodes x ranks-per-node grid.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/Moe/MoeOps.h"
+
+#include "ShapeDiagnostics.h"
+
+using namespace mlir;
+using namespace mlir::moe;
+using namespace mlir::moe::detail;
+
+LogicalResult RoutingCountsOp::verify() {
+  auto indices = cast<ShapedType>(getIndices().getType());
+  auto result = cast<ShapedType>(getResult().getType());
+  if (indices.getRank() != 3 || result.getRank() != 2)
+    return emitOpError() << "counts token-choice routing: indices B x N x k "
+                            "and a samples x experts result, got "
+                         << formatShape(indices.getShape()) << " and "
+                         << formatShape(result.getShape());
+  return verifyDim(*this, "result", result, 1, getNumExperts(), "experts E");
+}
+
+LogicalResult
+RoutingCountsOp::verifySymbolUses(SymbolTableCollection &table) {
+  FailureOr<shard::GridOp> grid = lookupGrid(*this, getGridAttr(), table);
+  if (failed(grid))
+    return failure();
+  if (getAxes().empty())
+    return emitOpError() << "needs at least one grid axis for its group";
+  FailureOr<int64_t> size = verifyGroupSize(*this, *grid, getAxes());
+  if (failed(size))
+    return failure();
+  if (getNumExperts() % *size != 0)
+    return emitOpError() << getNumExperts() << " experts cannot be spread "
+                         << "evenly over a group of " << *size << " ranks";
+  auto indices = cast<ShapedType>(getIndices().getType());
+  int64_t samples = indices.getDimSize(0);
+  return verifyDim(*this, "result", cast<ShapedType>(getResult().getType()),
+                   0,
+                   ShapedType::isDynamic(samples) ? samples : samples * *size,
+                   "group size x samples per rank");
+}
+
+std::pair<int64_t, int64_t> RoutingCountsOp::getNodeGrid() {
+  SymbolTableCollection table;
+  auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(*this,
+                                                           getGridAttr());
+  ArrayRef<int64_t> shape = grid.getShape();
+  int64_t nodes = 1, perNode = 1;
+  for (int16_t axis : getAxes()) {
+    if (axis == 0 && shape.size() >= 2)
+      nodes = shape[0];
+    else
+      perNode *= shape[axis];
+  }
+  return {nodes, perNode};
+}
+
+bool RoutingCountsOp::isCommunication() { return true; }
