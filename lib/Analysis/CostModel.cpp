@@ -116,7 +116,8 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
     if (!shape)
       return op->emitOpError() << "has no cost model";
     int64_t experts = shape->experts;
-    std::optional<int64_t> capacity = shape->capacity;
+    // A token chunk moves only its window of the slots.
+    std::optional<int64_t> capacity = shape->slotCount;
     // Dispatch moves its input's tokens; combine brings them back.
     Value tokensSide, expertSide;
     if (auto d = dyn_cast<DispatchOp>(forward)) {

@@ -114,7 +114,8 @@ FailureOr<ModelStats> mlir::moe::computeModelStats(FunctionOpInterface func) {
           input.getDimSize(2) * ((input.getElementTypeBitWidth() + 7) / 8);
       if (b.dispatchBytesPerRank >= 0)
         b.dispatchBytesPerRank +=
-            dispatch.getNumExperts() * *dispatch.getCapacity() * slot;
+            dispatch.getNumExperts() *
+            *routingShape(dispatch)->slotCount * slot;
     });
     seenInBlocks.insert(sets.dense.begin(), sets.dense.end());
     seenInBlocks.insert(sets.expert.begin(), sets.expert.end());

@@ -32,6 +32,15 @@ struct FlowMoePipelineOptions
       llvm::cl::desc("vanilla | pipe-moe | flowmoe-at | flowmoe | "
                      "centralized-ar"),
       llvm::cl::init("flowmoe")};
+  Option<int64_t> tokenDegree{
+      *this, "token-degree",
+      llvm::cl::desc("r_fwd: token chunks per MoE layer (moe-token-pipeline; "
+                     "1: none)"),
+      llvm::cl::init(1)};
+  Option<int64_t> tokenDegreeBwd{
+      *this, "token-degree-bwd",
+      llvm::cl::desc("r_bwd: token chunks in the backward (0: r_fwd)"),
+      llvm::cl::init(0)};
   Option<double> lr{*this, "lr", llvm::cl::desc("SGD learning rate"),
                     llvm::cl::init(0.01)};
   Option<std::string> profile{
@@ -58,6 +67,9 @@ void mlir::moe::registerMoePipelines() {
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
         pm.addPass(
             createMoeBuildTrainStep(MoeBuildTrainStepOptions{options.lr}));
+        if (options.tokenDegree != 1 || options.tokenDegreeBwd > 1)
+          pm.addPass(createMoeTokenPipeline(MoeTokenPipelineOptions{
+              options.tokenDegree, options.tokenDegreeBwd}));
         pm.addPass(createMoeSchedule(MoeScheduleOptions{options.policy}));
         if (options.chunkBytes == "auto") {
           // Bayesian optimisation of S_p against the simulator (§4.1); it

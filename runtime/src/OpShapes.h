@@ -37,9 +37,12 @@ struct ExpertShape {
 
 /// Shapes of a routed op: T tokens with k choices, E experts over G ranks
 /// (El local), capacity C, embedding M. `ec`: expert-choice routing,
-/// indices E x C token ids (k unused).
+/// indices E x C token ids (k unused). A token chunk (FSMoE/PipeMoE
+/// token-level pipelining) moves only the capacity slots [O, O + C) of each
+/// expert: C is then the window's width and the buffers are E x C x M.
 struct RouteShape {
   int64_t T = 0, k = 1, E = 0, G = 1, El = 0, C = 0, M = 0;
+  int64_t O = 0; ///< first capacity slot of the window
   bool ec = false;
 };
 

@@ -430,13 +430,20 @@ struct Ranks {
     }
   }
   int64_t buffer() const { return r.E * r.C * r.M; }
-  /// recv[g] part i = send[i] part g (parts of El x C x M along dim 0).
   std::vector<std::vector<float>>
   allToAll(const std::vector<std::vector<float>> &send) const {
-    int64_t part = r.El * r.C * r.M;
-    std::vector<std::vector<float>> recv(r.G, std::vector<float>(buffer()));
-    for (int64_t g = 0; g < r.G; ++g)
-      for (int64_t i = 0; i < r.G; ++i)
+    return exchangeAll(r, send);
+  }
+  /// recv[g] part i = send[i] part g (parts of El x C x M along dim 0), for
+  /// buffers of shape `s` (rk.r, or a window of its slots).
+  static std::vector<std::vector<float>>
+  exchangeAll(const dev::RouteShape &s,
+              const std::vector<std::vector<float>> &send) {
+    int64_t part = s.El * s.C * s.M;
+    std::vector<std::vector<float>> recv(s.G,
+                                         std::vector<float>(s.E * s.C * s.M));
+    for (int64_t g = 0; g < s.G; ++g)
+      for (int64_t i = 0; i < s.G; ++i)
         std::copy(send[i].begin() + g * part, send[i].begin() + (g + 1) * part,
                   recv[g].begin() + i * part);
     return recv;
@@ -589,6 +596,122 @@ TEST(DeviceRouting, CombineAndItsGradMatchCpuKernels) {
                 MOE_RT_OK);
       expectClose(got.data(), want.data(), rk.buffer(),
                   "dexpert_out rank " + std::to_string(g), 1e-6);
+    }
+  }
+}
+
+//===--- token chunks: windows of the capacity slots ---------------------===//
+
+using PerRank = std::vector<std::vector<float>>;
+
+/// A window [first, first + count) of r's slots.
+dev::RouteShape windowOf(const dev::RouteShape &r, int64_t first,
+                         int64_t count) {
+  dev::RouteShape w = r;
+  w.O = first;
+  w.C = count;
+  return w;
+}
+
+/// The slots of window `w` of an El x (G C) x M expert side (C = full).
+std::vector<float> sliceSlots(const std::vector<float> &full,
+                              const dev::RouteShape &w, int64_t C) {
+  std::vector<float> out(w.El * w.G * w.C * w.M);
+  for (int64_t lg = 0; lg < w.El * w.G; ++lg)
+    std::copy(full.begin() + (lg * C + w.O) * w.M,
+              full.begin() + (lg * C + w.O + w.C) * w.M,
+              out.begin() + lg * w.C * w.M);
+  return out;
+}
+
+/// moe_rt_dispatch's phases on every rank, shape s: El x (G s.C) x M each.
+PerRank dispatchAll(const Ranks &rk, const dev::RouteShape &s) {
+  int64_t n = s.E * s.C * s.M;
+  PerRank send(s.G, std::vector<float>(n)), out(s.G, std::vector<float>(n));
+  for (int64_t g = 0; g < s.G; ++g) {
+    std::vector<int64_t> slots(s.T * s.k);
+    CheckedExecutor ex;
+    EXPECT_EQ(dev::dispatchSend(ex, s, rk.x[g].data(), rk.idx[g].data(),
+                                slots.data(), send[g].data()),
+              MOE_RT_OK);
+  }
+  PerRank recv = Ranks::exchangeAll(s, send);
+  for (int64_t g = 0; g < s.G; ++g) {
+    CheckedExecutor ex;
+    EXPECT_EQ(dev::dispatchRecv(ex, s, recv[g].data(), out[g].data()),
+              MOE_RT_OK);
+  }
+  return out;
+}
+
+/// moe_rt_combine (grad: moe_rt_dispatch_grad) of `expertSide` on every
+/// rank, shape s: T x M each.
+PerRank combineAll(const Ranks &rk, const dev::RouteShape &s,
+                   const PerRank &expertSide, bool dispatchGrad) {
+  int64_t n = s.E * s.C * s.M;
+  PerRank send(s.G, std::vector<float>(n)),
+      out(s.G, std::vector<float>(s.T * s.M, 7.0f));
+  for (int64_t g = 0; g < s.G; ++g) {
+    CheckedExecutor ex;
+    EXPECT_EQ(dev::combineSend(ex, s, expertSide[g].data(), send[g].data()),
+              MOE_RT_OK);
+  }
+  PerRank recv = Ranks::exchangeAll(s, send);
+  for (int64_t g = 0; g < s.G; ++g) {
+    std::vector<int64_t> slots(s.T * s.k);
+    CheckedExecutor ex;
+    EXPECT_EQ(dispatchGrad
+                  ? dev::dispatchGradRecv(ex, s, rk.idx[g].data(), slots.data(),
+                                          recv[g].data(), out[g].data())
+                  : dev::combineRecv(ex, s, rk.idx[g].data(), slots.data(),
+                                     rk.weights[g].data(), recv[g].data(),
+                                     out[g].data()),
+              MOE_RT_OK);
+  }
+  return out;
+}
+
+// Token-level pipelining: the windows of a partition of the capacity (sizes
+// 2, 3, 2 of C = 7; 1, 1 of C = 2, which drops tokens) move exactly the
+// whole op's slots: each window's dispatch is its slice of the whole
+// dispatch, and the windows' combines (and dispatch vjps) sum to the whole.
+TEST(DeviceRouting, WindowsOfTheSlotsPartitionDispatchAndCombine) {
+  const int64_t T = 6, M = 3;
+  for (LayoutCase c : layoutCases()) {
+    SCOPED_TRACE(name(c));
+    Ranks rk(c.G, c.El, c.C, T, c.k, M, unsigned(c.G * 31 + c.El * 3 + c.C));
+    PerRank whole = dispatchAll(rk, rk.r);
+    PerRank wholeCombine = combineAll(rk, rk.r, rk.expertSide, false);
+    PerRank wholeDx = combineAll(rk, rk.r, rk.expertSide, true);
+    PerRank sumCombine(c.G, std::vector<float>(T * M, 0.0f)),
+        sumDx = sumCombine;
+    std::vector<int64_t> cuts =
+        c.C == 7 ? std::vector<int64_t>{0, 2, 5, 7} : std::vector<int64_t>{0, 1, 2};
+    for (size_t j = 0; j + 1 < cuts.size(); ++j) {
+      dev::RouteShape w = windowOf(rk.r, cuts[j], cuts[j + 1] - cuts[j]);
+      PerRank part = dispatchAll(rk, w), side(c.G);
+      for (int64_t g = 0; g < c.G; ++g) {
+        std::vector<float> want = sliceSlots(whole[g], w, c.C);
+        expectClose(part[g].data(), want.data(), want.size(),
+                    "window " + std::to_string(j) + " rank " +
+                        std::to_string(g),
+                    0);
+        side[g] = sliceSlots(rk.expertSide[g], w, c.C);
+      }
+      PerRank y = combineAll(rk, w, side, false),
+              dx = combineAll(rk, w, side, true);
+      for (int64_t g = 0; g < c.G; ++g)
+        for (int64_t i = 0; i < T * M; ++i) {
+          sumCombine[g][i] += y[g][i];
+          sumDx[g][i] += dx[g][i];
+        }
+    }
+    for (int64_t g = 0; g < c.G; ++g) {
+      EXPECT_GT(maxAbs(wholeCombine[g].data(), T * M), 0);
+      expectClose(sumCombine[g].data(), wholeCombine[g].data(), T * M,
+                  "sum of combines rank " + std::to_string(g), 1e-6);
+      expectClose(sumDx[g].data(), wholeDx[g].data(), T * M,
+                  "sum of dispatch vjps rank " + std::to_string(g), 1e-6);
     }
   }
 }

@@ -58,6 +58,7 @@
 
 #include "moe_rt/ops.h"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace mlir::moe::target {
@@ -385,6 +386,12 @@ template <> struct RuntimeCall<DispatchOp> {
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
+    if (r->isWindow())
+      return v.call(MOE_RT_FN(moe_rt_dispatch_slots), v.stream(), v.comm(op),
+                    v.i64(r->experts), v.i64(*r->capacity),
+                    v.i64(r->firstSlot), v.i64(*r->slotCount),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.out(op.getResult()));
     return v.call(MOE_RT_FN(moe_rt_dispatch), v.stream(), v.comm(op),
                   v.i64(r->experts), v.i64(*r->capacity), v.in(op.getInput()),
                   v.in(op.getIndices()), v.out(op.getResult()));
@@ -393,6 +400,12 @@ template <> struct RuntimeCall<DispatchOp> {
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
+    if (r->isWindow())
+      return v.call(MOE_RT_FN(moe_rt_dispatch_slots_grad), v.stream(),
+                    v.comm(op), v.i64(r->experts), v.i64(*r->capacity),
+                    v.i64(r->firstSlot), v.i64(*r->slotCount),
+                    v.in(op.getIndices()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()));
     return v.call(MOE_RT_FN(moe_rt_dispatch_grad), v.stream(), v.comm(op),
                   v.i64(r->experts), v.i64(*r->capacity),
                   v.in(op.getIndices()), v.cotangent(op.getResult()),
@@ -407,6 +420,12 @@ template <> struct RuntimeCall<CombineOp> {
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
+    if (r->isWindow())
+      return v.call(MOE_RT_FN(moe_rt_combine_slots), v.stream(), v.comm(op),
+                    v.i64(r->experts), v.i64(*r->capacity),
+                    v.i64(r->firstSlot), v.i64(*r->slotCount),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getWeights()), v.out(op.getResult()));
     return v.call(MOE_RT_FN(moe_rt_combine), v.stream(), v.comm(op),
                   v.i64(r->experts), v.i64(*r->capacity), v.in(op.getInput()),
                   v.in(op.getIndices()), v.in(op.getWeights()),
@@ -416,6 +435,13 @@ template <> struct RuntimeCall<CombineOp> {
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
+    if (r->isWindow())
+      return v.call(MOE_RT_FN(moe_rt_combine_slots_grad), v.stream(),
+                    v.comm(op), v.i64(r->experts), v.i64(*r->capacity),
+                    v.i64(r->firstSlot), v.i64(*r->slotCount),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getWeights()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()), v.grad(op.getWeights()));
     return v.call(MOE_RT_FN(moe_rt_combine_grad), v.stream(), v.comm(op),
                   v.i64(r->experts), v.i64(*r->capacity), v.in(op.getInput()),
                   v.in(op.getIndices()), v.in(op.getWeights()),
@@ -471,6 +497,36 @@ template <> struct RuntimeCall<SgdOp> {
     return v.call(MOE_RT_FN(moe_rt_sgd), v.stream(), v.in(op.getParam()),
                   v.in(op.getGrad()), v.f64(op.getLr().convertToDouble()),
                   v.out(op.getResult()));
+  }
+};
+
+/// Token chunks re-cut (moe.slot_window): for every local expert l and
+/// source rank g, the slots an input shares with the window, one copy each
+/// (buffers are l-major, then g, then slot, then M).
+template <> struct RuntimeCall<SlotWindowOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(SlotWindowOp op, V &v) {
+    auto result = cast<ShapedType>(op.getResult().getType());
+    int64_t locals = result.getDimSize(0), m = result.getDimSize(2);
+    int64_t groups = op.getGroups(), first = op.getWindow()[0],
+            count = op.getWindow()[1], start = op.getFrom();
+    for (Value input : op.getInputs()) {
+      int64_t width = op.slotsOf(input);
+      int64_t lo = std::max(first, start),
+              hi = std::min(first + count, start + width);
+      for (int64_t l = 0; lo < hi && l < locals; ++l)
+        for (int64_t g = 0; g < groups; ++g)
+          if (failed(v.call(
+                  MOE_RT_FN(moe_rt_copy), v.stream(), v.in(input),
+                  v.i64(((l * groups + g) * width + lo - start) * m),
+                  v.out(op.getResult()),
+                  v.i64(((l * groups + g) * count + lo - first) * m),
+                  v.i64((hi - lo) * m))))
+            return failure();
+      start += width;
+    }
+    return success();
   }
 };
 

@@ -115,6 +115,32 @@ def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def MoeTokenPipeline : Pass<"moe-token-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Pipeline each MoE layer of a training step in token chunks "
+                "along the capacity slots (FSMoE §4, PipeMoE, Tutel)";
+  let description = [{
+    In a training step (after `moe-build-train-step`, before
+    `moe-schedule`), cuts every MoE layer's dispatch -> expert -> combine
+    into `degree` chunks in the forward pass and `degree-bwd` chunks in the
+    backward pass (r_fwd and r_bwd; 0: the same as `degree`), each chunk a
+    window of the capacity slots of the dispatched E_l x (G·C) x M buffer
+    (`moe.dispatch ... slots [first, count]`). Independent of B: any
+    degree up to C. The windows of degree r partition [0, C) into r
+    windows whose sizes differ by at most one, so the step computes
+    exactly what the unchunked one does (the combine is the sum of its
+    chunks'). Chunk j is labelled `micro = j`; the backward takes its
+    expert inputs from the forward chunks through `moe.slot_window` when
+    the windows differ. Token-choice routing with a capacity only.
+  }];
+  let options = [
+    Option<"degree", "degree", "int64_t", /*default=*/"2",
+           "r_fwd: token chunks per MoE layer in the forward pass">,
+    Option<"degreeBwd", "degree-bwd", "int64_t", /*default=*/"0",
+           "r_bwd: token chunks in the backward pass (0: r_fwd)">
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def MoeSchedule : Pass<"moe-schedule", "::mlir::ModuleOp"> {
   let summary = "Order a training step's tasks on the compute and "
                 "communication streams by a scheduling policy";

@@ -19,12 +19,25 @@ void MoeDialect::initialize() {
       >();
 }
 
+template <class OpT> static mlir::moe::RoutingShape routingShapeOf(OpT op) {
+  mlir::moe::RoutingShape shape;
+  shape.experts = static_cast<int64_t>(op.getNumExperts());
+  shape.capacity = op.getCapacity();
+  shape.slotCount = shape.capacity;
+  if (std::optional<ArrayRef<int64_t>> slots = op.getSlots();
+      slots && slots->size() == 2) {
+    shape.firstSlot = (*slots)[0];
+    shape.slotCount = (*slots)[1];
+  }
+  return shape;
+}
+
 std::optional<mlir::moe::RoutingShape>
 mlir::moe::routingShape(Operation *op) {
   if (auto d = dyn_cast<DispatchOp>(op))
-    return RoutingShape{d.getNumExperts(), d.getCapacity()};
+    return routingShapeOf(d);
   if (auto c = dyn_cast<CombineOp>(op))
-    return RoutingShape{c.getNumExperts(), c.getCapacity()};
+    return routingShapeOf(c);
   return std::nullopt;
 }
 

@@ -109,6 +109,10 @@ static LogicalResult verifyExpertSideLayout(Operation *op, StringRef name,
   if (failed(verifyDim(op, name, expertSide, 0, numExperts / groupSize,
                        "local experts E/G")))
     return failure();
+  std::optional<RoutingShape> shape = routingShape(op);
+  if (capacity && shape && shape->isWindow())
+    return verifyDim(op, name, expertSide, 1, groupSize * *shape->slotCount,
+                     "G x the window's slots");
   if (capacity &&
       failed(verifyDim(op, name, expertSide, 1, groupSize * *capacity,
                        "G x capacity slots")))
@@ -498,6 +502,29 @@ static LogicalResult verifyCapacityMatchesSlots(Operation *op,
   return success();
 }
 
+/// `slots [first, count]`: a window inside the capacity, token choice only.
+static LogicalResult verifySlotWindow(Operation *op,
+                                     std::optional<ArrayRef<int64_t>> slots,
+                                     std::optional<int64_t> capacity,
+                                     ShapedType indices) {
+  if (!slots)
+    return success();
+  if (!capacity)
+    return op->emitOpError() << "'slots' needs a capacity: dropless routing "
+                                "has no slots to chunk";
+  if (slots->size() != 2)
+    return op->emitOpError() << "'slots' must be [first, count]";
+  int64_t first = (*slots)[0], count = (*slots)[1];
+  if (first < 0 || count <= 0 || first + count > *capacity)
+    return op->emitOpError()
+           << "slots [" << first << ", " << count << "] are not a non-empty "
+           << "window inside the capacity " << *capacity;
+  if (indices.getRank() != 3)
+    return op->emitOpError() << "'slots' needs token-choice routing (B x N x "
+                                "k indices)";
+  return success();
+}
+
 LogicalResult DispatchOp::verify() {
   ShapedType input = shapeOf(getInput()), result = shapeOf(getResult());
   if (failed(verifyRank(*this, "input", input, 3)) ||
@@ -505,7 +532,9 @@ LogicalResult DispatchOp::verify() {
       failed(verifyRouting(*this, input, shapeOf(getIndices()),
                            shapeOf(getCounts()), getNumExperts(),
                            getCapacity())) ||
-      failed(verifyCapacityMatchesSlots(*this, result, getCapacity())))
+      failed(verifyCapacityMatchesSlots(*this, result, getCapacity())) ||
+      failed(verifySlotWindow(*this, getSlots(), getCapacity(),
+                              shapeOf(getIndices()))))
     return failure();
   return verifyDim(*this, "result", result, 2, input.getDimSize(2),
                    "embedding M");
@@ -526,7 +555,8 @@ LogicalResult CombineOp::verify() {
       failed(verifyRank(*this, "result", result, 3)) ||
       failed(verifyRouting(*this, result, indices, shapeOf(getCounts()),
                            getNumExperts(), getCapacity())) ||
-      failed(verifyCapacityMatchesSlots(*this, input, getCapacity())))
+      failed(verifyCapacityMatchesSlots(*this, input, getCapacity())) ||
+      failed(verifySlotWindow(*this, getSlots(), getCapacity(), indices)))
     return failure();
   if (getWeights().getType().getShape() != indices.getShape())
     return emitOpError() << "'weights' must have the shape of 'indices' ("
@@ -837,3 +867,43 @@ LogicalResult WaitEventOp::verify() {
 
 #define GET_OP_CLASSES
 #include "moe/Dialect/Moe/MoeOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// SlotWindowOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SlotWindowOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one input window";
+  auto result = cast<ShapedType>(getResult().getType());
+  const int64_t groups = getGroups(), from = getFrom();
+  int64_t end = from;
+  if (result.getRank() != 3 || !result.hasStaticShape())
+    return emitOpError() << "result must be a static E_l x (G slots) x M";
+  for (Value input : getInputs()) {
+    auto type = cast<ShapedType>(input.getType());
+    if (type.getRank() != 3 || !type.hasStaticShape() ||
+        type.getDimSize(0) != result.getDimSize(0) ||
+        type.getDimSize(2) != result.getDimSize(2) ||
+        type.getElementType() != result.getElementType())
+      return emitOpError() << "inputs must be static E_l x (G slots) x M "
+                              "tensors like the result, got "
+                           << input.getType();
+    if (type.getDimSize(1) % groups != 0)
+      return emitOpError() << "input dimension 1 (" << type.getDimSize(1)
+                           << ") is not a multiple of groups = " << groups;
+    end += type.getDimSize(1) / groups;
+  }
+  ArrayRef<int64_t> window = getWindow();
+  if (window.size() != 2 || window[1] <= 0)
+    return emitOpError() << "window must be [first, count] with count > 0";
+  if (window[0] < from || window[0] + window[1] > end)
+    return emitOpError() << "window [" << window[0] << ", " << window[1]
+                         << "] is not inside the inputs' slots [" << from
+                         << ", " << end << ")";
+  if (result.getDimSize(1) != groups * window[1])
+    return emitOpError() << "result dimension 1 must be groups x count = "
+                         << groups * window[1] << ", got "
+                         << result.getDimSize(1);
+  return success();
+}

@@ -241,6 +241,40 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
                     const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
                     moe_rt_tensor *dweights);
 
+/* Token-level pipelining (FSMoE §4, PipeMoE/Tutel): the same four ops
+ * moving only the capacity slots [first, first + count) of every expert
+ * (0 <= first, first + count <= capacity), so the expert side is
+ * E_l x (G count) x M. Slots are routed with the whole capacity, so the
+ * windows of a partition of [0, capacity) together move exactly the
+ * tokens the whole op moves; combine's result holds the window's
+ * contribution (the sum over the windows is the whole combine). Token
+ * choice only: expert-choice routing takes count = capacity. */
+moe_rt_status moe_rt_dispatch_slots(moe_rt_stream s, moe_rt_comm comm,
+                                    int64_t experts, int64_t capacity,
+                                    int64_t first, int64_t count,
+                                    const moe_rt_tensor *x,
+                                    const moe_rt_tensor *indices,
+                                    moe_rt_tensor *out);
+moe_rt_status moe_rt_dispatch_slots_grad(moe_rt_stream s, moe_rt_comm comm,
+                                         int64_t experts, int64_t capacity,
+                                         int64_t first, int64_t count,
+                                         const moe_rt_tensor *indices,
+                                         const moe_rt_tensor *dout,
+                                         moe_rt_tensor *dx);
+moe_rt_status moe_rt_combine_slots(moe_rt_stream s, moe_rt_comm comm,
+                                   int64_t experts, int64_t capacity,
+                                   int64_t first, int64_t count,
+                                   const moe_rt_tensor *expert_out,
+                                   const moe_rt_tensor *indices,
+                                   const moe_rt_tensor *weights,
+                                   moe_rt_tensor *out);
+moe_rt_status moe_rt_combine_slots_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t capacity,
+    int64_t first, int64_t count, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights);
+
 /* Elementwise and plumbing. */
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
                          const moe_rt_tensor *b, moe_rt_tensor *out);

@@ -44,9 +44,11 @@ bool isExpertChoice(const moe_rt_tensor *indices, int64_t experts,
          indices->shape[1] == capacity;
 }
 
+/// `first`, `count`: the window of capacity slots the op moves (a token
+/// chunk); [0, capacity) for the whole buffer.
 moe_rt_status routeChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
-                          int64_t experts, int64_t capacity,
-                          const moe_rt_tensor *indices,
+                          int64_t experts, int64_t capacity, int64_t first,
+                          int64_t count, const moe_rt_tensor *indices,
                           const moe_rt_tensor *expertSide,
                           const moe_rt_tensor *tokenSide, Route &r) {
   auto bad = [&](const std::string &why) {
@@ -65,9 +67,17 @@ moe_rt_status routeChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
                " tensors: E_l x (G C) x M and tokens x M");
   r.G = moe_rt_comm_size(comm);
   r.E = experts;
-  r.C = capacity;
+  r.C = count;
+  r.O = first;
   r.M = expertSide->shape[2];
   r.ec = isExpertChoice(indices, experts, capacity);
+  if (first < 0 || count <= 0 || first + count > capacity)
+    return bad("the slot window [" + std::to_string(first) + ", " +
+               std::to_string(first + count) + ") is not inside the capacity " +
+               std::to_string(capacity));
+  if (r.ec && count != capacity)
+    return bad("expert-choice routing (E x C indices) cannot move a window "
+               "of its slots");
   r.k = r.ec ? 0 : indices->shape[indices->rank - 1];
   r.T = r.ec ? moe_rt_tensor_numel(tokenSide) / std::max<int64_t>(1, r.M)
              : moe_rt_tensor_numel(indices) / std::max<int64_t>(1, r.k);
@@ -91,9 +101,20 @@ moe_rt_status moe_rt_dispatch(moe_rt_stream s, moe_rt_comm comm,
                               const moe_rt_tensor *x,
                               const moe_rt_tensor *indices,
                               moe_rt_tensor *out) {
+  return moe_rt_dispatch_slots(s, comm, experts, capacity, 0, capacity, x,
+                               indices, out);
+}
+
+moe_rt_status moe_rt_dispatch_slots(moe_rt_stream s, moe_rt_comm comm,
+                                    int64_t experts, int64_t capacity,
+                                    int64_t first, int64_t count,
+                                    const moe_rt_tensor *x,
+                                    const moe_rt_tensor *indices,
+                                    moe_rt_tensor *out) {
   Route r{};
   if (moe_rt_status st = routeChecks("moe_rt_dispatch", s, comm, experts,
-                                     capacity, indices, out, x, r))
+                                     capacity, first, count, indices, out, x,
+                                     r))
     return st;
   MOE_RT_ON_CUDA(s, cuda::dispatch(s, comm, r, f32(x),
                                    i64(indices), f32(out)));
@@ -105,9 +126,20 @@ moe_rt_status moe_rt_dispatch_grad(moe_rt_stream s, moe_rt_comm comm,
                                    const moe_rt_tensor *indices,
                                    const moe_rt_tensor *dout,
                                    moe_rt_tensor *dx) {
+  return moe_rt_dispatch_slots_grad(s, comm, experts, capacity, 0, capacity,
+                                    indices, dout, dx);
+}
+
+moe_rt_status moe_rt_dispatch_slots_grad(moe_rt_stream s, moe_rt_comm comm,
+                                         int64_t experts, int64_t capacity,
+                                         int64_t first, int64_t count,
+                                         const moe_rt_tensor *indices,
+                                         const moe_rt_tensor *dout,
+                                         moe_rt_tensor *dx) {
   Route r{};
-  if (moe_rt_status st = routeChecks("moe_rt_dispatch_grad", s, comm, experts,
-                                     capacity, indices, dout, dx, r))
+  if (moe_rt_status st =
+          routeChecks("moe_rt_dispatch_grad", s, comm, experts, capacity,
+                      first, count, indices, dout, dx, r))
     return st;
   MOE_RT_ON_CUDA(s, cuda::dispatchGrad(s, comm, r, i64(indices),
                                        f32(dout), f32(dx)));
@@ -118,9 +150,21 @@ moe_rt_status moe_rt_combine(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
                              int64_t capacity, const moe_rt_tensor *expert_out,
                              const moe_rt_tensor *indices,
                              const moe_rt_tensor *weights, moe_rt_tensor *out) {
+  return moe_rt_combine_slots(s, comm, experts, capacity, 0, capacity,
+                              expert_out, indices, weights, out);
+}
+
+moe_rt_status moe_rt_combine_slots(moe_rt_stream s, moe_rt_comm comm,
+                                   int64_t experts, int64_t capacity,
+                                   int64_t first, int64_t count,
+                                   const moe_rt_tensor *expert_out,
+                                   const moe_rt_tensor *indices,
+                                   const moe_rt_tensor *weights,
+                                   moe_rt_tensor *out) {
   Route r{};
-  if (moe_rt_status st = routeChecks("moe_rt_combine", s, comm, experts,
-                                     capacity, indices, expert_out, out, r))
+  if (moe_rt_status st =
+          routeChecks("moe_rt_combine", s, comm, experts, capacity, first,
+                      count, indices, expert_out, out, r))
     return st;
   if (!isOn(weights, MOE_RT_F32, backendOf(s)) ||
       moe_rt_tensor_numel(weights) != moe_rt_tensor_numel(indices))
@@ -137,9 +181,21 @@ moe_rt_combine_grad(moe_rt_stream s, moe_rt_comm comm, int64_t experts,
                     const moe_rt_tensor *indices, const moe_rt_tensor *weights,
                     const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
                     moe_rt_tensor *dweights) {
+  return moe_rt_combine_slots_grad(s, comm, experts, capacity, 0, capacity,
+                                   expert_out, indices, weights, dout,
+                                   dexpert_out, dweights);
+}
+
+moe_rt_status moe_rt_combine_slots_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t capacity,
+    int64_t first, int64_t count, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights) {
   Route r{};
-  if (moe_rt_status st = routeChecks("moe_rt_combine_grad", s, comm, experts,
-                                     capacity, indices, expert_out, dout, r))
+  if (moe_rt_status st =
+          routeChecks("moe_rt_combine_grad", s, comm, experts, capacity, first,
+                      count, indices, expert_out, dout, r))
     return st;
   if (!isOn(weights, MOE_RT_F32, backendOf(s)) ||
       !isOn(dweights, MOE_RT_F32, backendOf(s)) ||

@@ -65,6 +65,13 @@ moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm, const Route &r,
       false);
 }
 
+/// Token choice's slots of r's window [O, O + C): every slot in [0, C).
+void routeWindow(const Route &r, const int64_t *idx, int64_t *slots) {
+  k::routeTokens(r.T, r.E, r.k, r.O + r.C, idx, slots);
+  if (r.O > 0)
+    k::windowSlots(r.T * r.k, r.O, slots);
+}
+
 //===----------------------------------------------------------------------===//
 // Expert choice: slot (e, c) holds token indices[e, c] of this rank.
 //===----------------------------------------------------------------------===//
@@ -188,7 +195,7 @@ moe_rt_status dispatch(moe_rt_stream s, moe_rt_comm comm, const Route &r,
       s, comm, r,
       [=](float *send) {
         std::vector<int64_t> slots(r.T * r.k);
-        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots.data());
+        routeWindow(r, idx, slots.data());
         k::dispatchLayout(r.T, r.k, r.E, r.C, r.M, idx, slots.data(), px, send);
       },
       [=](const float *recv) {
@@ -209,7 +216,7 @@ moe_rt_status dispatchGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
       [=](const float *recv) {
         std::vector<int64_t> slots(r.T * r.k);
         std::memset(pdx, 0, sizeof(float) * r.T * r.M);
-        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots.data());
+        routeWindow(r, idx, slots.data());
         k::dispatchLayoutBackward(r.T, r.k, r.C, r.M, idx, slots.data(), recv,
                                   pdx);
         return std::string();
@@ -229,7 +236,7 @@ moe_rt_status combine(moe_rt_stream s, moe_rt_comm comm, const Route &r,
       [=](float *send) { k::toRankMajor(r.G, r.El, r.C, r.M, pe, send); },
       [=](const float *recv) {
         std::vector<int64_t> slots(r.T * r.k);
-        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots.data());
+        routeWindow(r, idx, slots.data());
         k::combineGather(r.T, r.k, r.C, r.M, idx, slots.data(), pw, recv, py);
         return std::string();
       });
@@ -260,7 +267,7 @@ moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm, const Route &r,
   if (moe_rt_status st = moe_rt_all_to_all(s, comm, &send->view, &recv->view))
     return st;
   if (moe_rt_status st = task(s, [=] {
-        k::routeTokens(r.T, r.E, r.k, r.C, idx, slots->data());
+        routeWindow(r, idx, slots->data());
         std::memset(pdw, 0, sizeof(float) * r.T * r.k);
         k::combineGatherBackward(r.T, r.k, r.C, r.M, idx, slots->data(), pw,
                                  recv->data.data(), pdy, drecv->data.data(),

@@ -95,6 +95,15 @@ struct PlaceInChunk {
   }
 };
 
+/// kernels::windowSlots: slot s >= first becomes s - first, others -1.
+struct WindowSlots {
+  int64_t first;
+  int64_t *slots;
+  MOE_HD void operator()(int64_t i) const {
+    slots[i] = slots[i] >= first ? slots[i] - first : -1;
+  }
+};
+
 /// send[(e C + s) M + col] = x[t M + col] for each kept (t, j).
 struct DispatchRows {
   int64_t k, C, M;
@@ -327,6 +336,16 @@ moe_rt_status routeTokens(X &ex, int64_t tokens, int64_t E, int64_t k,
                                              code});
 }
 
+/// The slots of r's window [O, O + C) (token choice), as the CPU's
+/// routeTokens + windowSlots.
+template <class X>
+moe_rt_status routeWindow(X &ex, const RouteShape &r, const int64_t *indices,
+                          int64_t *slots) {
+  if (routeTokens(ex, r.T, r.E, r.k, r.O + r.C, indices, slots) || r.O == 0)
+    return ex.status();
+  return ex.forEach(r.T * r.k, routing::WindowSlots{r.O, slots});
+}
+
 /// send (E x C x M) overwritten; empty slots zero.
 template <class X>
 moe_rt_status dispatchLayout(X &ex, const RouteShape &r, const int64_t *indices,
@@ -398,7 +417,7 @@ template <class X>
 moe_rt_status dispatchSend(X &ex, const RouteShape &r, const float *x,
                            const int64_t *indices, int64_t *slots,
                            float *send) {
-  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+  if (routeWindow(ex, r, indices, slots))
     return ex.status();
   return dispatchLayout(ex, r, indices, slots, x, send);
 }
@@ -423,7 +442,7 @@ moe_rt_status dispatchGradRecv(X &ex, const RouteShape &r,
                                const int64_t *indices, int64_t *slots,
                                const float *recv, float *dx) {
   ex.zero(dx, sizeof(float) * r.T * r.M);
-  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+  if (routeWindow(ex, r, indices, slots))
     return ex.status();
   return dispatchLayoutBackward(ex, r, indices, slots, recv, dx);
 }
@@ -441,7 +460,7 @@ template <class X>
 moe_rt_status combineRecv(X &ex, const RouteShape &r, const int64_t *indices,
                           int64_t *slots, const float *weights,
                           const float *recv, float *out) {
-  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+  if (routeWindow(ex, r, indices, slots))
     return ex.status();
   return combineGather(ex, r, indices, slots, weights, recv, out);
 }
@@ -454,7 +473,7 @@ moe_rt_status combineGradMid(X &ex, const RouteShape &r,
                              const float *weights, const float *recv,
                              const float *dout, float *drecv,
                              float *dweights) {
-  if (routeTokens(ex, r.T, r.E, r.k, r.C, indices, slots))
+  if (routeWindow(ex, r, indices, slots))
     return ex.status();
   ex.zero(dweights, sizeof(float) * r.T * r.k);
   ex.zero(drecv, sizeof(float) * r.E * r.C * r.M);

@@ -9,7 +9,8 @@
 //  - routeTokens: capacity slots. GShard order: every token's first choice is
 //    placed before any second choice, tokens in order, so which tokens are
 //    dropped when an expert overflows follows GShard/Switch; C = 0 means
-//    dropless (slot counts are data-dependent).
+//    dropless (slot counts are data-dependent). windowSlots keeps one
+//    window of the slots (a token chunk).
 //  - dispatchLayout / combineGather: tokens into the E x C x M send buffer
 //    (expert-major, so the block for rank j is contiguous) and back, weighted.
 //  - toExpertMajor / toRankMajor: the local transposes between the received
@@ -108,6 +109,14 @@ inline void routeTokens(int64_t tokens, int64_t experts, int64_t k,
       int64_t s = used[e]++;
       slots[t * k + j] = s < capacity ? s : -1;
     }
+}
+
+/// A window of the capacity slots, [first, first + count): slots already
+/// routed with capacity first + count become slot - first, the ones before
+/// the window -1 (token-level pipelining moves one window per chunk).
+inline void windowSlots(int64_t n, int64_t first, int64_t *slots) {
+  for (int64_t i = 0; i < n; ++i)
+    slots[i] = slots[i] >= first ? slots[i] - first : -1;
 }
 
 /// x: tokens x m -> send: experts x capacity x m (zeros in empty slots).

@@ -160,3 +160,22 @@ func.func @combine_tokens(%e: tensor<1x32x16xf32>, %i: tensor<2x8x2xi32>, %w: te
   %o = moe.combine %e, %i, %w, %c on @grid axes = [0, 1] experts = 8 capacity = 4 : (tensor<1x32x16xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<8xi32>) -> tensor<4x8x16xf32>
   return
 }
+
+// -----
+
+// A token chunk's expert side holds G x the window's slots.
+shard.grid @grid(shape = 2x4)
+func.func @window_slots(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{'result' dimension 1 (G x the window's slots) must be 8, got 32 in shape 1x32x16}}
+  %d = moe.dispatch %x, %i, %c on @grid axes = [0, 1] experts = 8 capacity = 4 slots [1, 1] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<8xi32>) -> tensor<1x32x16xf32>
+  return
+}
+
+// -----
+
+shard.grid @grid(shape = 1x4)
+func.func @combine_window_slots(%e: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %w: tensor<2x8x2xf32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{'input' dimension 1 (G x the window's slots) must be 12, got 8 in shape 2x8x16}}
+  %y = moe.combine %e, %i, %w, %c on @grid axes = [1] experts = 8 capacity = 8 slots [2, 3] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<8xi32>) -> tensor<2x8x16xf32>
+  return
+}

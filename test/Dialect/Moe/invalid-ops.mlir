@@ -666,3 +666,80 @@ func.func @sgd_types(%p: tensor<4xf32>, %g: tensor<8xf32>) {
   %n = "moe.sgd"(%p, %g) <{lr = 1.0 : f64}> : (tensor<4xf32>, tensor<8xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+shard.grid @grid(shape = 1x4)
+func.func @slots_outside(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{slots [6, 4] are not a non-empty window inside the capacity 8}}
+  %d = moe.dispatch %x, %i, %c on @grid axes = [1] experts = 8 capacity = 8 slots [6, 4] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<8xi32>) -> tensor<2x16x16xf32>
+  return
+}
+
+// -----
+
+shard.grid @grid(shape = 1x4)
+func.func @slots_empty(%e: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %w: tensor<2x8x2xf32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{slots [0, 0] are not a non-empty window inside the capacity 8}}
+  %y = moe.combine %e, %i, %w, %c on @grid axes = [1] experts = 8 capacity = 8 slots [0, 0] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<8xi32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+shard.grid @grid(shape = 1x4)
+func.func @slots_dropless(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{'slots' needs a capacity: dropless routing has no slots to chunk}}
+  %d = moe.dispatch %x, %i, %c on @grid axes = [1] experts = 8 slots [0, 2] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<8xi32>) -> tensor<2x?x16xf32>
+  return
+}
+
+// -----
+
+shard.grid @grid(shape = 1x4)
+func.func @slots_expert_choice(%x: tensor<2x8x16xf32>, %i: tensor<8x4xi32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{'slots' needs token-choice routing (B x N x k indices)}}
+  %d = moe.dispatch %x, %i, %c on @grid axes = [1] experts = 8 capacity = 4 slots [0, 2] : (tensor<2x8x16xf32>, tensor<8x4xi32>, tensor<8xi32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+shard.grid @grid(shape = 1x4)
+func.func @slots_arity(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: tensor<8xi32>) {
+  // expected-error @+1 {{'slots' must be [first, count]}}
+  %d = moe.dispatch %x, %i, %c on @grid axes = [1] experts = 8 capacity = 8 slots [0] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<8xi32>) -> tensor<2x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @slot_window_outside(%a: tensor<2x8x16xf32>, %b: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{window [3, 2] is not inside the inputs' slots [0, 4)}}
+  %w = moe.slot_window %a, %b groups = 4 from = 0 window [3, 2] : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @slot_window_groups(%a: tensor<2x6x16xf32>) {
+  // expected-error @+1 {{input dimension 1 (6) is not a multiple of groups = 4}}
+  %w = moe.slot_window %a groups = 4 from = 0 window [0, 1] : tensor<2x6x16xf32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
+func.func @slot_window_result(%a: tensor<2x8x16xf32>, %b: tensor<2x8x16xf32>) {
+  // expected-error @+1 {{result dimension 1 must be groups x count = 12, got 8}}
+  %w = moe.slot_window %a, %b groups = 4 from = 2 window [3, 3] : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @slot_window_shape(%a: tensor<2x8x16xf32>, %b: tensor<1x8x16xf32>) {
+  // expected-error @+1 {{inputs must be static E_l x (G slots) x M tensors like the result, got 'tensor<1x8x16xf32>'}}
+  %w = moe.slot_window %a, %b groups = 4 from = 0 window [1, 2] : tensor<2x8x16xf32>, tensor<1x8x16xf32> -> tensor<2x8x16xf32>
+  return
+}

@@ -104,6 +104,21 @@ func.func @dropless(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>,
   return
 }
 
+// Token chunks (moe-token-pipeline): windows of the capacity slots, and a
+// window re-cut from two chunks (G = 4).
+// CHECK-LABEL: func.func @token_chunks
+func.func @token_chunks(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>) {
+  %i, %wt, %c = moe.gate softmax_topk %x, %w experts = 4 top_k = 2 capacity_factor = 1.0 capacity = 8 : (tensor<2x8x16xf32>, tensor<16x4xf32>) -> (tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<4xi32>)
+  // CHECK: moe.dispatch {{.*}} experts = 4 capacity = 8 slots [0, 3] : {{.*}} -> tensor<1x12x16xf32>
+  %d0 = moe.dispatch %x, %i, %c on @grid axes = [0, 1] experts = 4 capacity = 8 slots [0, 3] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<4xi32>) -> tensor<1x12x16xf32>
+  %d1 = moe.dispatch %x, %i, %c on @grid axes = [0, 1] experts = 4 capacity = 8 slots [3, 5] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<4xi32>) -> tensor<1x20x16xf32>
+  // CHECK: moe.slot_window %{{.*}}, %{{.*}} groups = 4 from = 0 window [2, 4] : tensor<1x12x16xf32>, tensor<1x20x16xf32> -> tensor<1x16x16xf32>
+  %s = moe.slot_window %d0, %d1 groups = 4 from = 0 window [2, 4] : tensor<1x12x16xf32>, tensor<1x20x16xf32> -> tensor<1x16x16xf32>
+  // CHECK: moe.combine {{.*}} experts = 4 capacity = 8 slots [3, 5] : {{.*}} -> tensor<2x8x16xf32>
+  %y = moe.combine %d1, %i, %wt, %c on @grid axes = [0, 1] experts = 4 capacity = 8 slots [3, 5] : (tensor<1x20x16xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<4xi32>) -> tensor<2x8x16xf32>
+  return
+}
+
 // CHECK-LABEL: func.func @schedule
 func.func @schedule(%g0: tensor<16x16xf32>, %g1: tensor<16xf32>,
                     %x: tensor<4x8x16xf32>) -> tensor<4x8x16xf32> {

@@ -39,10 +39,15 @@ int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,
                        int64_t experts);
 
 /// What a routing all-to-all (moe.dispatch or moe.combine) moves: its
-/// expert count and capacity (none: dropless).
+/// expert count and capacity (none: dropless), and the capacity slots it
+/// moves, [firstSlot, firstSlot + slotCount): a token chunk's `slots`
+/// window, or all of them (slotCount = capacity).
 struct RoutingShape {
   int64_t experts = 0;
   std::optional<int64_t> capacity;
+  int64_t firstSlot = 0;
+  std::optional<int64_t> slotCount;
+  bool isWindow() const { return slotCount != capacity; }
 };
 
 /// The routing shape of a moe.dispatch or moe.combine; std::nullopt for

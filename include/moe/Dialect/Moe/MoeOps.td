@@ -308,6 +308,13 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
 
     `moe.combine` is its adjoint; the training-step pass uses each as the
     other's backward.
+
+    `slots [first, count]` (token-level pipelining, `moe-token-pipeline`)
+    moves only the capacity slots [first, first + count) of every expert:
+    the result is `E_l x (G·count) x M`. Slots are still assigned with the
+    whole capacity, so the dispatches of a partition of [0, capacity)
+    together move exactly the tokens of the whole dispatch. Token choice
+    only.
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
@@ -315,14 +322,28 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     Moe_IndexTensor:$counts),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
-    OptionalAttr<I64Attr>:$capacity));
+    OptionalAttr<I64Attr>:$capacity,
+    OptionalAttr<DenseI64ArrayAttr>:$slots));
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $indices `,` $counts `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
+    (`slots` $slots^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let builders = [
+    // The whole capacity (no `slots`): how the frontend builds it.
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input,
+                   "::mlir::Value":$indices, "::mlir::Value":$counts,
+                   "::mlir::FlatSymbolRefAttr":$grid,
+                   "::mlir::DenseI16ArrayAttr":$axes,
+                   "::mlir::IntegerAttr":$num_experts,
+                   "::mlir::IntegerAttr":$capacity), [{
+      build($_builder, $_state, result, input, indices, counts, grid, axes,
+            num_experts, capacity, ::mlir::DenseI64ArrayAttr());
+    }]>
+  ];
 }
 
 def Moe_ExpertOp : Moe_ComputeOp<"expert"> {
@@ -384,6 +405,11 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
     order and sums the k expert outputs of each token scaled by the routing
     `weights`. Dropped tokens get zero. The result is `B x N x M` with B, N
     those of `indices`.
+
+    With `slots [first, count]` the input holds only those capacity slots
+    (`E_l x (G·count) x M`, a `moe.dispatch ... slots` chunk's) and the
+    result is their contribution: summed over a partition of the slots,
+    the whole combine.
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
@@ -392,14 +418,29 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
     Moe_IndexTensor:$counts),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
-    OptionalAttr<I64Attr>:$capacity));
+    OptionalAttr<I64Attr>:$capacity,
+    OptionalAttr<DenseI64ArrayAttr>:$slots));
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $indices `,` $weights `,` $counts `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
+    (`slots` $slots^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
+  let builders = [
+    // The whole capacity (no `slots`): how the frontend builds it.
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input,
+                   "::mlir::Value":$indices, "::mlir::Value":$weights,
+                   "::mlir::Value":$counts,
+                   "::mlir::FlatSymbolRefAttr":$grid,
+                   "::mlir::DenseI16ArrayAttr":$axes,
+                   "::mlir::IntegerAttr":$num_experts,
+                   "::mlir::IntegerAttr":$capacity), [{
+      build($_builder, $_state, result, input, indices, weights, counts, grid,
+            axes, num_experts, capacity, ::mlir::DenseI64ArrayAttr());
+    }]>
+  ];
 }
 
 def Moe_RoutingCountsOp : Moe_CollectiveOp<"routing_counts"> {
@@ -564,6 +605,44 @@ def Moe_MergeOp : Moe_Op<"merge", [Pure]> {
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($result)";
   let hasVerifier = 1;
+}
+
+def Moe_SlotWindowOp : Moe_Op<"slot_window", [Pure]> {
+  let summary = "re-cut token chunks of a dispatched buffer along its slots";
+  let description = [{
+    Token-level pipelining (`moe-token-pipeline`) cuts the E_l x (G·C) x M
+    expert side of an MoE layer into windows of capacity slots, and the
+    backward may use other windows than the forward (FSMoE's r_bwd ≠
+    r_fwd). This op assembles one window from forward chunks: the inputs
+    are E_l x (G·c_i) x M buffers holding consecutive windows of the slots
+    starting at slot `from` (input i holds [from + Σ_{j<i} c_j, ... + c_i)
+    of every expert and every one of the `groups` = G source ranks), and
+    the result holds the slots [first, first + count) of `window`, which
+    must lie inside them. A local copy: no communication, no arithmetic.
+
+    ```mlir
+    // G = 4, forward windows [0, 2) and [2, 4); backward window [1, 3)
+    %w = moe.slot_window %d0, %d1 groups = 4 from = 0 window [1, 2]
+           : tensor<2x8x16xf32>, tensor<2x8x16xf32> -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Moe_FloatTensor>:$inputs,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$groups,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$from,
+                       DenseI64ArrayAttr:$window);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $inputs `groups` `=` $groups `from` `=` $from `window` $window
+    attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Slots per expert and source rank held by input i / the result.
+    int64_t slotsOf(::mlir::Value v) {
+      return ::llvm::cast<::mlir::ShapedType>(v.getType()).getDimSize(1) /
+             getGroups();
+    }
+  }];
 }
 
 def Moe_RecordEventOp : Moe_Op<"record_event"> {

@@ -1,0 +1,365 @@
+//===- TokenPipeline.cpp - MoE layers in token chunks along the slots -----===//
+//
+// FSMoE §4 (and PipeMoE/Tutel before it) pipeline the MoE layer, not the
+// whole block: the dispatched E_l x (G·C) x M buffer is cut along its
+// capacity (token-slot) dimension into r chunks, so chunk j's expert
+// computation overlaps chunk j+1's all-to-all. Unlike moe-microbatch the
+// cut does not touch B, so any degree up to C works (FlowMoE Table 4's R = 8
+// with B = 4 included), and the forward and backward passes may use
+// different degrees (FSMoE's r_fwd and r_bwd, Algorithm 1 per phase).
+//
+// The pass rewrites a training step: each layer's D -> E -> C becomes
+// D_j -> E_j -> C_j (j < r_fwd) with y = Σ_j C_j, and the vjps
+// C' -> E' -> D' become r_bwd chunks whose primals are cut from the
+// forward chunks (moe.slot_window where the windows differ), with the
+// weight, routing-weight and input gradients summed over the chunks. Every
+// chunk routes with the whole capacity, so the step computes what the
+// unchunked one does.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Analysis/Tasks.h"
+#include "moe/Transforms/PassUtils.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOETOKENPIPELINE
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// A window of capacity slots, [first, first + count).
+struct Window {
+  int64_t first = 0, count = 0;
+  int64_t end() const { return first + count; }
+  bool operator==(const Window &o) const {
+    return first == o.first && count == o.count;
+  }
+};
+
+/// The r windows of [0, capacity): sizes differ by at most one (so no
+/// padding and no other model than the unchunked one).
+SmallVector<Window> windowsOf(int64_t r, int64_t capacity) {
+  SmallVector<Window> windows;
+  for (int64_t j = 0; j < r; ++j) {
+    int64_t first = j * capacity / r;
+    windows.push_back({first, (j + 1) * capacity / r - first});
+  }
+  return windows;
+}
+
+/// One MoE layer of a training step: D -> E -> C and their vjps.
+struct MoeLayer {
+  DispatchOp dispatch;
+  ExpertOp expert;
+  CombineOp combine;
+  VjpOp combineVjp, expertVjp, dispatchVjp;
+  int64_t groups = 1;
+};
+
+template <class OpT> VjpOp vjpUserOf(Value v) {
+  for (Operation *user : v.getUsers())
+    if (auto vjp = dyn_cast<VjpOp>(user); vjp && isa<OpT>(vjp.getForwardOp()))
+      return vjp;
+  return nullptr;
+}
+
+template <class OpT> OpT forwardUserOf(Value v) {
+  for (Operation *user : v.getUsers())
+    if (auto op = dyn_cast<OpT>(user))
+      return op;
+  return nullptr;
+}
+
+/// The layer around `d`, or an error naming what does not fit the
+/// D -> E -> C shape the pass rewrites.
+FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
+  auto fail = [&](Operation *at, const Twine &why) {
+    return at->emitOpError() << "moe-token-pipeline: " << why;
+  };
+  std::optional<int64_t> capacity = d.getCapacity();
+  if (!capacity)
+    return fail(d, "dropless routing (no capacity) has no slots to chunk: "
+                   "bound it first (moe-bound-dropless)");
+  if (cast<ShapedType>(d.getIndices().getType()).getRank() != 3)
+    return fail(d, "expert-choice routing (E x C indices) is not chunked "
+                   "along its slots; use token-choice routing");
+  if (d.getSlots())
+    return fail(d, "is already a token chunk");
+  if (maxDegree > *capacity)
+    return fail(d, "degree " + Twine(maxDegree) + " exceeds the capacity C = " +
+                       Twine(*capacity) + " (a chunk would hold no slot)");
+  if (TaskAttr t = getTask(d); !t || t.getMicro() != 0)
+    return fail(d, "token chunks of a micro-batched step are not supported "
+                   "(use moe-microbatch degree=1)");
+  MoeLayer layer;
+  layer.dispatch = d;
+  layer.groups = cast<ShapedType>(d.getType()).getDimSize(1) / *capacity;
+  layer.expert = forwardUserOf<ExpertOp>(d.getResult());
+  layer.expertVjp = vjpUserOf<ExpertOp>(d.getResult());
+  if (!layer.expert || !layer.expertVjp ||
+      !llvm::hasNItems(d.getResult().getUsers(), 2))
+    return fail(d, "the dispatch must feed exactly one moe.expert (and its "
+                   "vjp) in a training step");
+  layer.combine = forwardUserOf<CombineOp>(layer.expert.getResult());
+  layer.combineVjp = vjpUserOf<CombineOp>(layer.expert.getResult());
+  if (!layer.combine || !layer.combineVjp ||
+      !llvm::hasNItems(layer.expert.getResult().getUsers(), 2) ||
+      layer.combine.getIndices() != d.getIndices())
+    return fail(layer.expert, "the expert must feed exactly one moe.combine "
+                              "of the dispatch's routing (and its vjp)");
+  if (!layer.combineVjp.getResult(0).hasOneUse() ||
+      *layer.combineVjp.getResult(0).getUsers().begin() != layer.expertVjp)
+    return fail(layer.combineVjp, "the combine's input gradient must feed "
+                                  "only the expert's vjp");
+  Value dInput = layer.expertVjp.getResult(0);
+  layer.dispatchVjp = dInput.hasOneUse()
+                          ? dyn_cast<VjpOp>(*dInput.getUsers().begin())
+                          : nullptr;
+  if (!layer.dispatchVjp ||
+      layer.dispatchVjp.getForwardOp()->getName() != d->getName())
+    return fail(layer.expertVjp, "the expert's input gradient must feed only "
+                                 "the dispatch's vjp");
+  return layer;
+}
+
+TaskAttr chunkTask(TaskAttr t, int64_t micro) {
+  return TaskAttr::get(t.getContext(), t.getKind(), t.getPhase(), t.getBlock(),
+                       micro, t.getChunk());
+}
+
+/// Gives a dispatch or combine the slots of `w` (nothing for the whole
+/// capacity), retyping a dispatch's or expert's result.
+void restrictToWindow(Operation *op, Window w, int64_t groups,
+                      int64_t capacity) {
+  Builder b(op->getContext());
+  bool whole = w.count == capacity;
+  if (auto d = dyn_cast<DispatchOp>(op)) {
+    if (!whole)
+      d.setSlotsAttr(b.getDenseI64ArrayAttr({w.first, w.count}));
+    d.getResult().setType(withDim(d.getType(), 1, groups * w.count));
+  } else if (auto c = dyn_cast<CombineOp>(op)) {
+    if (!whole)
+      c.setSlotsAttr(b.getDenseI64ArrayAttr({w.first, w.count}));
+  } else if (auto e = dyn_cast<ExpertOp>(op)) {
+    e.getResult().setType(e.getInput().getType());
+  }
+}
+
+/// a_0 + a_1 + ... as arith.addf, labelled `task`.
+Value sum(OpBuilder &b, Location loc, ArrayRef<Value> parts, TaskAttr task) {
+  Value acc = parts.front();
+  for (Value part : parts.drop_front()) {
+    auto add = arith::AddFOp::create(b, loc, acc, part);
+    setTask(add, task);
+    acc = add;
+  }
+  return acc;
+}
+
+struct TokenPipelinePass
+    : public moe::impl::MoeTokenPipelineBase<TokenPipelinePass> {
+  using MoeTokenPipelineBase::MoeTokenPipelineBase;
+
+  int64_t rFwd() const { return degree; }
+  int64_t rBwd() const { return degreeBwd > 0 ? degreeBwd : degree; }
+
+  /// The forward chunks of `layer`: D_j, E_j, C_j per window, then
+  /// y = Σ C_j in place of the combine's result.
+  void chunkForward(MoeLayer &layer, ArrayRef<Window> windows, int64_t capacity,
+                    SmallVector<Value> &dChunks, SmallVector<Value> &eChunks) {
+    OpBuilder b(layer.dispatch);
+    SmallVector<Value> cChunks;
+    for (auto [j, w] : llvm::enumerate(windows)) {
+      IRMapping map;
+      b.setInsertionPoint(layer.dispatch);
+      Operation *d = b.clone(*layer.dispatch, map);
+      b.setInsertionPoint(layer.expert);
+      Operation *e = b.clone(*layer.expert, map);
+      b.setInsertionPoint(layer.combine);
+      Operation *c = b.clone(*layer.combine, map);
+      for (Operation *op : {d, e, c}) {
+        restrictToWindow(op, w, layer.groups, capacity);
+        setTask(op, chunkTask(getTask(op), j));
+      }
+      dChunks.push_back(d->getResult(0));
+      eChunks.push_back(e->getResult(0));
+      cChunks.push_back(c->getResult(0));
+    }
+    // The sum waits for the last chunk: it belongs to what uses the
+    // combined output (the residual add of the next task).
+    TaskAttr task = chunkTask(getTask(layer.combine), windows.size() - 1);
+    for (Operation *user : layer.combine->getUsers())
+      if (TaskAttr t = getTask(user)) {
+        task = t;
+        break;
+      }
+    b.setInsertionPoint(layer.combine);
+    layer.combine.getResult().replaceAllUsesWith(
+        sum(b, layer.combine.getLoc(), cChunks, task));
+  }
+
+  /// Window `w` of the forward chunks `chunks` (cut at `fwd`).
+  Value cut(OpBuilder &b, Location loc, ArrayRef<Value> chunks,
+            ArrayRef<Window> fwd, Window w, int64_t groups, TaskAttr task) {
+    SmallVector<Value> inputs;
+    int64_t from = -1;
+    for (auto [chunk, fw] : llvm::zip(chunks, fwd)) {
+      if (fw == w)
+        return chunk;
+      if (fw.end() <= w.first || fw.first >= w.end())
+        continue;
+      if (from < 0)
+        from = fw.first;
+      inputs.push_back(chunk);
+    }
+    auto type = withDim(chunks.front().getType(), 1, groups * w.count);
+    auto op = SlotWindowOp::create(
+        b, loc, type, inputs, b.getI64IntegerAttr(groups),
+        b.getI64IntegerAttr(from), b.getDenseI64ArrayAttr({w.first, w.count}));
+    setTask(op, task);
+    return op;
+  }
+
+  /// A vjp of `old`'s forward op restricted to window `w`, on `primals`.
+  VjpOp chunkVjp(OpBuilder &b, VjpOp old, ArrayRef<Value> primals,
+                 Value cotangent, Window w, const MoeLayer &layer,
+                 int64_t capacity, TaskAttr task) {
+    SmallVector<Type> gradTypes;
+    for (Value p : primals)
+      if (auto t = dyn_cast<ShapedType>(p.getType());
+          t && isa<FloatType>(t.getElementType()))
+        gradTypes.push_back(t);
+    auto vjp = VjpOp::create(b, old.getLoc(), gradTypes, primals,
+                             ValueRange{cotangent});
+    setTask(vjp, task);
+    Block *body = new Block();
+    vjp.getBody().push_back(body);
+    IRMapping map;
+    for (auto [arg, p] : llvm::zip(old.getBody().front().getArguments(),
+                                   primals))
+      map.map(arg, body->addArgument(p.getType(), p.getLoc()));
+    OpBuilder inner = OpBuilder::atBlockEnd(body);
+    Operation *copy = inner.clone(*old.getForwardOp(), map);
+    restrictToWindow(copy, w, layer.groups, capacity);
+    YieldOp::create(inner, old.getLoc(), copy->getResults());
+    return vjp;
+  }
+
+  /// The backward chunks of `layer` at `windows`, their gradients summed in
+  /// place of the old vjps' results.
+  void chunkBackward(MoeLayer &layer, ArrayRef<Window> windows,
+                     ArrayRef<Window> fwd, int64_t capacity,
+                     ArrayRef<Value> dChunks, ArrayRef<Value> eChunks) {
+    OpBuilder b(layer.combineVjp);
+    Value dy = layer.combineVjp.getCotangents()[0];
+    SmallVector<VjpOp> cVjps, eVjps, dVjps;
+    for (auto [i, w] : llvm::enumerate(windows)) {
+      TaskAttr cTask = chunkTask(getTask(layer.combineVjp), i),
+               eTask = chunkTask(getTask(layer.expertVjp), i),
+               dTask = chunkTask(getTask(layer.dispatchVjp), i);
+      b.setInsertionPoint(layer.combineVjp);
+      SmallVector<Value> primals(layer.combineVjp.getPrimals());
+      primals[0] = cut(b, layer.combine.getLoc(), eChunks, fwd, w,
+                       layer.groups, cTask);
+      cVjps.push_back(chunkVjp(b, layer.combineVjp, primals, dy, w, layer,
+                               capacity, cTask));
+      b.setInsertionPoint(layer.expertVjp);
+      primals.assign(layer.expertVjp.getPrimals().begin(),
+                     layer.expertVjp.getPrimals().end());
+      primals[0] = cut(b, layer.expert.getLoc(), dChunks, fwd, w,
+                       layer.groups, eTask);
+      eVjps.push_back(chunkVjp(b, layer.expertVjp, primals,
+                               cVjps.back().getResult(0), w, layer, capacity,
+                               eTask));
+      b.setInsertionPoint(layer.dispatchVjp);
+      primals.assign(layer.dispatchVjp.getPrimals().begin(),
+                     layer.dispatchVjp.getPrimals().end());
+      dVjps.push_back(chunkVjp(b, layer.dispatchVjp, primals,
+                               eVjps.back().getResult(0), w, layer, capacity,
+                               dTask));
+    }
+    // Gradients leaving the layer (routing weights, expert weights, the
+    // layer's input): the sum over the chunks, complete after chunk 0, the
+    // backward's last.
+    auto replaceSums = [&](VjpOp old, ArrayRef<VjpOp> chunks,
+                           unsigned firstResult) {
+      b.setInsertionPoint(old);
+      for (unsigned k = firstResult; k < old.getNumResults(); ++k) {
+        SmallVector<Value> parts;
+        for (VjpOp c : chunks)
+          parts.push_back(c.getResult(k));
+        old.getResult(k).replaceAllUsesWith(
+            sum(b, old.getLoc(), parts, chunkTask(getTask(old), 0)));
+      }
+    };
+    replaceSums(layer.combineVjp, cVjps, 1);
+    replaceSums(layer.expertVjp, eVjps, 1);
+    replaceSums(layer.dispatchVjp, dVjps, 0);
+  }
+
+  LogicalResult chunkStep(FunctionOpInterface func) {
+    if (func->hasAttr(MoeDialect::getScheduleAttrName()))
+      return mlir::emitError(func.getLoc())
+             << "moe-token-pipeline: the step is already scheduled (run it "
+                "before moe-schedule)";
+    SmallVector<DispatchOp> dispatches;
+    func->walk([&](DispatchOp d) {
+      if (!d->getParentOfType<VjpOp>())
+        dispatches.push_back(d);
+    });
+    if (!llvm::any_of(func.getFunctionBody().front(),
+                      [](Operation &op) { return isa<VjpOp>(op); }))
+      return mlir::emitError(func.getLoc())
+             << "moe-token-pipeline: not a training step (run "
+                "moe-build-train-step first)";
+    for (DispatchOp d : dispatches) {
+      FailureOr<MoeLayer> layer = findLayer(d, std::max(rFwd(), rBwd()));
+      if (failed(layer))
+        return failure();
+      int64_t capacity = *d.getCapacity();
+      SmallVector<Window> fwd = windowsOf(rFwd(), capacity),
+                          bwd = windowsOf(rBwd(), capacity);
+      SmallVector<Value> dChunks, eChunks;
+      chunkForward(*layer, fwd, capacity, dChunks, eChunks);
+      chunkBackward(*layer, bwd, fwd, capacity, dChunks, eChunks);
+      for (Operation *op :
+           {layer->dispatchVjp.getOperation(), layer->expertVjp.getOperation(),
+            layer->combineVjp.getOperation(), layer->combine.getOperation(),
+            layer->expert.getOperation(), layer->dispatch.getOperation()})
+        op->erase();
+    }
+    return success();
+  }
+
+  void runOnOperation() override {
+    if (degree < 1 || degreeBwd < 0) {
+      mlir::emitError(getOperation().getLoc())
+          << "moe-token-pipeline: degree must be >= 1 and degree-bwd >= 0, "
+             "got "
+          << static_cast<int64_t>(degree) << " and "
+          << static_cast<int64_t>(degreeBwd);
+      return signalPassFailure();
+    }
+    FailureOr<SmallVector<FunctionOpInterface>> funcs =
+        functionsWith(getOperation(), MoeDialect::getModelAttrName(),
+                      "moe-token-pipeline", "no function has a moe.model");
+    if (failed(funcs))
+      return signalPassFailure();
+    if (rFwd() == 1 && rBwd() == 1)
+      return;
+    for (FunctionOpInterface func : *funcs)
+      if (failed(chunkStep(func)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
