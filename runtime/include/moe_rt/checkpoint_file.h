@@ -273,7 +273,8 @@ inline bool decodeRank(const std::string &bytes, const std::string &file,
     for (uint32_t d = 0; d < rankOfShape; ++d) {
       int64_t dim = 0;
       if (!r.value(dim) || dim < 0 || (dim && product > (bytes.size() / 4) / uint64_t(dim)))
-        return bad(where + ": damaged shape");
+        return bad(where + ": truncated or damaged (its shape holds more "
+                           "values than the file)");
       t.shape.push_back(dim);
       product *= uint64_t(dim);
     }
