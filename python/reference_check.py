@@ -26,7 +26,8 @@ def load_inputs(path):
     values = {}
     with open(path) as f:
         for line in f:
-            parts = line.split()
+            # Single spaces: a scalar's DIMS is empty ("lr  0.01").
+            parts = line.rstrip("\n").split(" ")
             dims = [int(d) for d in parts[1].split("x") if d]
             values[parts[0]] = torch.tensor(
                 [float(x) for x in parts[2:]],

@@ -16,8 +16,11 @@ learned absolute positions (--set positions=P), post-norm blocks
 (--postnorm), the gate of every token-choice kind (softmax_topk, noisy_topk with the
 runtime's noise: fresh per step from --seed, different per sample; sigmoid,
 cosine with its τ; optionally renormalised), experts, final norm, LM head,
-mean token cross-entropy. --steps N repeats the step N times (SGD between),
-as moe-run --steps N does from the same inputs. Token-choice routing must drop no token
+mean token cross-entropy. --steps N repeats the step N times (the update
+between: plain SGD, or torch.optim.AdamW / SGD with momentum,
+clip_grad_norm_ and the learning-rate schedule: torch_optim_reference.py,
+whose optimizer state is compared too), as moe-run --steps N does from the
+same inputs. Token-choice routing must drop no token
 (capacity factor of at least E/k), which keeps the reference free of
 capacity logic.
 
@@ -51,6 +54,7 @@ except ImportError:
     sys.exit("error: needs PyTorch (Debian: python3-torch; run with "
              "/usr/bin/python3)")
 from reference_check import Tally, add_run_arguments, load_inputs  # noqa: E402
+import torch_optim_reference as optim  # noqa: E402
 
 
 def load_results(path):
@@ -340,9 +344,10 @@ def main():
                     help="draw sample 0's noise for every sample (not the "
                          "runtime's noise: for tests that must fail)")
     ap.add_argument("--steps", type=int, default=1,
-                    help="SGD steps from the dumped inputs (the same token "
-                         "ids every step, as moe-run without --data); the "
-                         "last step's loss and parameters are compared")
+                    help="training steps from the dumped inputs (the same "
+                         "token ids every step, as moe-run without --data); "
+                         "the last step's loss and parameters are compared")
+    optim.add_arguments(ap)
     ap.add_argument("--cosine-tau", type=float,
                     help="cosine's τ (gen_model_mlir.py --cosine-tau)")
     ap.add_argument("--micro-batches", type=int, default=1, metavar="R",
@@ -391,7 +396,7 @@ def main():
     expert_keys = [k for k in inputs[0] if ".experts." in k]
     params = {}
     for k, v in inputs[0].items():
-        if k.startswith("arg"):
+        if k.startswith("arg") or optim.is_step_state(k):
             continue
         params[k] = (torch.cat([inp[k] for inp in inputs], 0)
                      if k in expert_keys else v.clone())
@@ -402,13 +407,10 @@ def main():
         sys.exit(f"error: the dumps hold {params[ups[0]].shape[0]} experts, "
                  f"the configuration {c.experts} (--grid, "
                  f"--experts-per-rank): expert_choice's capacity needs E")
+    optimizer = optim.Optimizer(args, params)
     for step in range(1, args.steps + 1):
-        if step > 1:  # SGD, then the next step from the updated parameters
-            with torch.no_grad():
-                for k, p in params.items():
-                    if p.grad is not None:
-                        p -= args.lr * p.grad
-                    p.grad = None
+        if step > 1:  # the update, then the next step from its parameters
+            optimizer.step()
         NOISE_SEED = (args.noise_seed if args.noise_seed is not None
                       else step_seed(args.seed, step))
         losses, routes = [], []
@@ -428,18 +430,16 @@ def main():
     tally = Tally(args.rtol, args.atol)
     check = tally.check
     check("loss", torch.tensor([float(loss)]), torch.tensor([ours_loss]))
+    optimizer.step()
     with torch.no_grad():
-        for k, p in params.items():
-            # A parameter the reference does not read (a test's variant
-            # with an op dropped) keeps its value.
-            grad = p.grad if p.grad is not None else torch.zeros_like(p)
-            updated = p - args.lr * grad
+        for k, updated in optimizer.updated_values().items():
             for r in range(args.ranks):
-                if k in expert_keys:
+                if k.split(":")[0] in expert_keys:
                     per = updated.shape[0] // args.ranks
-                    check(k, updated[r * per:(r + 1) * per], results[r][k])
+                    check(k, updated[r * per:(r + 1) * per],
+                          results[r][optim.result_name(k)])
                 else:
-                    check(k, updated, results[r][k])
+                    check(k, updated, results[r][optim.result_name(k)])
     print(f"pytorch reference: loss {float(loss):.6f} vs ours {ours_loss:.6f}; "
           f"{tally.summary()}")
     return 1 if tally.bad else 0

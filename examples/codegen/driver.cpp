@@ -76,7 +76,8 @@ static int usage(const char *message) {
                "codegen-driver: error: %s\nusage: mpirun -np P codegen-driver "
                "(--inputs PREFIX | --data TEXT --params FILE) [--dump PREFIX] "
                "[--steps N] [--timeout S] [--params FILE] "
-               "[--backend cpu|cuda] [--seed S] [--routing-trace FILE]\n",
+               "[--backend cpu|cuda] [--seed S] [--routing-trace FILE] "
+               "[--save-every N --checkpoint DIR] [--resume DIR]\n",
                message);
   moe_rt_mpi_finalize();
   return 2;
@@ -162,8 +163,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump, params, data, routingTrace;
-  int steps = 1;
+  std::string inputs, dump, params, data, routingTrace, checkpoint, resume;
+  int steps = 1, saveEvery = 0;
   double timeout = 60;
   std::optional<uint64_t> seed; // moe-run's default when absent
   moe_rt_backend backend = MOE_RT_CPU;
@@ -182,6 +183,18 @@ int main(int argc, char **argv) {
       data = v;
     else if (a == "--routing-trace")
       routingTrace = v;
+    else if (a == "--checkpoint") // moe_step_save_checkpoint's directory
+      checkpoint = v;
+    else if (a == "--resume")
+      resume = v;
+    else if (a == "--save-every") {
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
+      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
+        return usage(("--save-every must be a positive integer, not '" + v +
+                      "'")
+                         .c_str());
+      saveEvery = int(*n);
+    }
     else if (a == "--steps") {
       std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
       if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
@@ -216,6 +229,8 @@ int main(int argc, char **argv) {
   if (data.empty() && inputs.empty())
     return usage("--inputs is required (write them with moe-run "
                  "--dump-inputs), or --data TEXT with --params FILE");
+  if ((saveEvery > 0) != !checkpoint.empty())
+    return usage("--save-every N and --checkpoint DIR go together");
   if (!data.empty() && inputs.empty() && params.empty())
     return usage("--data needs the initial parameters: --params FILE (the "
                  "parameter file moe_compile_model writes)");
@@ -277,8 +292,18 @@ int main(int argc, char **argv) {
                    params.c_str());
     }
   }
+  // A resumed run continues the checkpoint's update count, seed and data
+  // position (this driver reads one window per step).
+  int done = 0;
+  if (!resume.empty()) {
+    done = int(moe_step_resume(s, resume.c_str()));
+    if (moe_step_rank(s) == 0)
+      std::fprintf(stderr, "codegen-driver: resumed from '%s' after step %d\n",
+                   resume.c_str(), done);
+  }
   auto start = std::chrono::steady_clock::now();
-  for (int step = 1; step <= steps; ++step) {
+  for (int i = 1; i <= steps; ++i) {
+    int step = done + i;
     if (!data.empty()) {
       std::string error = fillText(s, textArgs, text, step - 1);
       if (!error.empty()) // checked above; a failed host copy lands here
@@ -293,14 +318,15 @@ int main(int argc, char **argv) {
       if (steps > 1) { // as moe-run: progress on stderr, stdout parseable
         std::chrono::duration<double> elapsed =
             std::chrono::steady_clock::now() - start;
-        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", step,
-                     steps, elapsed.count() / step,
-                     elapsed.count() / step * (steps - step));
+        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i,
+                     steps, elapsed.count() / i,
+                     elapsed.count() / i * (steps - i));
       }
     }
     std::fflush(stdout);
-    if (step < steps)
-      moe_step_advance(s);
+    moe_step_advance(s);
+    if (saveEvery && step % saveEvery == 0)
+      moe_step_save_checkpoint(s, checkpoint.c_str(), uint64_t(step));
   }
   if (!dump.empty())
     moe_step_dump_results(s, (dump + rank).c_str());

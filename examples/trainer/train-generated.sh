@@ -23,7 +23,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="$(cd "${MOE_BUILD_DIR:-$ROOT/build}" && pwd)"
 STEPS="${1:-20}"
-PIPELINE="${2:-degree=2 policy=flowmoe chunk-bytes=64KiB lr=0.2}"
+# AdamW, clipping, warm-up (2 updates, none for short runs) + cosine decay
+# over the run (docs/optimizers.md).
+WARMUP=$(( STEPS > 4 ? 2 : 0 ))
+PIPELINE="${2:-degree=2 policy=flowmoe chunk-bytes=64KiB optimizer=adamw lr=0.02 weight-decay=0.01 clip-norm=1.0 lr-schedule=cosine warmup=$WARMUP total-steps=$STEPS min-lr=0.002}"
 GRID="${MOE_GRID:-1x4}"
 RANKS=$(( ${GRID%x*} * ${GRID#*x} ))
 read -r -a MPIRUN <<< "${MOE_MPIRUN:-mpirun --allow-run-as-root --oversubscribe -np $RANKS}"

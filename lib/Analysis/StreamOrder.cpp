@@ -18,9 +18,14 @@ bool StreamOrder::isLowPriority(Operation *op) {
   if (!stream || stream.getKind() != StreamKind::comm ||
       isa<RecordEventOp, WaitEventOp>(op))
     return false;
+  // Every all-reduce is: the runtime queues moe_rt_all_reduce_into on the
+  // pool's low-priority queue whatever its task (the gradient-norm
+  // all-reduce of clip-norm is an OPT task).
+  if (isa<AllReduceOp>(op))
+    return true;
   if (auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
     return task.getKind() == TaskKind::AR;
-  return isa<AllReduceOp>(op);
+  return false;
 }
 
 DenseMap<Operation *, Operation *> StreamOrder::eventAnchors(Block &block) {

@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "OptimizerUpdates.h"
+
 #include "moe/Analysis/Tasks.h"
 #include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
@@ -297,28 +299,45 @@ struct BuildTrainStepPass
         reduced[arg] = result;
     }
 
-    TaskAttr opt = TaskAttr::get(ctx, TaskKind::OPT, Phase::bwd, -1, 0, -1);
-    SmallVector<Value> results{loss};
-    SmallVector<Type> resultTypes{loss.getType()};
+    SmallVector<ParamUpdate> toUpdate;
     for (auto [arg, grad] : updates) {
       Value g = reduced.lookup(arg);
-      auto sgd = SgdOp::create(builder, arg.getLoc(), arg, g ? g : grad,
-                               builder.getF64FloatAttr(learningRate));
-      setTask(sgd, opt);
-      results.push_back(sgd);
-      resultTypes.push_back(arg.getType());
+      toUpdate.push_back({arg, g ? g : grad, !g});
     }
+    FailureOr<SmallVector<Value>> updated =
+        emitOptimizerUpdates(func, builder, model, config(), toUpdate);
+    if (failed(updated))
+      return failure();
+    SmallVector<Value> results{loss};
+    results.append(*updated);
+    SmallVector<Type> resultTypes;
+    for (Value v : results)
+      resultTypes.push_back(v.getType());
     ret->setOperands(results);
     func.setType(FunctionType::get(ctx, func.getArgumentTypes(), resultTypes));
     return success();
   }
 
+  OptimizerConfig config() const {
+    OptimizerConfig c;
+    c.optimizer = optimizer;
+    c.lr = learningRate;
+    c.momentum = momentum;
+    c.beta1 = beta1;
+    c.beta2 = beta2;
+    c.eps = eps;
+    c.weightDecay = weightDecay;
+    c.clipNorm = clipNorm;
+    c.schedule = lrSchedule;
+    c.warmup = warmup;
+    c.totalSteps = totalSteps;
+    c.minLr = minLr;
+    return c;
+  }
+
   void runOnOperation() override {
-    if (!(learningRate > 0.0)) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-build-train-step: lr must be positive, got " << learningRate;
+    if (failed(verifyOptimizerConfig(config(), getOperation().getLoc())))
       return signalPassFailure();
-    }
     auto models = functionsWith(getOperation(), MoeDialect::getModelAttrName(),
                                 "moe-build-train-step",
                                 "no function carries a #moe.model");

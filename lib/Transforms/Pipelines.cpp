@@ -41,8 +41,58 @@ struct FlowMoePipelineOptions
       *this, "token-degree-bwd",
       llvm::cl::desc("r_bwd: token chunks in the backward (0: r_fwd)"),
       llvm::cl::init(0)};
-  Option<double> lr{*this, "lr", llvm::cl::desc("SGD learning rate"),
-                    llvm::cl::init(0.01)};
+  // moe-build-train-step's options, with its defaults (docs/optimizers.md).
+  Option<double> lr{*this, "lr",
+                    llvm::cl::desc("Learning rate (the schedule's peak)"),
+                    llvm::cl::init(kBuild.learningRate)};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("sgd | adamw"),
+                                llvm::cl::init(kBuild.optimizer)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                          llvm::cl::init(kBuild.momentum)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(kBuild.beta1)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(kBuild.beta2)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
+                     llvm::cl::init(kBuild.eps)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Weight decay"),
+                             llvm::cl::init(kBuild.weightDecay)};
+  Option<double> clipNorm{
+      *this, "clip-norm",
+      llvm::cl::desc("Clip the global gradient norm (0: no clipping)"),
+      llvm::cl::init(kBuild.clipNorm)};
+  Option<std::string> lrSchedule{*this, "lr-schedule",
+                                 llvm::cl::desc("constant | cosine"),
+                                 llvm::cl::init(kBuild.lrSchedule)};
+  Option<int64_t> warmup{*this, "warmup",
+                         llvm::cl::desc("Warm-up updates (cosine)"),
+                         llvm::cl::init(kBuild.warmup)};
+  Option<int64_t> totalSteps{*this, "total-steps",
+                             llvm::cl::desc("Last update of the decay"),
+                             llvm::cl::init(kBuild.totalSteps)};
+  Option<double> minLr{*this, "min-lr",
+                       llvm::cl::desc("Final learning rate (cosine)"),
+                       llvm::cl::init(kBuild.minLr)};
+
+  MoeBuildTrainStepOptions buildOptions() const {
+    MoeBuildTrainStepOptions o;
+    o.learningRate = lr;
+    o.optimizer = optimizer;
+    o.momentum = momentum;
+    o.beta1 = beta1;
+    o.beta2 = beta2;
+    o.eps = eps;
+    o.weightDecay = weightDecay;
+    o.clipNorm = clipNorm;
+    o.lrSchedule = lrSchedule;
+    o.warmup = warmup;
+    o.totalSteps = totalSteps;
+    o.minLr = minLr;
+    return o;
+  }
+  static inline const MoeBuildTrainStepOptions kBuild{};
   Option<std::string> profile{
       *this, "profile", llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
       llvm::cl::init("")};
@@ -65,8 +115,7 @@ void mlir::moe::registerMoePipelines() {
       "insert syncs and verify (FlowMoE §3)",
       [](OpPassManager &pm, const FlowMoePipelineOptions &options) {
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
-        pm.addPass(
-            createMoeBuildTrainStep(MoeBuildTrainStepOptions{options.lr}));
+        pm.addPass(createMoeBuildTrainStep(options.buildOptions()));
         if (options.tokenDegree != 1 || options.tokenDegreeBwd > 1)
           pm.addPass(createMoeTokenPipeline(MoeTokenPipelineOptions{
               options.tokenDegree, options.tokenDegreeBwd}));

@@ -20,6 +20,7 @@
 #include "WeightLoader.h"
 #include "moe/Target/Interpreter.h"
 
+#include "Checkpointing.h"
 #include "ParamLoading.h"
 
 #include "moe_rt/collectives.h"
@@ -57,6 +58,11 @@ struct Options {
   std::string input, dump, dumpInputs, dataPath, routingTrace;
   int steps = 1;
   uint64_t seed = 1;
+  bool seedGiven = false;
+  // Checkpoints (docs/checkpoint-format.md): every saveEvery steps into
+  // checkpointDir; resume from resumeDir's latest.
+  int saveEvery = 0;
+  std::string checkpointDir, resumeDir;
   bool randomWeights = false;
   double timeout = 60;
 };
@@ -82,6 +88,17 @@ Options parseOptions(int argc, char **argv) {
       if (!n)
         die("--seed needs a non-negative integer, got '" + v + "'");
       o.seed = *n;
+      o.seedGiven = true;
+    } else if (a == "--save-every") {
+      std::string v = value();
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
+      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
+        die("--save-every needs a positive integer, got '" + v + "'");
+      o.saveEvery = int(*n);
+    } else if (a == "--checkpoint") {
+      o.checkpointDir = value();
+    } else if (a == "--resume") {
+      o.resumeDir = value();
     } else if (a == "--dump") {
       o.dump = value();
     } else if (a == "--data") {
@@ -102,7 +119,8 @@ Options parseOptions(int argc, char **argv) {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
                   "[--dump-inputs FILE] [--routing-trace FILE] "
-                  "[--timeout SECONDS]\n");
+                  "[--timeout SECONDS] "
+                  "[--save-every N --checkpoint DIR] [--resume DIR]\n");
       moe_rt_mpi_finalize();
       std::exit(0);
     } else if (!a.empty() && a[0] == '-') {
@@ -113,6 +131,8 @@ Options parseOptions(int argc, char **argv) {
   }
   if (o.input.empty())
     die("no input step (moe-run STEP.mlir)");
+  if ((o.saveEvery > 0) != !o.checkpointDir.empty())
+    die("--save-every N and --checkpoint DIR go together");
   return o;
 }
 
@@ -293,21 +313,43 @@ int main(int argc, char **argv) {
     die(llvm::toString(loaded.takeError()));
 
   auto [rank, world] = rankAndWorld(o.timeout);
+  // A resumed run continues the checkpoint's counters: its update count,
+  // data position and noise seed.
+  moe_rt::checkpoint::Counters start{0, 0, o.seed};
+  std::optional<moe_rt::checkpoint::RankState> resumed;
+  if (!o.resumeDir.empty()) {
+    Interpreter probe(loaded->func, {rank, world, o.seed, o.timeout});
+    llvm::Expected<moe_rt::checkpoint::RankState> state =
+        run::readCheckpoint(probe, o.resumeDir);
+    if (!state)
+      die(llvm::toString(state.takeError()));
+    if (o.seedGiven && o.seed != state->counters.seed)
+      die("--seed " + std::to_string(o.seed) + " differs from the resumed "
+          "run's seed " + std::to_string(state->counters.seed));
+    start = state->counters;
+    resumed = std::move(*state);
+  }
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  Interpreter run(loaded->func, {rank, world, o.seed, o.timeout, log});
+  Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log});
   check(run.prepare());
   int fromSource = initArguments(run, !o.randomWeights, o.input);
-  if (rank == 0 && fromSource)
+  if (resumed) {
+    run::restoreCheckpoint(run, *resumed);
+    if (rank == 0)
+      std::fprintf(stderr, "moe-run: resumed from '%s' after step %llu\n",
+                   o.resumeDir.c_str(), (unsigned long long)start.step);
+  } else if (rank == 0 && fromSource) {
     std::fprintf(stderr,
                  "moe-run: %d parameters start from their ONNX source\n",
                  fromSource);
+  }
   std::string text;
   if (!o.dataPath.empty()) {
     std::ifstream in(o.dataPath, std::ios::binary);
     if (!in)
       die("cannot read --data '" + o.dataPath + "'");
     text.assign(std::istreambuf_iterator<char>(in), {});
-    loadText(run, text, 0);
+    loadText(run, text, int(start.dataPosition));
   }
   if (!o.dumpInputs.empty())
     dumpInputs(run, o.dumpInputs + ".rank" + std::to_string(rank));
@@ -317,26 +359,45 @@ int main(int argc, char **argv) {
   if (moe_rt_stream_create_pool(&sync) != MOE_RT_OK ||
       moe_rt_comm_create_world(o.timeout, 0, &all) != MOE_RT_OK)
     die(moe_rt_last_error());
-  auto start = std::chrono::steady_clock::now();
-  for (int s = 1; s <= o.steps; ++s) {
-    if (!text.empty() && s > 1)
-      loadText(run, text, s - 1);
+  auto began = std::chrono::steady_clock::now();
+  // Checkpoint writes agree through a sum over the world: a rank that
+  // failed makes every rank stop with an error, none commits alone.
+  auto agree = [&](bool ok) {
+    Buffer flag;
+    flag.f = {ok ? 1.0f : 0.0f};
+    if (moe_rt_all_reduce(sync, all, flag.view(), 0, -1) != MOE_RT_OK ||
+        moe_rt_stream_synchronize(sync, o.timeout) != MOE_RT_OK)
+      die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
+    return flag.f[0] == float(world);
+  };
+  for (int i = 1; i <= o.steps; ++i) {
+    int s = int(start.step) + i; // the update count, across resumes
+    if (!text.empty() && i > 1)
+      loadText(run, text, int(start.dataPosition) + i - 1);
     check(run.run(s));
     endRoutingStep(log, s, rank);
     float loss =
         globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);
     if (rank == 0) {
       std::chrono::duration<double> elapsed =
-          std::chrono::steady_clock::now() - start;
+          std::chrono::steady_clock::now() - began;
       std::printf("step %d loss %.6f\n", s, loss);
       if (o.steps > 1) // progress on stderr, the numbers stay parseable
-        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", s,
-                     o.steps, elapsed.count() / s,
-                     elapsed.count() / s * (o.steps - s));
+        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i,
+                     o.steps, elapsed.count() / i,
+                     elapsed.count() / i * (o.steps - i));
     }
     std::fflush(stdout);
-    if (s < o.steps)
-      run.advance();
+    run.advance();
+    if (o.saveEvery && s % o.saveEvery == 0) {
+      moe_rt::checkpoint::Counters at{uint64_t(s),
+                                      start.dataPosition + uint64_t(i),
+                                      start.seed};
+      check(run::saveCheckpoint(run, o.checkpointDir, at, agree));
+      if (rank == 0)
+        std::fprintf(stderr, "moe-run: checkpoint of step %d in '%s'\n", s,
+                     o.checkpointDir.c_str());
+    }
   }
   if (!o.dump.empty())
     dumpResults(run, o.dump + ".rank" + std::to_string(rank));

@@ -8,6 +8,7 @@
 #include "ParamLoading.h"
 
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Target/StepState.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -85,10 +86,7 @@ int64_t gridSize(FunctionOpInterface func) {
 }
 
 std::string argumentName(FunctionOpInterface func, BlockArgument arg) {
-  if (auto name = func.getArgAttrOfType<StringAttr>(
-          arg.getArgNumber(), MoeDialect::getParamAttrName()))
-    return name.getValue().str();
-  return "arg" + std::to_string(arg.getArgNumber());
+  return target::argumentName(func, arg);
 }
 
 bool isParameter(FunctionOpInterface func, BlockArgument arg) {
@@ -122,6 +120,17 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
   for (int64_t d : b.shape)
     numel *= d;
 
+  // Optimizer state starts at zero (torch.optim's zero-initialised
+  // moments and momentum buffers); step inputs are written before each
+  // step.
+  if (func.getArgAttr(arg.getArgNumber(), MoeDialect::getStateAttrName()) ||
+      func.getArgAttr(arg.getArgNumber(), MoeDialect::getStepInputAttrName())) {
+    if (b.isInt)
+      b.i.assign(numel, 0);
+    else
+      b.f.assign(numel, 0.0f);
+    return b;
+  }
   Block &entry = func.getFunctionBody().front();
   auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                 MoeDialect::getParamAttrName());

@@ -59,8 +59,9 @@ int64_t expertGroupIndex(FunctionOpInterface func, int rank);
 /// shape), or 0 when the step names none.
 int64_t gridSize(FunctionOpInterface func);
 
-/// The name of argument `arg`: its moe.param, else "arg<N>" (as moe-run's
-/// dumps and the generated step's tables name token ids and labels).
+/// The name of argument `arg`: its moe.param (moe.state, moe.step_input),
+/// else "arg<N>" (as moe-run's dumps and the generated step's tables name
+/// token ids and labels): moe/Target/StepState.h.
 std::string argumentName(FunctionOpInterface func, BlockArgument arg);
 
 /// True when `arg` is a parameter (has a moe.param name).

@@ -88,11 +88,13 @@ public:
   void setAfterOp(std::function<llvm::Error(Operation *)> hook);
 
   /// The step's results by name: "loss", then each updated parameter by
-  /// its moe.param name (others "result<N>").
+  /// its moe.param name, then the optimizer state by its moe.state name
+  /// (others "result<N>").
   std::vector<std::pair<std::string, Buffer *>> results();
 
-  /// Makes the updated parameters the next step's arguments (the step
-  /// returns the loss, then the new parameters in argument order).
+  /// Makes the updated parameters and optimizer state the next step's
+  /// arguments (StepState.h: the step returns the loss, then the carried
+  /// values).
   void advance();
 
   FunctionOpInterface step() const;

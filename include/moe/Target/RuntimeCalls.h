@@ -530,6 +530,62 @@ template <> struct RuntimeCall<SlotWindowOp> {
   }
 };
 
+/// Optimizers and clipping (docs/optimizers.md): the step inputs (lr,
+/// step) and the clip coefficient are tensors the runtime reads when the
+/// update runs; an absent scale is NULL.
+template <> struct RuntimeCall<AdamWOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(AdamWOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_adamw), v.stream(),
+                  v.f64Text(op.getBeta1().convertToDouble()),
+                  v.f64Text(op.getBeta2().convertToDouble()),
+                  v.f64Text(op.getEps().convertToDouble()),
+                  v.f64Text(op.getWeightDecay().convertToDouble()),
+                  v.in(op.getLr()), v.in(op.getStep()), v.in(op.getScale()),
+                  v.in(op.getParam()), v.in(op.getGrad()),
+                  v.in(op.getExpAvg()), v.in(op.getExpAvgSq()),
+                  v.out(op.getNewParam()), v.out(op.getNewExpAvg()),
+                  v.out(op.getNewExpAvgSq()));
+  }
+};
+
+template <> struct RuntimeCall<SgdMomentumOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(SgdMomentumOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_sgd_momentum), v.stream(),
+                  v.f64Text(op.getMomentum().convertToDouble()),
+                  v.f64Text(op.getWeightDecay().convertToDouble()),
+                  v.in(op.getLr()), v.in(op.getScale()), v.in(op.getParam()),
+                  v.in(op.getGrad()), v.in(op.getBuffer()),
+                  v.out(op.getNewParam()), v.out(op.getNewBuffer()));
+  }
+};
+
+/// One call per input, the first overwriting the result.
+template <> struct RuntimeCall<SumSquaresOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(SumSquaresOp op, V &v) {
+    for (auto [i, input] : llvm::enumerate(op.getInputs()))
+      if (failed(v.call(MOE_RT_FN(moe_rt_sum_squares), v.stream(),
+                        v.in(input), v.flag(i > 0), v.out(op.getResult()))))
+        return failure();
+    return success();
+  }
+};
+
+template <> struct RuntimeCall<ClipCoefOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(ClipCoefOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_clip_coef), v.stream(), v.in(op.getSumSq()),
+                  v.f64Text(op.getMaxNorm().convertToDouble()),
+                  v.out(op.getResult()));
+  }
+};
+
 /// Micro-batches: each part is the next contiguous run of the whole's
 /// elements.
 template <> struct RuntimeCall<SplitOp> {

@@ -102,15 +102,47 @@ def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
        plus one for the weights outside blocks (embeddings, head) on the
        data-parallel group; expert weights stay local under expert
        parallelism.
-    4. `moe.sgd` per parameter (`#moe.task<OPT, bwd>`); the function returns
-       the loss followed by the updated parameters, in argument order.
+    4. The update per parameter (`#moe.task<OPT, bwd>`): `moe.sgd` (plain
+       SGD, constant lr: the default), or with `optimizer=adamw`,
+       `momentum`, `weight-decay`, `clip-norm` or `lr-schedule=cosine`,
+       `moe.adamw` / `moe.sgd_momentum` with their state as explicit step
+       state: new arguments `moe.state = "<param>.<slot>"` after the
+       existing ones, the learning rate (and AdamW's update count) as step
+       inputs (`moe.step_input`), the schedule in `moe.lr_schedule`.
+       `clip-norm` adds `moe.sum_squares` of the expert gradients, its
+       all-reduce over the expert-parallel axes (on the communication
+       stream), the sum of squares of the reduced dense gradients and
+       `moe.clip_coef`,
+       whose result scales every update. The function returns the loss, the
+       updated parameters in argument order, then the new state in argument
+       order (docs/optimizers.md).
 
     The result is in program order forward → backward → all-reduce →
     update; `moe-schedule` reorders it.
   }];
   let options = [
     Option<"learningRate", "lr", "double", /*default=*/"0.01",
-           "SGD learning rate">
+           "Learning rate (the schedule's peak)">,
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"sgd\"",
+           "sgd | adamw">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.0",
+           "SGD momentum (torch.optim.SGD, dampening 0)">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.0",
+           "Weight decay (AdamW: decoupled; SGD: added to the gradient)">,
+    Option<"clipNorm", "clip-norm", "double", /*default=*/"0.0",
+           "Clip the global gradient 2-norm to this (0: no clipping)">,
+    Option<"lrSchedule", "lr-schedule", "std::string",
+           /*default=*/"\"constant\"", "constant | cosine (linear warm-up, "
+           "then cosine decay to min-lr)">,
+    Option<"warmup", "warmup", "int64_t", /*default=*/"0",
+           "Warm-up updates of lr-schedule=cosine">,
+    Option<"totalSteps", "total-steps", "int64_t", /*default=*/"0",
+           "Update at which lr-schedule=cosine reaches min-lr">,
+    Option<"minLr", "min-lr", "double", /*default=*/"0.0",
+           "Final learning rate of lr-schedule=cosine">
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }

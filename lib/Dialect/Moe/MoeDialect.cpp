@@ -103,6 +103,17 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
                              << "' must be a policy name on a function";
     return success();
   }
+  // Its fields are read (and checked) where the schedule is evaluated:
+  // moe/Target/StepState.h, lrSchedule.
+  if (attr.getName() == getLrScheduleAttrName()) {
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!dict || !dict.getAs<StringAttr>("kind") ||
+        !isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << getLrScheduleAttrName()
+                             << "' must be a dictionary with a kind on a "
+                                "function";
+    return success();
+  }
   return op->emitError() << "unknown moe dialect attribute '"
                          << attr.getName().getValue() << "'";
 }
@@ -124,6 +135,21 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
     if (!isa<SourceAttr>(attr.getValue()))
       return op->emitError() << "'" << getSourceAttrName() << "' of argument #"
                              << argIndex << " must be a #moe.source attribute";
+    return success();
+  }
+  if (attr.getName() == getStateAttrName()) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty())
+      return op->emitError() << "'" << getStateAttrName() << "' of argument #"
+                             << argIndex << " must be a non-empty string";
+    return success();
+  }
+  if (attr.getName() == getStepInputAttrName()) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || (name.getValue() != "lr" && name.getValue() != "step"))
+      return op->emitError() << "'" << getStepInputAttrName()
+                             << "' of argument #" << argIndex
+                             << " must be \"lr\" or \"step\"";
     return success();
   }
   return op->emitError() << "unknown moe dialect argument attribute '"

@@ -25,6 +25,7 @@
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "moe/Target/RuntimeCalls.h"
+#include "moe/Target/StepState.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/EmitC/IR/EmitC.h"
@@ -81,6 +82,10 @@ public:
   Attribute str(StringRef s) {
     std::string out = "\"";
     for (char ch : s) {
+      if (ch == '\n') {
+        out += "\\n";
+        continue;
+      }
       if (ch == '"' || ch == '\\')
         out += '\\';
       out += ch;
@@ -477,20 +482,44 @@ LogicalResult MoeConvertToEmitCPass::convert(FunctionOpInterface step,
       e.call("moe_step_buffer", Type(), args);
     }
     // Arguments in order: parameters by name, token ids / labels unnamed
-    // ("arg<N>" in the dumps, as moe-run names them).
+    // ("arg<N>" in the dumps, as moe-run names them); optimizer state and
+    // step inputs by name (StepState.h), the schedule for the lr input.
     std::vector<std::string> resultNames = {"loss"};
+    for (BlockArgument a : target::carriedArguments(step))
+      resultNames.push_back(target::argumentName(step, a));
     for (BlockArgument a : entry.getArguments()) {
-      auto pname = step.getArgAttrOfType<StringAttr>(
-          a.getArgNumber(), MoeDialect::getParamAttrName());
-      if (pname)
-        resultNames.push_back(pname.getValue().str());
       if (!ids.count(a))
         return step.emitError() << "argument " << a.getArgNumber()
                                 << " is not a tensor";
-      e.call("moe_step_argument", Type(),
+      target::ArgRole role = target::roleOf(step, a);
+      std::string aname = target::argumentName(step, a);
+      StringRef callee = role == target::ArgRole::state ? "moe_step_state"
+                         : role == target::ArgRole::stepInput
+                             ? "moe_step_step_input"
+                             : "moe_step_argument";
+      e.call(callee, Type(),
              {db->getArgument(0), e.i64(ids[a]),
-              pname ? e.str(pname.getValue()) : e.null()});
+              role == target::ArgRole::input ? e.null() : e.str(aname)});
+      if (role == target::ArgRole::stepInput && aname == "lr") {
+        llvm::Expected<moe_rt_lr_schedule> schedule =
+            target::lrSchedule(step);
+        if (!schedule)
+          return step.emitError() << llvm::toString(schedule.takeError());
+        e.call("moe_step_lr_schedule", Type(),
+               {db->getArgument(0),
+                e.opaque(schedule->kind == MOE_RT_LR_COSINE
+                             ? "MOE_RT_LR_COSINE"
+                             : "MOE_RT_LR_CONSTANT"),
+                e.f64(schedule->lr), e.i64(schedule->warmup),
+                e.i64(schedule->total), e.f64(schedule->min_lr)});
+      }
     }
+    // What a checkpoint of this step holds, from its sharding
+    // (docs/checkpoint-format.md).
+    e.call("moe_step_checkpoint_manifest", Type(),
+           {db->getArgument(0),
+            e.str(moe_rt::checkpoint::encodeManifest(
+                target::checkpointManifest(step)))});
     // Results: the loss, then the updated parameters in argument order.
     auto ret = dyn_cast<func::ReturnOp>(entry.getTerminator());
     if (!ret)

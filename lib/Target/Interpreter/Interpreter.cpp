@@ -13,6 +13,7 @@
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "moe/Target/RuntimeCalls.h"
+#include "moe/Target/StepState.h"
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/ops.h"
@@ -74,6 +75,7 @@ public:
 
 private:
   llvm::Error fill(arith::ConstantOp c);
+  llvm::Error fillStepInputs();
 
   DenseMap<Value, std::unique_ptr<Buffer>> buffers;
   std::map<std::pair<int, int64_t>, moe_rt_stream> streams;
@@ -318,8 +320,33 @@ llvm::Error Interpreter::Impl::prepare() {
   return llvm::Error::success();
 }
 
+/// The step inputs of update `stepNumber`: its learning rate from the
+/// schedule and the count itself (moe_rt/lr_schedule.h).
+llvm::Error Interpreter::Impl::fillStepInputs() {
+  for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
+    if (roleOf(func, arg) != ArgRole::stepInput)
+      continue;
+    Buffer *b = buffer(arg);
+    std::string name = argumentName(func, arg);
+    if (name == "step" && b->isInt && b->numel() == 1) {
+      b->i[0] = step;
+    } else if (name == "lr" && !b->isInt && b->numel() == 1) {
+      llvm::Expected<moe_rt_lr_schedule> schedule = lrSchedule(func);
+      if (!schedule)
+        return schedule.takeError();
+      b->f[0] = float(moe_rt_lr_at(&*schedule, step));
+    } else {
+      return error("step input '" + name +
+                   "': moe-run fills 'lr' (f32) and 'step' (i64) scalars");
+    }
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error Interpreter::Impl::run(int64_t stepNumber) {
   step = stepNumber;
+  if (llvm::Error e = fillStepInputs())
+    return e;
   for (Operation &op : func.getFunctionBody().front())
     if (!op.hasTrait<OpTrait::IsTerminator>())
       if (llvm::Error e = execute(&op))
@@ -351,10 +378,8 @@ std::vector<std::pair<std::string, Buffer *>> Interpreter::results() {
   FunctionOpInterface func = impl->func;
   Block &entry = func.getFunctionBody().front();
   std::vector<std::string> names = {"loss"};
-  for (BlockArgument arg : entry.getArguments())
-    if (auto n = func.getArgAttrOfType<StringAttr>(
-            arg.getArgNumber(), MoeDialect::getParamAttrName()))
-      names.push_back(n.getValue().str());
+  for (BlockArgument arg : carriedArguments(func))
+    names.push_back(argumentName(func, arg));
   std::vector<std::pair<std::string, Buffer *>> out;
   for (auto [i, v] : llvm::enumerate(entry.getTerminator()->getOperands()))
     out.push_back({i < names.size() ? names[i] : "result" + std::to_string(i),
@@ -367,7 +392,6 @@ void Interpreter::advance() {
   Block &entry = func.getFunctionBody().front();
   Operation *ret = entry.getTerminator();
   unsigned next = 1;
-  for (BlockArgument arg : entry.getArguments())
-    if (func.getArgAttr(arg.getArgNumber(), MoeDialect::getParamAttrName()))
-      buffer(arg)->f = buffer(ret->getOperand(next++))->f;
+  for (BlockArgument arg : carriedArguments(func))
+    buffer(arg)->f = buffer(ret->getOperand(next++))->f;
 }

@@ -294,6 +294,38 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
                                      moe_rt_tensor *out, int64_t offset_bytes,
                                      int64_t size_bytes);
 
+/* Optimizers (docs/optimizers.md). lr: an F32 scalar tensor (the step's
+ * "lr" input), step: an I64 scalar (the 1-based update count), scale: the
+ * F32 scalar clip coefficient of moe_rt_clip_coef, or NULL for none; all
+ * read when the task runs. Every other tensor has the parameter's size.
+ * moe.adamw: torch.optim.AdamW; moe.sgd_momentum: torch.optim.SGD with
+ * momentum (dampening 0). */
+moe_rt_status moe_rt_adamw(moe_rt_stream s, double beta1, double beta2,
+                           double eps, double weight_decay,
+                           const moe_rt_tensor *lr, const moe_rt_tensor *step,
+                           const moe_rt_tensor *scale,
+                           const moe_rt_tensor *param,
+                           const moe_rt_tensor *grad,
+                           const moe_rt_tensor *exp_avg,
+                           const moe_rt_tensor *exp_avg_sq,
+                           moe_rt_tensor *new_param, moe_rt_tensor *new_exp_avg,
+                           moe_rt_tensor *new_exp_avg_sq);
+moe_rt_status moe_rt_sgd_momentum(moe_rt_stream s, double momentum,
+                                  double weight_decay, const moe_rt_tensor *lr,
+                                  const moe_rt_tensor *scale,
+                                  const moe_rt_tensor *param,
+                                  const moe_rt_tensor *grad,
+                                  const moe_rt_tensor *buffer,
+                                  moe_rt_tensor *new_param,
+                                  moe_rt_tensor *new_buffer);
+/* out (an F32 scalar) = (accumulate ? out : 0) + sum of x^2 (moe.sum_squares,
+ * one call per input). */
+moe_rt_status moe_rt_sum_squares(moe_rt_stream s, const moe_rt_tensor *x,
+                                 int accumulate, moe_rt_tensor *out);
+/* out = min(1, max_norm / (sqrt(sum_sq) + 1e-6)) (moe.clip_coef). */
+moe_rt_status moe_rt_clip_coef(moe_rt_stream s, const moe_rt_tensor *sum_sq,
+                               double max_norm, moe_rt_tensor *out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -26,6 +26,7 @@
 #define MOE_RT_STEP_SUPPORT_H
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/lr_schedule.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
 
@@ -71,8 +72,20 @@ void moe_step_load_params(moe_step *s, const char *path);
 void moe_step_dump_results(moe_step *s, const char *path);
 /* The loss averaged over all ranks (moe-run's "step N loss X" line). */
 double moe_step_global_loss(moe_step *s);
-/* The updated parameters become the next step's arguments. */
+/* The updated parameters and optimizer state become the next step's
+ * arguments. */
 void moe_step_advance(moe_step *s);
+/* Checkpoints (docs/checkpoint-format.md), as moe-run --checkpoint /
+ * --resume write and read them: collective (every rank calls). Saving
+ * writes the carried state after moe_step_advance, with the update count
+ * (the steps begun so far), `data_position` (the trainer's, e.g. windows
+ * consumed) and the noise seed. Resuming checks the latest checkpoint
+ * under `root` against this step and job before it overwrites anything,
+ * restores the state, continues the update count and seed, and returns
+ * the data position. */
+void moe_step_save_checkpoint(moe_step *s, const char *root,
+                              uint64_t data_position);
+uint64_t moe_step_resume(moe_step *s, const char *root);
 /* noisy_topk's base seed (moe-run's --seed; 1, moe-run's default, unless
  * set). Step n (the n-th <model>_step call) draws its noise from
  * moe_rt_gate_step_seed(base, n), as moe-run's step n does. */
@@ -99,6 +112,20 @@ void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
                        const int64_t *shape);
 /* Buffer `id` is the next argument; name: its moe.param, or NULL. */
 void moe_step_argument(moe_step *s, int64_t id, const char *name);
+/* Buffer `id` is the next argument, optimizer state `name` (moe.state:
+ * zero at the start, carried from step to step like a parameter;
+ * docs/optimizers.md). */
+void moe_step_state(moe_step *s, int64_t id, const char *name);
+/* Buffer `id` is the next argument, step input `name`: "lr" (F32, from
+ * the schedule) or "step" (I64, the update count), written by
+ * moe_step_begin. */
+void moe_step_step_input(moe_step *s, int64_t id, const char *name);
+/* The step's checkpoint manifest (moe_rt/checkpoint_file.h text, counters
+ * 0), computed by the compiler from the step's sharding. */
+void moe_step_checkpoint_manifest(moe_step *s, const char *manifest);
+/* The schedule of the "lr" step input (moe_rt/lr_schedule.h). */
+void moe_step_lr_schedule(moe_step *s, moe_rt_lr_kind kind, double lr,
+                          int64_t warmup, int64_t total, double min_lr);
 /* Buffer `id` is the next result, dumped as `name`. */
 void moe_step_result(moe_step *s, const char *name, int64_t id);
 

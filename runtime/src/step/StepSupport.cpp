@@ -71,6 +71,14 @@ struct moe_step {
   std::vector<int64_t> arguments;
   std::vector<std::string> argumentNames; // "" for token ids / labels
   std::vector<bool> argumentNamed;
+  /// What each argument is (moe/Target/StepState.h's roles).
+  enum class Role { input, param, state, stepInput };
+  std::vector<Role> argumentRoles;
+  /// The "lr" step input's schedule (moe_step_lr_schedule).
+  moe_rt_lr_schedule schedule{MOE_RT_LR_CONSTANT, 0, 0, 0, 0};
+  /// The checkpoint manifest moe-convert-to-emitc computed (counters 0);
+  /// empty: the step cannot be checkpointed.
+  std::string manifest;
   std::vector<std::pair<std::string, int64_t>> results;
   std::map<std::string, std::vector<int64_t>> grids;
   std::map<std::pair<int, int64_t>, moe_rt_stream> streams;
@@ -211,11 +219,38 @@ void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
   b.declared = true;
 }
 
-void moe_step_argument(moe_step *s, int64_t id, const char *name) {
+namespace {
+void addArgument(moe_step *s, int64_t id, const char *name,
+                 moe_step::Role role) {
   s->buffer(id);
   s->arguments.push_back(id);
   s->argumentNamed.push_back(name != nullptr);
   s->argumentNames.push_back(name ? name : "");
+  s->argumentRoles.push_back(role);
+}
+} // namespace
+
+void moe_step_argument(moe_step *s, int64_t id, const char *name) {
+  addArgument(s, id, name,
+              name ? moe_step::Role::param : moe_step::Role::input);
+}
+
+void moe_step_state(moe_step *s, int64_t id, const char *name) {
+  if (!name)
+    fail(s, "optimizer state needs a name");
+  addArgument(s, id, name, moe_step::Role::state);
+}
+
+void moe_step_step_input(moe_step *s, int64_t id, const char *name) {
+  if (!name || (std::string(name) != "lr" && std::string(name) != "step"))
+    fail(s, std::string("unknown step input '") + (name ? name : "NULL") +
+                "' (lr or step)");
+  addArgument(s, id, name, moe_step::Role::stepInput);
+}
+
+void moe_step_lr_schedule(moe_step *s, moe_rt_lr_kind kind, double lr,
+                          int64_t warmup, int64_t total, double min_lr) {
+  s->schedule = moe_rt_lr_schedule{kind, lr, min_lr, warmup, total};
 }
 
 void moe_step_result(moe_step *s, const char *name, int64_t id) {
@@ -233,6 +268,29 @@ uint64_t moe_step_gate_seed(const moe_step *s) {
   return moe_rt_gate_step_seed(s->gateSeedBase, s->stepsBegun);
 }
 
+namespace {
+/// The step inputs of update s->stepsBegun: its learning rate and count.
+void fillStepInputs(moe_step *s) {
+  for (size_t i = 0; i < s->arguments.size(); ++i) {
+    if (s->argumentRoles[i] != moe_step::Role::stepInput)
+      continue;
+    Buffer &b = s->buffer(s->arguments[i]);
+    bool lr = s->argumentNames[i] == "lr";
+    if (b.numel() != 1 || b.t.dtype != (lr ? MOE_RT_F32 : MOE_RT_I64))
+      fail(s, "step input '" + s->argumentNames[i] +
+                  "' must be one " + (lr ? "F32" : "I64"));
+    HostCopy host(b.t);
+    if (lr)
+      *static_cast<float *>(host.t.data) =
+          float(moe_rt_lr_at(&s->schedule, s->stepsBegun));
+    else
+      *static_cast<int64_t *>(host.t.data) = s->stepsBegun;
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "writing step input '" + s->argumentNames[i] + "'");
+  }
+}
+} // namespace
+
 void moe_step_begin(moe_step *s) {
   ++s->stepsBegun; // step n of the run, as moe-run counts them
   std::vector<bool> isArgument(s->buffers.size());
@@ -248,6 +306,7 @@ void moe_step_begin(moe_step *s) {
     else
       std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
   }
+  fillStepInputs(s);
 }
 
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id) {
@@ -386,6 +445,8 @@ void moe_step_load_inputs(moe_step *s, const char *path) {
       fail(s, std::string("'") + path + "' line " + std::to_string(i + 1) +
                   ": argument '" + name + "', the step expects '" + want +
                   "'");
+    if (s->argumentRoles[i] == moe_step::Role::stepInput)
+      continue; // written by moe_step_begin
     Buffer &b = s->buffer(s->arguments[i]);
     std::string shape;
     for (int32_t d = 0; d < b.t.rank; ++d)
@@ -430,8 +491,8 @@ void moe_step_load_params(moe_step *s, const char *path) {
   for (const auto &t : params)
     byName[t.name] = &t;
   for (int i = 0; i < moe_step_num_arguments(s); ++i) {
-    if (!s->argumentNamed[i])
-      continue; // token ids / labels: the trainer's data
+    if (s->argumentRoles[i] != moe_step::Role::param)
+      continue; // token ids / labels: the trainer's data; state: zero
     const std::string &name = s->argumentNames[i];
     auto it = byName.find(name);
     if (it == byName.end())
@@ -503,11 +564,15 @@ double moe_step_global_loss(moe_step *s) {
 }
 
 void moe_step_advance(moe_step *s) {
-  // Results: the loss, then the new parameters in argument order.
+  // Results: the loss, then the new parameters in argument order, then the
+  // new optimizer state in argument order (moe/Target/StepState.h).
+  std::vector<size_t> carried;
+  for (moe_step::Role role : {moe_step::Role::param, moe_step::Role::state})
+    for (size_t i = 0; i < s->arguments.size(); ++i)
+      if (s->argumentRoles[i] == role)
+        carried.push_back(i);
   size_t next = 1;
-  for (size_t i = 0; i < s->arguments.size(); ++i) {
-    if (!s->argumentNamed[i])
-      continue;
+  for (size_t i : carried) {
     if (next >= s->results.size())
       fail(s, "fewer results than parameters");
     Buffer &param = s->buffer(s->arguments[i]);
@@ -521,4 +586,119 @@ void moe_step_advance(moe_step *s) {
     check(s, moe_rt_tensor_copy(&param.t, &updated.t),
           "advancing parameter '" + s->argumentNames[i] + "'");
   }
+}
+
+//===--- checkpoints (moe_rt/checkpoint_file.h) ------------------------------===//
+
+#include "moe_rt/checkpoint_file.h"
+
+namespace ckpt = moe_rt::checkpoint;
+
+void moe_step_checkpoint_manifest(moe_step *s, const char *manifest) {
+  ckpt::Manifest m;
+  std::string error;
+  if (!manifest || !ckpt::decodeManifest(manifest, "<generated>", m, error))
+    fail(s, "the generated checkpoint manifest does not parse: " + error);
+  s->manifest = manifest;
+}
+
+namespace {
+
+/// The generated manifest for this job at `counters`.
+ckpt::Manifest jobManifest(moe_step *s, ckpt::Counters counters) {
+  if (s->manifest.empty())
+    fail(s, "this step was generated without a checkpoint manifest");
+  ckpt::Manifest m;
+  std::string error;
+  ckpt::decodeManifest(s->manifest, "<generated>", m, error);
+  m.counters = counters;
+  m.ranks = s->world;
+  return m;
+}
+
+/// The argument index of each tensor of `m`, by name.
+std::vector<size_t> carriedIndices(moe_step *s, const ckpt::Manifest &m) {
+  std::vector<size_t> out;
+  for (const ckpt::LayoutEntry &e : m.tensors) {
+    size_t i = 0;
+    while (i < s->arguments.size() && s->argumentNames[i] != e.name)
+      ++i;
+    if (i == s->arguments.size())
+      fail(s, "the step has no argument '" + e.name + "' of its manifest");
+    out.push_back(i);
+  }
+  return out;
+}
+
+/// Whether every rank passes `ok` (a sum over the world).
+bool agree(moe_step *s, bool ok) {
+  moe_rt_tensor flag;
+  check(s, moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, 0, nullptr, &flag),
+        "allocating a flag");
+  *static_cast<float *>(flag.data) = ok ? 1.0f : 0.0f;
+  check(s, moe_rt_all_reduce(s->lossStream, s->lossComm, &flag, 0, -1),
+        "agreeing on a checkpoint");
+  check(s, moe_rt_stream_synchronize(s->lossStream, s->timeout),
+        "agreeing on a checkpoint");
+  bool all = *static_cast<float *>(flag.data) == float(s->world);
+  moe_rt_tensor_destroy(&flag);
+  return all;
+}
+
+} // namespace
+
+void moe_step_save_checkpoint(moe_step *s, const char *root,
+                              uint64_t data_position) {
+  ckpt::Counters counters{uint64_t(s->stepsBegun), data_position,
+                          s->gateSeedBase};
+  ckpt::Manifest m = jobManifest(s, counters);
+  ckpt::RankState state;
+  state.rank = s->rank;
+  state.ranks = s->world;
+  state.counters = counters;
+  std::vector<size_t> index = carriedIndices(s, m);
+  for (size_t k = 0; k < index.size(); ++k) {
+    Buffer &b = s->buffer(s->arguments[index[k]]);
+    HostCopy host(b.t);
+    check(s, moe_rt_tensor_copy(&host.t, &b.t),
+          "reading '" + m.tensors[k].name + "' for a checkpoint");
+    const float *v = static_cast<const float *>(host.t.data);
+    state.tensors.push_back({m.tensors[k].name, m.tensors[k].role,
+                             m.tensors[k].localShape,
+                             std::vector<float>(v, v + b.numel())});
+  }
+  std::string error, dir = root ? root : "";
+  std::string staging = ckpt::stagingDir(dir, counters.step);
+  bool ok = ckpt::makeDir(dir, error) && ckpt::makeDir(staging, error) &&
+            ckpt::writeAtomically(staging + "/" + ckpt::rankFileName(s->rank),
+                                  ckpt::encodeRank(state), error);
+  if (!agree(s, ok))
+    fail(s, ok ? "another rank could not write its checkpoint file" : error);
+  ok = s->rank != 0 || ckpt::commit(dir, m, error);
+  if (!agree(s, ok))
+    fail(s, s->rank == 0 ? error : "rank 0 could not commit the checkpoint");
+}
+
+uint64_t moe_step_resume(moe_step *s, const char *root) {
+  ckpt::Manifest want = jobManifest(s, {});
+  ckpt::RankState state;
+  std::string error;
+  if (!ckpt::readResharded(root ? root : "", want, s->rank, state, error))
+    fail(s, error);
+  std::vector<size_t> index = carriedIndices(s, want);
+  for (size_t k = 0; k < index.size(); ++k) {
+    const ckpt::Tensor *t = nullptr;
+    for (const ckpt::Tensor &c : state.tensors)
+      if (c.name == want.tensors[k].name)
+        t = &c;
+    Buffer &b = s->buffer(s->arguments[index[k]]);
+    HostCopy host(b.t);
+    std::copy(t->values.begin(), t->values.end(),
+              static_cast<float *>(host.t.data));
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "restoring '" + t->name + "' from a checkpoint");
+  }
+  s->stepsBegun = int64_t(state.counters.step);
+  s->gateSeedBase = state.counters.seed;
+  return state.counters.dataPosition;
 }

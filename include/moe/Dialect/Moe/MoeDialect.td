@@ -83,6 +83,24 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getSourceAttrName() {
       return ::llvm::StringLiteral("moe.source");
     }
+    /// Name of the argument attribute marking optimizer state carried from
+    /// step to step (docs/optimizers.md): "<param>.<slot>", the slot as
+    /// torch.optim names it (exp_avg, exp_avg_sq, momentum_buffer).
+    static constexpr ::llvm::StringLiteral getStateAttrName() {
+      return ::llvm::StringLiteral("moe.state");
+    }
+    /// Name of the argument attribute marking a value the host gives each
+    /// step: "lr" (the schedule's learning rate) or "step" (the 1-based
+    /// update count, for AdamW's bias correction).
+    static constexpr ::llvm::StringLiteral getStepInputAttrName() {
+      return ::llvm::StringLiteral("moe.step_input");
+    }
+    /// Name of the function attribute holding the learning-rate schedule
+    /// the host evaluates for the "lr" step input: {kind = "constant" |
+    /// "cosine", lr, warmup, total, min_lr}.
+    static constexpr ::llvm::StringLiteral getLrScheduleAttrName() {
+      return ::llvm::StringLiteral("moe.lr_schedule");
+    }
   }];
 }
 

@@ -576,6 +576,89 @@ def Moe_SgdOp : Moe_ComputeOp<"sgd", [AllTypesMatch<["param", "grad", "result"]>
   }];
 }
 
+// Step inputs and norms: 0-d tensors, buildable so that the assembly
+// format need not spell their types.
+def Moe_ScalarF32 : 0DTensorOf<[F32]>, BuildableType<
+    "::mlir::RankedTensorType::get({}, $_builder.getF32Type())">;
+def Moe_ScalarI64 : 0DTensorOf<[I64]>, BuildableType<
+    "::mlir::RankedTensorType::get({}, $_builder.getI64Type())">;
+
+def Moe_AdamWOp : Moe_ComputeOp<"adamw", [
+    AllTypesMatch<["param", "grad", "exp_avg", "exp_avg_sq", "new_param",
+                   "new_exp_avg", "new_exp_avg_sq"]>]> {
+  let summary = "AdamW update of one parameter (torch.optim.AdamW)";
+  let description = [{
+    Loshchilov & Hutter's decoupled weight decay, as torch.optim.AdamW
+    computes it, with g = grad * scale (scale: the clip coefficient of
+    `moe.clip_coef`, absent: 1), t = step, η = lr:
+
+        p  ← p · (1 − η·weight_decay)
+        m' = β1·m + (1 − β1)·g,   v' = β2·v + (1 − β2)·g²
+        p' = p − η/(1 − β1^t) · m' / (sqrt(v') / sqrt(1 − β2^t) + eps)
+
+    `lr` and `step` are step inputs (arguments with `moe.step_input`),
+    `exp_avg` / `exp_avg_sq` the parameter's state (arguments with
+    `moe.state`); the step returns the three new values.
+  }];
+  let arguments = (ins Moe_FloatTensor:$param, Moe_FloatTensor:$grad,
+                       Moe_FloatTensor:$exp_avg, Moe_FloatTensor:$exp_avg_sq,
+                       Moe_ScalarF32:$lr, Moe_ScalarI64:$step,
+                       Optional<Moe_ScalarF32>:$scale,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay);
+  let results = (outs Moe_FloatTensor:$new_param,
+                      Moe_FloatTensor:$new_exp_avg,
+                      Moe_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `state` `(` $exp_avg `,` $exp_avg_sq `)` `lr` $lr
+    `step` $step (`scale` $scale^)? attr-dict `:` type($param)
+  }];
+}
+
+def Moe_SgdMomentumOp : Moe_ComputeOp<"sgd_momentum", [
+    AllTypesMatch<["param", "grad", "buffer", "new_param", "new_buffer"]>]> {
+  let summary = "SGD with momentum of one parameter (torch.optim.SGD)";
+  let description = [{
+    torch.optim.SGD with dampening 0 and without Nesterov, g = grad * scale:
+
+        d = g + weight_decay·p,   b' = momentum·b + d,   p' = p − lr·b'
+
+    (torch's first step sets b = d, which b = 0 gives). `buffer` is the
+    parameter's `momentum_buffer` state, `lr` a step input.
+  }];
+  let arguments = (ins Moe_FloatTensor:$param, Moe_FloatTensor:$grad,
+                       Moe_FloatTensor:$buffer, Moe_ScalarF32:$lr,
+                       Optional<Moe_ScalarF32>:$scale,
+                       F64Attr:$momentum, F64Attr:$weight_decay);
+  let results = (outs Moe_FloatTensor:$new_param, Moe_FloatTensor:$new_buffer);
+  let assemblyFormat = [{
+    $param `,` $grad `state` `(` $buffer `)` `lr` $lr (`scale` $scale^)?
+    attr-dict `:` type($param)
+  }];
+}
+
+def Moe_SumSquaresOp : Moe_ComputeOp<"sum_squares"> {
+  let summary = "sum of the squares of every element of the inputs";
+  let description = [{
+    Σ x² over all elements of all inputs, as a tensor<f32>: this rank's
+    part of the squared global gradient norm (clip_grad_norm_).
+  }];
+  let arguments = (ins Variadic<Moe_FloatTensor>:$inputs);
+  let results = (outs Moe_ScalarF32:$result);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs)";
+}
+
+def Moe_ClipCoefOp : Moe_ComputeOp<"clip_coef"> {
+  let summary = "gradient clipping coefficient from the squared global norm";
+  let description = [{
+    min(1, max_norm / (sqrt(sum_sq) + 1e-6)), as
+    torch.nn.utils.clip_grad_norm_ scales the gradients.
+  }];
+  let arguments = (ins Moe_ScalarF32:$sum_sq, F64Attr:$max_norm);
+  let results = (outs Moe_ScalarF32:$result);
+  let assemblyFormat = "$sum_sq `max_norm` `=` $max_norm attr-dict";
+}
+
 //===----------------------------------------------------------------------===//
 // Scheduling
 //===----------------------------------------------------------------------===//
