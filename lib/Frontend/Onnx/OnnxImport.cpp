@@ -748,7 +748,8 @@ void Importer::report(llvm::raw_ostream &os) const {
     os << "block " << b << ":\n";
     for (OpSite s : {OpSite::attention, OpSite::attnResidual, OpSite::ffnNorm,
                      OpSite::gate, OpSite::dispatch, OpSite::expert,
-                     OpSite::combine, OpSite::sharedExpert, OpSite::sharedAdd,
+                     OpSite::combine, OpSite::sharedExpert, OpSite::sharedGate,
+                     OpSite::sharedAdd,
                      OpSite::ffnResidual})
       line(b, s);
   }
