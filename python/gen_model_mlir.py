@@ -34,6 +34,9 @@ class Config:
     kv_heads: int | None = None  # None = same as heads (MHA)
     causal: bool = True
     rotary: bool = False
+    rope_theta: float = 10000.0  # rotary base (moe.attention's theta)
+    rope_layout: str = "rotate_half"  # rotate_half | interleaved
+    attn_bias: bool = False  # Q/K/V and output biases (block<i>.attn.b*)
     norm: str = "layer"     # layer | rms
     activation: str = "gelu"
     gated: bool = False     # SwiGLU-style experts
@@ -164,6 +167,10 @@ def write(cfg):
         wk = w.arg(p + ".attn.wk", [M, kv * c.head_dim])
         wv = w.arg(p + ".attn.wv", [M, kv * c.head_dim])
         wo = w.arg(p + ".attn.wo", [c.heads * c.head_dim, M])
+        biases = ([w.arg(p + ".attn.bq", [c.heads * c.head_dim]),
+                   w.arg(p + ".attn.bk", [kv * c.head_dim]),
+                   w.arg(p + ".attn.bv", [kv * c.head_dim]),
+                   w.arg(p + ".attn.bo", [M])] if c.attn_bias else [])
         # Pre-norm: attn_norm, moe_norm; post-norm (BERT): a norm after
         # each residual add instead (the builder's parameter order).
         ln1 = [] if c.postnorm else norm_params(p + ".attn_norm")
@@ -190,16 +197,25 @@ def write(cfg):
         x = f"%x{l}"
         w.emit(f"{out} = moe.block {l} ({x} = {h} : {act}) -> {act} {{")
         flags = (" causal" if c.causal else "") + (" rotary" if c.rotary else "")
+        if c.rotary and c.rope_layout != "rotate_half":
+            flags += f" layout = {c.rope_layout}"
+        if c.rotary and c.rope_theta != 10000.0:
+            flags += f" theta = {c.rope_theta!r}"
+        bias_txt = (f" qkv_bias({', '.join(biases[:3])}) out_bias({biases[3]})"
+                    if biases else "")
+        bias_types = ([tensor([c.heads * c.head_dim]),
+                       tensor([kv * c.head_dim]), tensor([kv * c.head_dim]),
+                       tensor([M])] if biases else [])
         attn_types = ", ".join([act, tensor([M, c.heads * c.head_dim]),
                                 tensor([M, kv * c.head_dim]),
                                 tensor([M, kv * c.head_dim]),
                                 tensor([c.heads * c.head_dim, M])] +
-                               [tensor([M])] * len(ln1))
+                               [tensor([M])] * len(ln1) + bias_types)
         a = w.fresh("attn")
         prenorm = f" prenorm {c.norm}({', '.join(ln1)})" if ln1 else ""
         w.emit(f"{a} = moe.attention {x} weights({wq}, {wk}, {wv}, {wo}) "
                f"heads = {c.heads} kv_heads = {kv} head_dim = {c.head_dim}"
-               f"{flags}{prenorm} : ({attn_types}) -> {act}", 4)
+               f"{flags}{prenorm}{bias_txt} : ({attn_types}) -> {act}", 4)
         r1 = w.fresh("res")
         w.emit(f"{r1} = arith.addf {x}, {a} : {act}", 4)
         if post1:
@@ -276,6 +292,30 @@ def write(cfg):
     return "\n".join(lines) + "\n"
 
 
+def add_attention_arguments(ap):
+    """The attention variants (shared with torch_reference.py)."""
+    ap.add_argument("--rope-theta", type=float,
+                    help="rotary base theta (default 10000; HF Mixtral 1e6)")
+    ap.add_argument("--rope-layout", choices=["rotate_half", "interleaved"],
+                    help="rotary lane pairing (default rotate_half)")
+    ap.add_argument("--attn-bias", action="store_true",
+                    help="biases on the Q, K, V and output projections")
+
+
+def apply_attention_arguments(ap, args, cfg):
+    if args.rope_theta is not None:
+        if not args.rope_theta > 0:
+            ap.error("--rope-theta must be positive")
+        cfg = replace(cfg, rope_theta=args.rope_theta)
+    if args.rope_layout:
+        cfg = replace(cfg, rope_layout=args.rope_layout)
+    if args.attn_bias:
+        cfg = replace(cfg, attn_bias=True)
+    if (args.rope_theta is not None or args.rope_layout) and not cfg.rotary:
+        ap.error("--rope-theta / --rope-layout need a preset with rotary")
+    return cfg
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -302,6 +342,7 @@ def main(argv=None):
     ap.add_argument("--postnorm", action="store_true",
                     help="post-norm blocks (BERT): x = norm(x + f(x)) after "
                          "each sublayer, no pre-norms, no final norm")
+    add_attention_arguments(ap)
     ap.add_argument("-o", "--output", help="output file (default stdout)")
     args = ap.parse_args(argv)
     if args.list:
@@ -348,6 +389,7 @@ def main(argv=None):
                 ap.error("--capacity-factor must be a positive number or "
                          "'dropless'")
             cfg = replace(cfg, capacity_factor=f)
+    cfg = apply_attention_arguments(ap, args, cfg)
     if args.gate:
         cfg = replace(cfg, gate=args.gate)
     if args.normalize:

@@ -11,8 +11,8 @@ mean over ranks, one SGD step — and compares. Run with Debian's
 
 The model is rebuilt from the generator's preset and overrides, so the
 reference does not read the compiler's IR: attention (MHA/GQA, causal,
-rotary in the rotate-half convention, layer/RMS pre-norm), residuals,
-learned absolute positions (--set positions=P), post-norm blocks
+rotary with its base and layout, Q/K/V/O biases, layer/RMS pre-norm),
+residuals, learned absolute positions (--set positions=P), post-norm blocks
 (--postnorm), the gate of every token-choice kind (softmax_topk, noisy_topk with the
 runtime's noise: fresh per step from --seed, different per sample; sigmoid,
 cosine with its τ; optionally renormalised), experts, final norm, LM head,
@@ -62,18 +62,23 @@ def load_results(path):
             for name, data in compare_dumps.load_file(path).items()}
 
 
-def rotary(x):
-    # x: B x N x heads x D; rotate-half with angle pos * 10000^(-2i/D).
+def rotary(x, theta=10000.0, layout="rotate_half"):
+    # x: B x N x heads x D; lane pair j turns by pos * theta^(-2j/D): pairs
+    # (j, j + D/2) (rotate-half) or (2j, 2j + 1) (interleaved).
     b, n, h, d = x.shape
     half = d // 2
     i = torch.arange(half, dtype=torch.float64)
-    freq = 10000.0 ** (-2.0 * i / d)
+    freq = theta ** (-2.0 * i / d)
     angle = torch.arange(n, dtype=torch.float64)[:, None] * freq[None, :]
     # Angles in float64, applied in x's precision (the peer runs float32).
-    cos = torch.cat([angle.cos(), angle.cos()], -1)[None, :, None, :].to(x.dtype)
-    sin = torch.cat([angle.sin(), angle.sin()], -1)[None, :, None, :].to(x.dtype)
-    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rot * sin
+    cos = angle.cos()[None, :, None, :].to(x.dtype)
+    sin = angle.sin()[None, :, None, :].to(x.dtype)
+    if layout == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin],
+                           -1).reshape(b, n, h, d)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
 def norm(c, x, scale, bias):
@@ -207,11 +212,15 @@ def attention_sublayer(c, p, pre, h):
     else:
         xn = norm(c, h, p[f"{pre}.attn_norm.scale"],
                   p.get(f"{pre}.attn_norm.bias"))
-    q = (xn @ p[f"{pre}.attn.wq"]).view(b, n, c.heads, c.head_dim)
-    k = (xn @ p[f"{pre}.attn.wk"]).view(b, n, kv, c.head_dim)
-    v = (xn @ p[f"{pre}.attn.wv"]).view(b, n, kv, c.head_dim)
+    def proj(w, bias):
+        y = xn @ p[f"{pre}.attn.{w}"]
+        return y + p[f"{pre}.attn.{bias}"] if c.attn_bias else y
+    q = proj("wq", "bq").view(b, n, c.heads, c.head_dim)
+    k = proj("wk", "bk").view(b, n, kv, c.head_dim)
+    v = proj("wv", "bv").view(b, n, kv, c.head_dim)
     if c.rotary:
-        q, k = rotary(q), rotary(k)
+        q = rotary(q, c.rope_theta, c.rope_layout)
+        k = rotary(k, c.rope_theta, c.rope_layout)
     rep = c.heads // kv
     k = k.repeat_interleave(rep, dim=2)
     v = v.repeat_interleave(rep, dim=2)
@@ -220,8 +229,9 @@ def attention_sublayer(c, p, pre, h):
         mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
         scores = scores.masked_fill(mask, float("-inf"))
     att = torch.einsum("bhij,bjhd->bihd", scores.softmax(-1), v)
-    return postnorm(c, p, f"{pre}.attn_postnorm",
-                    h + att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"])
+    out = att.reshape(b, n, -1) @ p[f"{pre}.attn.wo"]
+    out = out + p[f"{pre}.attn.bo"] if c.attn_bias else out
+    return postnorm(c, p, f"{pre}.attn_postnorm", h + out)
 
 
 def lm_loss(c, p, h, labels):
@@ -359,8 +369,9 @@ def main():
                     help="also check that moe-run --routing-trace's step 1 "
                          "records equal the reference's per-sample expert "
                          "counts")
+    gen.add_attention_arguments(ap)
     args = ap.parse_args()
-    c = gen.PRESETS[args.preset]
+    c = gen.apply_attention_arguments(ap, args, gen.PRESETS[args.preset])
     overrides = {k: int(v) for k, v in (s.split("=") for s in args.set)}
     if args.layers:
         overrides["layers"] = args.layers

@@ -12,7 +12,8 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
     return TaskKind::E;
   if (isa<CombineOp>(op))
     return TaskKind::C;
-  if (isa<AttentionOp, NormOp, GateOp, SharedExpertOp, LinearOp>(op))
+  if (isa<AttentionOp, NormOp, GateOp, SharedExpertOp, SigmoidGateOp,
+          LinearOp>(op))
     return TaskKind::AT;
   return std::nullopt;
 }

@@ -292,6 +292,10 @@ struct HfFields {
   Activation act = Activation::gelu;
   bool gated = false, rotary = false, causal = true;
   double ropeTheta = 10000.0;
+  /// Attention biases: Q/K/V (Qwen2's q/k/v_proj) and output.
+  bool qkvBias = false, outBias = false;
+  /// Qwen2-MoE's sigmoid gate on the shared expert.
+  bool sharedGate = false;
   GateKind gate = GateKind::softmax_topk;
   bool normalize = false;
   std::optional<double> capacity;
@@ -374,9 +378,8 @@ void readExpertSizes(const Config &cfg, const ModelSpec &spec, HfFields &f) {
     f.sharedHidden = *s; // Qwen2-MoE
   else if (std::optional<int64_t> n = cfg.getInt({"n_shared_experts"}, 0))
     f.sharedHidden = *n * f.expertHidden; // DeepSeek
-  if (f.family == Family::Qwen2Moe && f.sharedHidden > 0)
-    f.notes.push_back("the shared expert's sigmoid output gate is not "
-                      "represented");
+  // Qwen2-MoE scales its shared expert by sigmoid(shared_expert_gate(x)).
+  f.sharedGate = f.family == Family::Qwen2Moe && f.sharedHidden > 0;
 }
 
 /// Norm kind and epsilon (RMSNorm for the LLaMA-like families and Switch,
@@ -415,6 +418,11 @@ void readLayerFlavour(const Config &cfg, HfFields &f) {
   f.rotary =
       f.llamaLike || (f.family == Family::Generic && cfg.has("rope_theta"));
   f.ropeTheta = cfg.getDouble({"rope_theta"}).value_or(10000.0);
+  // HF Qwen2(-MoE) always biases q/k/v_proj (not o_proj); LLaMA-style
+  // configs say `attention_bias` (all four).
+  f.qkvBias = f.family == Family::Qwen2Moe;
+  if (std::optional<bool> b = cfg.getBool("attention_bias"))
+    f.qkvBias = f.outBias = *b;
   f.causal = f.family != Family::Bert && f.family != Family::Switch;
   if (f.family == Family::Bert)
     if (std::optional<bool> dec = cfg.getBool("is_decoder"))
@@ -549,6 +557,8 @@ BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
   a.causal = f.causal;
   a.rotary = f.rotary;
   a.rotaryBase = f.ropeTheta;
+  a.qkvBias = f.qkvBias;
+  a.outBias = f.outBias;
   if (cfg.has("rope_theta"))
     a.rotaryLoc = cfg.keyLoc("rope_theta");
   a.prenorm = f.norm;
@@ -577,6 +587,7 @@ BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
   moe.gated = f.gated;
   moe.hidden = f.expertHidden;
   moe.sharedHidden = f.sharedHidden;
+  moe.sharedGate = f.sharedGate;
   moe.prenorm = f.postnorm ? std::nullopt : std::optional<NormKind>(f.norm);
   moe.epsilon = f.eps;
   block.moe = moe;

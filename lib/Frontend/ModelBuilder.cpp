@@ -29,6 +29,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -56,6 +58,25 @@ std::string shapeString(ArrayRef<int64_t> shape) {
 }
 
 bool isExpertParam(StringRef name) { return name.contains(".experts."); }
+
+/// A norm's epsilon as the shortest decimal that rounds to the same float32
+/// (an ONNX file holds 1e-5 as the float32 9.99999975e-6; a config.json
+/// holds 1e-05): the two frontends then build the same IR for the same
+/// model, and the value differs from the source's by under half a float32
+/// ulp, far below the runtime's fp32 tolerance.
+double canonicalEpsilon(double eps) {
+  float f = static_cast<float>(eps);
+  if (!(f > 0) || std::isinf(f))
+    return eps;
+  for (int digits = 1; digits <= 9; ++digits) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.*e", digits - 1, eps);
+    double d = std::strtod(text, nullptr);
+    if (static_cast<float>(d) == f)
+      return d;
+  }
+  return eps;
+}
 
 /// "mixtral-8x7b" -> "mixtral_8x7b": a func symbol that prints bare.
 std::string sanitizeSymbol(StringRef name) {
@@ -96,6 +117,10 @@ private:
   SmallVector<Value> paramValues;
   llvm::StringSet<> used;
   Value tokens, labels;
+
+  FloatAttr epsilonAttr(double eps) {
+    return b.getF64FloatAttr(canonicalEpsilon(eps));
+  }
 
   Location modelLoc() const {
     if (spec.embeddingLoc)
@@ -384,33 +409,38 @@ ModuleBuilder::buildAttention(int64_t index, const BlockSpec &block, Value x) {
     norm = *values;
     normKind = NormKindAttr::get(ctx, *a.prenorm);
   }
-  // What moe.attention cannot represent is an error, never approximated:
-  // the model would compute a different function.
-  // Name the source (an ONNX node or a config field) in the text: the
-  // source manager prints only the file of a NameLoc.
-  Location rloc = a.rotaryLoc.value_or(loc);
-  std::string where;
-  if (auto name = dyn_cast<NameLoc>(rloc))
-    where = " ('" + name.getName().str() + "')";
-  if (a.rotary && a.rotaryLayout != RotaryLayout::half)
-    return emitError(rloc) << "block " << index << where
-                          << ": interleaved rotary (lanes 2i, 2i+1 rotated "
-                             "together) is not representable: moe.attention's "
-                             "rotary pairs lane i with i + head_dim/2 "
-                             "(rotate-half)";
+  SmallVector<Value> qkvBias;
+  if (a.qkvBias) {
+    FailureOr<Value> bq = param(p + "bq", {q}, loc);
+    FailureOr<Value> bk = param(p + "bk", {kv}, loc);
+    FailureOr<Value> bv = param(p + "bv", {kv}, loc);
+    if (failed(bq) || failed(bk) || failed(bv))
+      return failure();
+    qkvBias = {*bq, *bk, *bv};
+  }
+  FailureOr<Value> outBias = Value();
+  if (a.outBias && failed(outBias = param(p + "bo", {m}, loc)))
+    return failure();
+  if (a.rotary && (a.headDim % 2 || !(a.rotaryBase > 0)))
+    return emitError(a.rotaryLoc.value_or(loc))
+           << "block " << index << ": rotary needs an even head size and a "
+           << "positive base, got head size " << a.headDim << " and theta "
+           << a.rotaryBase;
+  // The defaults (rotate-half, theta 10000) are left out, so both frontends
+  // print them the same way.
+  RotaryLayoutAttr layout;
+  FloatAttr theta;
+  if (a.rotary && a.rotaryLayout != RotaryLayout::rotate_half)
+    layout = RotaryLayoutAttr::get(ctx, a.rotaryLayout);
   if (a.rotary && a.rotaryBase != 10000.0)
-    return emitError(rloc) << "block " << index << where
-                          << ": rotary base (theta) "
-                          << a.rotaryBase
-                          << " is not representable: moe.attention's rotary "
-                             "uses theta = 10000";
+    theta = b.getF64FloatAttr(a.rotaryBase);
   auto op = AttentionOp::create(
       b, at(index, OpSite::attention, loc), x.getType(), x, *wq, *wk, *wv,
-      *wo, norm,
-      b.getI64IntegerAttr(a.heads), b.getI64IntegerAttr(a.kvHeads),
-      b.getI64IntegerAttr(a.headDim), a.causal ? b.getUnitAttr() : nullptr,
-      a.rotary ? b.getUnitAttr() : nullptr, normKind,
-      b.getF64FloatAttr(a.epsilon));
+      *wo, norm, qkvBias, *outBias, b.getI64IntegerAttr(a.heads),
+      b.getI64IntegerAttr(a.kvHeads), b.getI64IntegerAttr(a.headDim),
+      a.causal ? b.getUnitAttr() : nullptr,
+      a.rotary ? b.getUnitAttr() : nullptr, layout, theta, normKind,
+      epsilonAttr(a.epsilon));
   return op.getResult();
 }
 
@@ -517,6 +547,14 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
                  at(index, OpSite::sharedExpert, loc));
     if (failed(shared))
       return failure();
+    if (s.sharedGate) {
+      FailureOr<Value> wg = param(p + "shared.out_gate", {m, 1}, loc);
+      if (failed(wg))
+        return failure();
+      shared = SigmoidGateOp::create(b, at(index, OpSite::sharedGate, loc),
+                                     x.getType(), x, *wg, *shared)
+                   .getResult();
+    }
     out = arith::AddFOp::create(b, at(index, OpSite::sharedAdd, loc), out,
                                 *shared)
               .getResult();
@@ -532,8 +570,7 @@ FailureOr<Value> ModuleBuilder::buildNorm(StringRef prefix, NormKind kind,
     return failure();
   Value bias = values->size() > 1 ? (*values)[1] : Value();
   return NormOp::create(b, at(block, site, loc), x.getType(), x, (*values)[0],
-                        bias, NormKindAttr::get(ctx, kind),
-                        b.getF64FloatAttr(eps))
+                        bias, NormKindAttr::get(ctx, kind), epsilonAttr(eps))
       .getResult();
 }
 
@@ -732,6 +769,13 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
   add(p + "attn.wk", {m, a.kvHeads * a.headDim});
   add(p + "attn.wv", {m, a.kvHeads * a.headDim});
   add(p + "attn.wo", {a.heads * a.headDim, m});
+  if (a.qkvBias) {
+    add(p + "attn.bq", {a.heads * a.headDim});
+    add(p + "attn.bk", {a.kvHeads * a.headDim});
+    add(p + "attn.bv", {a.kvHeads * a.headDim});
+  }
+  if (a.outBias)
+    add(p + "attn.bo", {m});
   if (a.prenorm)
     addNorm(p + "attn_norm", *a.prenorm);
   std::optional<NormKind> ffnNorm =
@@ -771,6 +815,8 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
   addFfn(p + "experts", {moe.experts}, moe.hidden, moe.gated);
   if (moe.sharedHidden > 0)
     addFfn(p + "shared", {}, moe.sharedHidden, moe.gated);
+  if (moe.sharedHidden > 0 && moe.sharedGate)
+    add(p + "shared.out_gate", {m, 1});
 }
 
 } // namespace
@@ -801,6 +847,8 @@ llvm::StringRef mlir::moe::frontend::opSiteName(OpSite site) {
     return "moe.combine";
   case OpSite::sharedExpert:
     return "moe.shared_expert";
+  case OpSite::sharedGate:
+    return "moe.sigmoid_gate (shared experts)";
   case OpSite::sharedAdd:
     return "arith.addf (shared experts)";
   case OpSite::ffnResidual:

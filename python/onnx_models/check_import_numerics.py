@@ -17,6 +17,10 @@ Run with Debian's /usr/bin/python3 (python3-torch).
 
   check_import_numerics.py mixtral --ir imported.mlir --inputs IN \\
       --results OUT --ranks 2 --lr 1.0
+
+A style `hf-<family>` (hf-mixtral, hf-qwen2-moe) rebuilds transformers'
+module of hf_models.py instead (--theta: the rope_theta it was exported
+with); the comparison is then against HF's own autograd.
 """
 import argparse
 import os
@@ -93,6 +97,9 @@ def main():
                     help="compare against the module with one op changed "
                     "(for tests that must fail): its position Add dropped, "
                     "or its post-norms moved before the sublayers")
+    ap.add_argument("--theta", type=float, default=10000.0,
+                    help="hf-* styles: the rope_theta the file was exported "
+                         "with (hf_models.py --theta)")
     add_run_arguments(ap)
     args = ap.parse_args()
 
@@ -106,7 +113,11 @@ def main():
     # Built in float32 as exported (same weights), computed in float64 where
     # the module allows it (its temporaries follow the default dtype; a
     # module that casts masks with .float() is computed in float32).
-    model = torch_models.build(args.style, True)[0]
+    if args.style.startswith("hf-"):  # transformers' own module
+        import hf_models
+        model = hf_models.build(args.style[3:], args.theta)[0]
+    else:
+        model = torch_models.build(args.style, True)[0]
     if args.variant == "no-positions":
         model.drop_positions = True
     for blk in model.blocks if args.variant == "prenorm" else []:

@@ -11,7 +11,8 @@ other MoE family of transformers 4.40, is left out: its modeling code
 needs torch >= 2.1 (LayerNorm(bias=...)), and the project's torch is 1.13. Configs are tiny (2
 layers, M=64, 4 experts) with rope_theta 10000 unless --theta says
 otherwise; weights are the model's random init with norm gains pushed far
-from 1, so that every op matters. Needs transformers from .pydeps/
+from 1 and biases far from 0 (HF initialises them to 0), so that every
+op matters. Needs transformers from .pydeps/
 (scripts/setup.sh); run with /usr/bin/python3 (Debian's torch 1.13).
 """
 import argparse
@@ -84,6 +85,8 @@ def build(family, theta=10000.0):
         for name, p in lm.named_parameters():
             if "norm" in name and p.dim() == 1:
                 p.copy_(0.25 + 2.0 * torch.rand_like(p))
+            elif p.dim() == 1:  # biases (Qwen2's q/k/v): HF zeroes them
+                p.normal_(0.0, 0.5)
             elif p.dim() >= 2:
                 p.normal_(0.0, 0.08)
     return WithLoss(lm).eval(), cfg

@@ -170,7 +170,7 @@ class HandAttention(nn.Module):
 
     def __init__(self, m, heads, kv_heads, rotary, repeat="interleave",
                  base=10000.0, bias=False, causal=True, einsum=False,
-                 rotary_dims=None):
+                 rotary_dims=None, o_bias=None):
         super().__init__()
         self.causal, self.einsum = causal, einsum
         self.h, self.kvh, self.d = heads, kv_heads, m // heads
@@ -179,7 +179,8 @@ class HandAttention(nn.Module):
         self.q_proj = nn.Linear(m, heads * self.d, bias=bias)
         self.k_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
         self.v_proj = nn.Linear(m, kv_heads * self.d, bias=bias)
-        self.o_proj = nn.Linear(heads * self.d, m, bias=bias)
+        self.o_proj = nn.Linear(heads * self.d, m,
+                                bias=bias if o_bias is None else o_bias)
         self.rotary, self.repeat = rotary, repeat
         inv = 1.0 / (base ** (torch.arange(0, self.rd, 2).float() / self.rd))
         self.register_buffer("inv_freq", inv)
@@ -550,6 +551,21 @@ def build(style, loss):
         elif style == "mha-bias":
             blocks = [Block("layer", M, TorchMHA(M, heads, bias=True),
                             MixtralMoe(M, H, E, K)) for _ in range(2)]
+            with torch.no_grad():  # torch initialises them to 0
+                for b in blocks:
+                    b.attn.mha.in_proj_bias.normal_(0.0, 0.5)
+                    b.attn.mha.out_proj.bias.normal_(0.0, 0.5)
+        elif style == "qwen-bias":
+            # Qwen2-style: q/k/v biases (not o), rotate-half rotary with
+            # base 1e6; biases large enough to matter.
+            blocks = [Block("rms", M, HandAttention(
+                M, heads, kvh, True, repeat="expand", base=1e6, bias=True,
+                o_bias=False), MixtralMoe(M, H, E, K)) for _ in range(2)]
+            with torch.no_grad():
+                for b in blocks:
+                    for lin in (b.attn.q_proj, b.attn.k_proj, b.attn.v_proj):
+                        lin.bias.normal_(0.0, 0.5)
+            ex.update(rope_theta=1e6)
         elif style in ("gpt2-pos", "bert-postnorm"):
             # FlowMoE Table 2's GPT-2 / BERT: LayerNorm, GELU experts;
             # BERT bidirectional and post-norm, without a final norm.
@@ -616,11 +632,12 @@ def build(style, loss):
 # one), llama-interleaved (interleaved rotary alone), deepseek-issue /
 # deepseek-wfirst (the same with shared experts), mha-bias
 # (nn.MultiheadAttention with bias), gpt2-pos (learned positions),
-# bert-postnorm (post-norm blocks).
+# bert-postnorm (post-norm blocks), qwen-bias (Qwen2-style q/k/v biases,
+# rotary base 1e6).
 ISSUE_STYLES = ["llama-issue", "llama-wfirst", "llama-wlast",
                 "llama-winside", "llama-interleaved",
                 "deepseek-issue", "deepseek-wfirst", "mha-bias", "gpt2-pos",
-                "bert-postnorm"]
+                "bert-postnorm", "qwen-bias"]
 
 STYLES = ISSUE_STYLES + ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",

@@ -262,6 +262,31 @@ INSTANTIATE_TEST_SUITE_P(
 
 //===--- embedding --------------------------------------------------------===//
 
+TEST(DeviceDense, SigmoidGateForwardAndBackward) {
+  std::mt19937 rng(13);
+  const int64_t rows = 9, m = 6;
+  Vec x = randomVec(rows * m, rng), w = randomVec(m, rng),
+      y = randomVec(rows * m, rng), dout = randomVec(rows * m, rng);
+  Vec want(rows * m), got = garbage(rows * m);
+  k::sigmoidGateForward(rows, m, x.data(), w.data(), y.data(), want.data());
+  CheckedExecutor ex;
+  ASSERT_EQ(dev::sigmoidGateForward(ex, rows, m, x.data(), w.data(), y.data(),
+                                    got.data()),
+            MOE_RT_OK);
+  expectClose(got, want, "sigmoid gate");
+  Vec wdx(rows * m, 0), wdw(m, 0), wdy(rows * m, 0);
+  k::sigmoidGateBackward(rows, m, x.data(), w.data(), y.data(), dout.data(),
+                         wdx.data(), wdw.data(), wdy.data());
+  Vec dx = garbage(rows * m), dw = garbage(m), dy = garbage(rows * m);
+  ASSERT_EQ(dev::sigmoidGateBackward(ex, rows, m, x.data(), w.data(),
+                                     y.data(), dout.data(), dx.data(),
+                                     dw.data(), dy.data()),
+            MOE_RT_OK);
+  expectClose(dx, wdx, "sigmoid gate dx");
+  expectClose(dw, wdw, "sigmoid gate dw");
+  expectClose(dy, wdy, "sigmoid gate dy");
+}
+
 TEST(DeviceDense, EmbeddingForwardAndBackward) {
   std::mt19937 rng(31);
   const int64_t vocab = 7, m = 5;
@@ -509,6 +534,83 @@ TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
     if (passBias)
       expectClose(db, wdb, "attention dnorm_bias" + at);
   }
+}
+
+/// Rotary base and layout, and the Q/K/V/O biases (with their gradients):
+/// the device ops equal the CPU kernel.
+TEST(DeviceDenseAttentionVariants, ThetaLayoutBiases) {
+  for (bool interleaved : {false, true})
+    for (bool biased : {false, true}) {
+      k::AttentionShape s{2, 6, 12, 4, 2, 4, true, true, 2, 1e-5};
+      s.theta = interleaved ? 1e6 : 37.0;
+      s.interleaved = interleaved;
+      const int64_t bnm = s.batch * s.seq * s.embed,
+                    hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim,
+                    m = s.embed;
+      std::mt19937 rng(90 + interleaved * 2 + biased);
+      Vec x = randomVec(bnm, rng), wq = randomVec(m * hd, rng, 0.3f),
+          wk = randomVec(m * kvd, rng, 0.3f), wv = randomVec(m * kvd, rng),
+          wo = randomVec(hd * m, rng, 0.3f), scale = randomVec(m, rng),
+          bq = randomVec(hd, rng), bk = randomVec(kvd, rng),
+          bv = randomVec(kvd, rng), bo = randomVec(m, rng),
+          dout = randomVec(bnm, rng);
+      k::AttentionBias<float> pb;
+      if (biased)
+        pb = {bq.data(), bk.data(), bv.data(), bo.data()};
+      std::string at = std::string(interleaved ? " interleaved" : " half") +
+                       (biased ? " biased" : "");
+      Vec want(bnm);
+      k::attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(),
+                          wo.data(), scale.data(), (const float *)nullptr,
+                          want.data(), pb);
+      Vec wdx(bnm, 0), wdq(m * hd, 0), wdk(m * kvd, 0), wdv(m * kvd, 0),
+          wdo(hd * m, 0), wds(m, 0), wbq(hd, 0), wbk(kvd, 0), wbv(kvd, 0),
+          wbo(m, 0);
+      k::AttentionBiasGrad<float> wdb;
+      if (biased)
+        wdb = {wbq.data(), wbk.data(), wbv.data(), wbo.data()};
+      k::attentionBackward(s, x.data(), wq.data(), wk.data(), wv.data(),
+                           wo.data(), scale.data(), (const float *)nullptr,
+                           dout.data(), wdx.data(), wdq.data(), wdk.data(),
+                           wdv.data(), wdo.data(), wds.data(), (float *)nullptr,
+                           pb, wdb);
+
+      Vec got = garbage(bnm);
+      CheckedExecutor ex;
+      ASSERT_EQ(dev::attentionForward(ex, s, x.data(), wq.data(), wk.data(),
+                                      wv.data(), wo.data(), scale.data(),
+                                      nullptr, got.data(),
+                                      moe_rt::device::attn::kMaxScoreElements,
+                                      pb),
+                MOE_RT_OK);
+      expectClose(got, want, "attention out" + at);
+      Vec dx = garbage(bnm), dq = garbage(m * hd), dk = garbage(m * kvd),
+          dv = garbage(m * kvd), dO = garbage(hd * m), ds = garbage(m),
+          gbq = garbage(hd), gbk = garbage(kvd), gbv = garbage(kvd),
+          gbo = garbage(m);
+      k::AttentionBiasGrad<float> db;
+      if (biased)
+        db = {gbq.data(), gbk.data(), gbv.data(), gbo.data()};
+      CheckedExecutor exGrad;
+      ASSERT_EQ(dev::attentionBackward(
+                    exGrad, s, x.data(), wq.data(), wk.data(), wv.data(),
+                    wo.data(), scale.data(), nullptr, dout.data(), dx.data(),
+                    dq.data(), dk.data(), dv.data(), dO.data(), ds.data(),
+                    nullptr, moe_rt::device::attn::kMaxScoreElements, pb, db),
+                MOE_RT_OK);
+      expectClose(dx, wdx, "attention dx" + at);
+      expectClose(dq, wdq, "attention dwq" + at);
+      expectClose(dk, wdk, "attention dwk" + at);
+      expectClose(dv, wdv, "attention dwv" + at);
+      expectClose(dO, wdo, "attention dwo" + at);
+      expectClose(ds, wds, "attention dnorm_scale" + at);
+      if (biased) {
+        expectClose(gbq, wbq, "attention dbq" + at);
+        expectClose(gbk, wbk, "attention dbk" + at);
+        expectClose(gbv, wbv, "attention dbv" + at);
+        expectClose(gbo, wbo, "attention dbo" + at);
+      }
+    }
 }
 
 /// The test name of one attention case (a function: a structured binding

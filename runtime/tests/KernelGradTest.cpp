@@ -71,6 +71,29 @@ TEST(KernelGrad, Linear) {
   checkGradient("db", b, db, forward, c);
 }
 
+TEST(KernelGrad, SigmoidGate) {
+  std::mt19937 rng(3);
+  int64_t rows = 5, m = 4;
+  Vec x = random(rows * m, rng), w = random(m, rng), y = random(rows * m, rng);
+  auto forward = [&] {
+    Vec out(rows * m);
+    sigmoidGateForward(rows, m, x.data(), w.data(), y.data(), out.data());
+    return out;
+  };
+  // Against the formula: row 0's first value.
+  double z = 0;
+  for (int64_t j = 0; j < m; ++j)
+    z += x[j] * w[j];
+  EXPECT_NEAR(forward()[0], y[0] / (1.0 + std::exp(-z)), 1e-14);
+  Vec c = random(rows * m, rng);
+  Vec dx(x.size()), dw(w.size()), dy(y.size());
+  sigmoidGateBackward(rows, m, x.data(), w.data(), y.data(), c.data(),
+                      dx.data(), dw.data(), dy.data());
+  checkGradient("dx", x, dx, forward, c);
+  checkGradient("dw", w, dw, forward, c);
+  checkGradient("dy", y, dy, forward, c);
+}
+
 TEST(KernelGrad, LayerNormAndRmsNorm) {
   for (bool rms : {false, true}) {
     std::mt19937 rng(rms ? 3 : 2);
@@ -230,6 +253,78 @@ TEST(KernelGrad, AttentionEveryVariant) {
       checkGradient("attention dscale", scale, ds, forward, c);
     if (v.norm == 1)
       checkGradient("attention dbias", bias, db, forward, c);
+  }
+}
+
+// Rotary base and layout, and the Q/K/V/O biases: every gradient, bias
+// gradients included (head size 4: with 2 lanes theta would not matter).
+TEST(KernelGrad, AttentionThetaLayoutBiases) {
+  struct Variant {
+    double theta;
+    bool interleaved;
+  } variants[] = {{10000.0, true}, {1e6, false}, {3.0, true}};
+  for (const Variant &v : variants) {
+    AttentionShape s{2, 5, 8, 4, 2, 4, true, true, 2, 1e-5};
+    s.theta = v.theta;
+    s.interleaved = v.interleaved;
+    std::mt19937 rng(40 + v.interleaved);
+    int64_t hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim;
+    Vec x = random(s.batch * s.seq * s.embed, rng),
+        wq = random(s.embed * hd, rng), wk = random(s.embed * kvd, rng),
+        wv = random(s.embed * kvd, rng), wo = random(hd * s.embed, rng),
+        scale = random(s.embed, rng), bq = random(hd, rng),
+        bk = random(kvd, rng), bv = random(kvd, rng), bo = random(s.embed, rng);
+    AttentionBias<double> pb{bq.data(), bk.data(), bv.data(), bo.data()};
+    auto forward = [&] {
+      Vec y(x.size());
+      attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
+                       scale.data(), (const double *)nullptr, y.data(), pb);
+      return y;
+    };
+    Vec c = random(x.size(), rng);
+    Vec dx(x.size()), dwq(wq.size()), dwk(wk.size()), dwv(wv.size()),
+        dwo(wo.size()), ds(scale.size()), dbq(hd), dbk(kvd), dbv(kvd),
+        dbo(s.embed);
+    attentionBackward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
+                      scale.data(), (const double *)nullptr, c.data(),
+                      dx.data(), dwq.data(), dwk.data(), dwv.data(),
+                      dwo.data(), ds.data(), (double *)nullptr, pb,
+                      AttentionBiasGrad<double>{dbq.data(), dbk.data(),
+                                                dbv.data(), dbo.data()});
+    checkGradient("attention dx", x, dx, forward, c);
+    checkGradient("attention dwq", wq, dwq, forward, c);
+    checkGradient("attention dwk", wk, dwk, forward, c);
+    checkGradient("attention dscale", scale, ds, forward, c);
+    checkGradient("attention dbq", bq, dbq, forward, c);
+    checkGradient("attention dbk", bk, dbk, forward, c);
+    checkGradient("attention dbv", bv, dbv, forward, c);
+    checkGradient("attention dbo", bo, dbo, forward, c);
+  }
+}
+
+// Rotary against the formula (RoFormer eq. 15) for one head of size 4 at
+// position 3: pair j turns by 3 * theta^(-j/2); rotate-half pairs lanes
+// (0, 2), (1, 3), interleaved (0, 1), (2, 3). The table is built once.
+TEST(Kernels, RotaryLayoutsAndThetaMatchTheFormula) {
+  const double theta = 50.0, x[4] = {0.3, -1.1, 0.7, 2.0};
+  auto table = rotaryTable(4, 4, theta);
+  EXPECT_EQ(table.get(), rotaryTable(4, 4, theta).get());
+  EXPECT_NE(table.get(), rotaryTable(4, 4, 2 * theta).get());
+  for (bool interleaved : {false, true}) {
+    double v[4] = {x[0], x[1], x[2], x[3]}, want[4];
+    for (int j = 0; j < 2; ++j) {
+      double a = 3.0 * std::pow(theta, -j / 2.0);
+      int p = interleaved ? 2 * j : j, q = interleaved ? 2 * j + 1 : j + 2;
+      want[p] = x[p] * std::cos(a) - x[q] * std::sin(a);
+      want[q] = x[q] * std::cos(a) + x[p] * std::sin(a);
+    }
+    rotaryApply(*table, interleaved, v, 1, 4, 3, false);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_NEAR(v[i], want[i], 1e-12) << "lane " << i << " interleaved "
+                                        << interleaved;
+    rotaryApply(*table, interleaved, v, 1, 4, 3, true); // the inverse
+    for (int i = 0; i < 4; ++i)
+      EXPECT_NEAR(v[i], x[i], 1e-12);
   }
 }
 

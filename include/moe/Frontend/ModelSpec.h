@@ -61,17 +61,17 @@ struct ParamSpec {
   WeightSource source;
 };
 
-/// Which lanes rotary pairs: rotate-half pairs lane i with i + d/2
-/// (GPT-NeoX, HF LLaMA/Mixtral); interleaved pairs 2i with 2i+1 (GPT-J,
-/// Meta's LLaMA).
-enum class RotaryLayout { half, interleaved };
-
 struct AttentionSpec {
   int64_t heads = 0, kvHeads = 0, headDim = 0;
   bool causal = true, rotary = false;
-  /// Rotary base (theta); 10000 in GPT-NeoX/LLaMA.
+  /// Rotary base (theta); 10000 in GPT-NeoX/LLaMA, 1e6 in HF Mixtral.
   double rotaryBase = 10000.0;
-  RotaryLayout rotaryLayout = RotaryLayout::half;
+  /// Which lanes rotary pairs (the dialect's enum, MoeAttrs.td).
+  RotaryLayout rotaryLayout = RotaryLayout::rotate_half;
+  /// Biases on the Q, K, V projections (parameters block<i>.attn.{bq,bk,bv};
+  /// Qwen2, nn.MultiheadAttention) and on the output projection
+  /// (block<i>.attn.bo).
+  bool qkvBias = false, outBias = false;
   /// Where the rotary embedding is (its first ONNX node); errors about it
   /// point there. nullopt: at `loc`.
   std::optional<Location> rotaryLoc;
@@ -97,6 +97,10 @@ struct MoeLayerSpec {
   /// DeepSeek shared experts, as one dense FFN of hidden size
   /// `sharedHidden` (S shared experts of size H_s: S·H_s); 0: none.
   int64_t sharedHidden = 0;
+  /// Qwen2-MoE: the shared experts' output scaled per token by
+  /// sigmoid(x · w_g) (moe.sigmoid_gate; parameter block<i>.shared.out_gate,
+  /// M x 1).
+  bool sharedGate = false;
   /// Norm applied before the gate; nullopt: none.
   std::optional<NormKind> prenorm = NormKind::layer;
   double epsilon = 1e-5;
@@ -142,6 +146,7 @@ enum class OpSite {
   expert,
   combine,
   sharedExpert, // moe.shared_expert (shared experts, or a dense block's FFN)
+  sharedGate,   // moe.sigmoid_gate of the shared experts (Qwen2-MoE)
   sharedAdd,    // arith.addf of the shared experts to the routed output
   ffnResidual,  // arith.addf of the FFN output to the stream
   ffnPostNorm,  // moe.norm after the FFN residual (post-norm blocks)
@@ -191,11 +196,12 @@ struct ModelSpec {
 /// then one argument per ModelSpec::params entry with `moe.param` and, when
 /// it has initializers, `moe.source`) in the same shape as
 /// python/gen_model_mlir.py writes. Parameter names it expects:
-///   embed.table, embed.positions, block<i>.attn.{wq,wk,wv,wo},
-///   block<i>.attn_norm.{scale,bias}, block<i>.moe_norm.{scale,bias},
-///   block<i>.{attn,ffn}_postnorm.{scale,bias}, block<i>.gate.weight
-///   (+ .gate.noise for noisy_topk), block<i>.experts.{up,gate,down},
-///   block<i>.shared.{up,gate,down}, final_norm.{scale,bias}, lm_head.weight
+///   embed.table, embed.positions, block<i>.attn.{wq,wk,wv,wo} (+ {bq,bk,bv},
+///   bo with AttentionSpec::qkvBias, outBias), block<i>.attn_norm.{scale,bias},
+///   block<i>.moe_norm.{scale,bias}, block<i>.{attn,ffn}_postnorm.{scale,bias},
+///   block<i>.gate.weight (+ .gate.noise for noisy_topk),
+///   block<i>.experts.{up,gate,down}, block<i>.shared.{up,gate,down}
+///   (+ .out_gate with sharedGate), final_norm.{scale,bias}, lm_head.weight
 /// Returns null after emitting an error (at the offending spec's location)
 /// when the spec is inconsistent (e.g. E not divisible by the rank count).
 OwningOpRef<ModuleOp> buildModule(const ModelSpec &spec, MLIRContext *ctx);

@@ -250,22 +250,34 @@ template <> struct RuntimeCall<CrossEntropyOp> {
   }
 };
 
+/// Without biases, moe_rt_attention; with any, moe_rt_attention_biased
+/// (the same call with the Q, K, V, output biases after the pre-norm's).
 template <> struct RuntimeCall<AttentionOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;
   /// moe_rt_attention_attrs, in its field order.
   template <class V> static auto attrs(AttentionOp op, V &v) {
     std::optional<NormKind> norm = op.getNorm();
-    return v.aggregate(MOE_RT_STRUCT(moe_rt_attention_attrs),
-                       v.i64(op.getNumHeads()), v.i64(op.getNumKvHeads()),
-                       v.i64(op.getHeadDim()), v.flag(op.getCausal()),
-                       v.flag(op.getRotary()),
-                       v.named(norm ? normKind(*norm)
-                                    : MOE_RT_NAMED(MOE_RT_NORM_NONE)),
-                       v.f64(op.getEpsilon().convertToDouble()));
+    return v.aggregate(
+        MOE_RT_STRUCT(moe_rt_attention_attrs), v.i64(op.getNumHeads()),
+        v.i64(op.getNumKvHeads()), v.i64(op.getHeadDim()),
+        v.flag(op.getCausal()), v.flag(op.getRotary()),
+        v.named(norm ? normKind(*norm) : MOE_RT_NAMED(MOE_RT_NORM_NONE)),
+        v.f64(op.getEpsilon().convertToDouble()), v.f64(op.getRotaryTheta()),
+        v.flag(op.getRotaryLayout() == RotaryLayout::interleaved));
+  }
+  static bool biased(AttentionOp op) {
+    return !op.getQkvBias().empty() || op.getOutBias();
   }
   template <class V> static LogicalResult forward(AttentionOp op, V &v) {
     ValueRange norm = op.getNormParams();
+    if (biased(op))
+      return v.call(MOE_RT_FN(moe_rt_attention_biased), v.stream(),
+                    attrs(op, v), v.in(op.getInput()), v.in(op.getWq()),
+                    v.in(op.getWk()), v.in(op.getWv()), v.in(op.getWo()),
+                    v.in(nth(norm, 0)), v.in(nth(norm, 1)), v.in(op.getBq()),
+                    v.in(op.getBk()), v.in(op.getBv()), v.in(op.getOutBias()),
+                    v.out(op.getResult()));
     return v.call(MOE_RT_FN(moe_rt_attention), v.stream(), attrs(op, v),
                   v.in(op.getInput()), v.in(op.getWq()), v.in(op.getWk()),
                   v.in(op.getWv()), v.in(op.getWo()), v.in(nth(norm, 0)),
@@ -273,6 +285,17 @@ template <> struct RuntimeCall<AttentionOp> {
   }
   template <class V> static LogicalResult backward(AttentionOp op, V &v) {
     ValueRange norm = op.getNormParams();
+    if (biased(op))
+      return v.call(
+          MOE_RT_FN(moe_rt_attention_biased_grad), v.stream(), attrs(op, v),
+          v.in(op.getInput()), v.in(op.getWq()), v.in(op.getWk()),
+          v.in(op.getWv()), v.in(op.getWo()), v.in(nth(norm, 0)),
+          v.in(nth(norm, 1)), v.in(op.getBq()), v.in(op.getBk()),
+          v.in(op.getBv()), v.in(op.getOutBias()), v.cotangent(op.getResult()),
+          v.grad(op.getInput()), v.grad(op.getWq()), v.grad(op.getWk()),
+          v.grad(op.getWv()), v.grad(op.getWo()), v.grad(nth(norm, 0)),
+          v.grad(nth(norm, 1)), v.grad(op.getBq()), v.grad(op.getBk()),
+          v.grad(op.getBv()), v.grad(op.getOutBias()));
     return v.call(MOE_RT_FN(moe_rt_attention_grad), v.stream(), attrs(op, v),
                   v.in(op.getInput()), v.in(op.getWq()), v.in(op.getWk()),
                   v.in(op.getWv()), v.in(op.getWo()), v.in(nth(norm, 0)),
@@ -365,6 +388,23 @@ template <class OpT> struct ExpertCall {
 };
 template <> struct RuntimeCall<ExpertOp> : ExpertCall<ExpertOp> {};
 template <> struct RuntimeCall<SharedExpertOp> : ExpertCall<SharedExpertOp> {};
+
+template <> struct RuntimeCall<SigmoidGateOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(SigmoidGateOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_sigmoid_gate), v.stream(),
+                  v.in(op.getInput()), v.in(op.getWeight()),
+                  v.in(op.getValue()), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(SigmoidGateOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_sigmoid_gate_grad), v.stream(),
+                  v.in(op.getInput()), v.in(op.getWeight()),
+                  v.in(op.getValue()), v.cotangent(op.getResult()),
+                  v.grad(op.getInput()), v.grad(op.getWeight()),
+                  v.grad(op.getValue()));
+  }
+};
 
 /// Dispatch and combine queue their layout kernels around the group's
 /// all-to-all; they need a capacity (dropless routing has no call yet).

@@ -15,6 +15,8 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/SmallSet.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::detail;
@@ -303,6 +305,38 @@ LogicalResult NormOp::verify() {
   return success();
 }
 
+LogicalResult AttentionOp::verifyRotary() {
+  if (!getRotary() && (getLayout() || getTheta()))
+    return emitOpError() << "has a rotary layout or theta but no rotary";
+  if (getRotary() && getHeadDim() % 2)
+    return emitOpError() << "rotary needs an even head_dim, got "
+                         << getHeadDim();
+  double theta = getRotaryTheta();
+  if (!(theta > 0.0) || !std::isfinite(theta))
+    return emitOpError() << "rotary theta must be positive and finite, got "
+                         << theta;
+  return success();
+}
+
+LogicalResult AttentionOp::verifyBiases() {
+  int64_t m = shapeOf(getInput()).getDimSize(2),
+          q = getNumHeads() * getHeadDim(),
+          kv = getNumKvHeads() * getHeadDim();
+  size_t n = getQkvBias().size();
+  if (n != 0 && n != 3)
+    return emitOpError() << "qkv_bias takes the Q, K and V biases (3), got "
+                         << n;
+  if (n == 3 &&
+      (failed(verifyShape(*this, "bq", shapeOf(getBq()), {q})) ||
+       failed(verifyShape(*this, "bk", shapeOf(getBk()), {kv})) ||
+       failed(verifyShape(*this, "bv", shapeOf(getBv()), {kv}))))
+    return failure();
+  if (getOutBias() &&
+      failed(verifyShape(*this, "out_bias", shapeOf(getOutBias()), {m})))
+    return failure();
+  return success();
+}
+
 LogicalResult LinearOp::verify() {
   ShapedType input = shapeOf(getInput()), weight = shapeOf(getWeight());
   if (input.getRank() < 1)
@@ -366,7 +400,9 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "epsilon must be positive";
   if (getResult().getType() != getInput().getType())
     return emitOpError() << "result type must equal the input type";
-  return success();
+  if (failed(verifyRotary()))
+    return failure();
+  return verifyBiases();
 }
 
 //===----------------------------------------------------------------------===//
@@ -621,6 +657,24 @@ LogicalResult SharedExpertOp::verify() {
     return failure();
   if (getResult().getType() != getInput().getType())
     return emitOpError() << "result type must equal the input type";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SigmoidGateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SigmoidGateOp::verify() {
+  ShapedType input = shapeOf(getInput());
+  if (failed(verifyRank(*this, "input", input, 3)))
+    return failure();
+  int64_t m = input.getDimSize(2);
+  if (failed(verifyShape(*this, "weight", shapeOf(getWeight()), {m, 1})))
+    return failure();
+  if (getValue().getType() != getInput().getType())
+    return emitOpError() << "value type must equal the input type";
+  if (getResult().getType() != getValue().getType())
+    return emitOpError() << "result type must equal the value type";
   return success();
 }
 

@@ -36,6 +36,8 @@ enum class Kind {
   expertIn, // inside an expert FFN
   outputs,  // expert outputs, weighted, moved back, accumulated
   shared,   // the shared experts' output
+  sharedGateLogit, // x · w_g of Qwen2-MoE's shared-expert gate
+  sharedGateScale, // its sigmoid
 };
 
 const char *kindName(Kind k) {
@@ -56,6 +58,10 @@ const char *kindName(Kind k) {
     return "expert-output";
   case Kind::shared:
     return "shared-expert-output";
+  case Kind::sharedGateLogit:
+    return "shared-expert-gate logit";
+  case Kind::sharedGateScale:
+    return "shared-expert-gate scale";
   }
   return "?";
 }
@@ -111,7 +117,7 @@ private:
   Claims &claims;
   std::unordered_map<std::string, Kind> kind;
   std::unordered_set<const NodeProto *> done;
-  bool weighted = false, sharedAdded = false;
+  bool weighted = false, sharedAdded = false, sharedGated = false;
 
   void claimKnownParts();
   void claimFfn(const FfnMatch &f, OpSite site, Kind out);
@@ -124,6 +130,7 @@ private:
   std::optional<Typed> typeMasking(const NodeProto &n,
                                    const Operands &o) const;
   std::optional<Typed> typeCombine(const NodeProto &n, const Operands &o);
+  std::optional<Typed> typeSharedGate(const NodeProto &n, const Operands &o);
   LogicalResult checkResult() const;
 };
 
@@ -145,6 +152,27 @@ void RoutingTyper::claimKnownParts() {
   }
   kind[p.router->output(0)] = Kind::logits;
   sharedAdded = p.shared.empty();
+  if (p.sharedGate) {
+    for (const NodeProto *n : projectionNodes(rv, *p.sharedGate)) {
+      claims.add(n, OpSite::sharedGate);
+      done.insert(n);
+    }
+    kind[p.sharedGate->node->output(0)] = Kind::sharedGateLogit;
+  }
+}
+
+/// Qwen2-MoE: shared = sigmoid(x · w_g) * shared, once, before the add.
+std::optional<Typed> RoutingTyper::typeSharedGate(const NodeProto &n,
+                                                  const Operands &o) {
+  llvm::StringRef op = n.op_type();
+  if (op == "Sigmoid" && o.all(Kind::sharedGateLogit))
+    return Typed{Kind::sharedGateScale, OpSite::sharedGate};
+  if (op == "Mul" && o.in.size() == 2 && o.has(Kind::sharedGateScale) &&
+      o.has(Kind::shared) && !sharedGated) {
+    sharedGated = true;
+    return Typed{Kind::shared, OpSite::sharedGate};
+  }
+  return std::nullopt;
 }
 
 void RoutingTyper::claimFfn(const FfnMatch &f, OpSite site, Kind out) {
@@ -310,6 +338,15 @@ LogicalResult RoutingTyper::checkResult() const {
         << (sharedAdded ? "" : " (the shared experts are never added)");
     return failure();
   }
+  if (p.sharedGate && (!sharedGated || !kind.count(p.sharedGate->data) ||
+                       kind.at(p.sharedGate->data) != Kind::tokens)) {
+    g.error(*p.sharedGate->node)
+        << "the shared-expert gate projection '"
+        << p.sharedGate->source.initializers[0]
+        << "' does not scale the shared experts' output by the sigmoid of "
+           "the tokens' projection (moe.sigmoid_gate)";
+    return failure();
+  }
   for (const FfnMatch &f : p.experts)
     for (const WeightUse *w :
          {f.up ? &*f.up : nullptr, f.gate ? &*f.gate : nullptr}) {
@@ -350,6 +387,8 @@ LogicalResult RoutingTyper::run() {
       t = typeMasking(*n, *o);
     if (!t)
       t = typeCombine(*n, *o);
+    if (!t)
+      t = typeSharedGate(*n, *o);
     if (!t) {
       InFlightDiagnostic d = g.error(*n);
       d << n->op_type() << " of ";

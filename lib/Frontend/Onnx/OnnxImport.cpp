@@ -809,8 +809,8 @@ void Importer::report(llvm::raw_ostream &os) const {
     for (OpSite s :
          {OpSite::attention, OpSite::attnResidual, OpSite::attnPostNorm,
           OpSite::ffnNorm, OpSite::gate, OpSite::dispatch, OpSite::expert,
-          OpSite::combine, OpSite::sharedExpert, OpSite::sharedAdd,
-          OpSite::ffnResidual, OpSite::ffnPostNorm})
+          OpSite::combine, OpSite::sharedExpert, OpSite::sharedGate,
+          OpSite::sharedAdd, OpSite::ffnResidual, OpSite::ffnPostNorm})
       line(b, s);
   }
   os << "head:\n";

@@ -51,7 +51,7 @@ StaticTensor pseudoRandom(const std::vector<int64_t> &shape, uint64_t seed) {
 /// The lane paired with `lane` and whether `lane` is the pair's first.
 std::pair<int64_t, bool> partner(RotaryLayout layout, int64_t lane,
                                  int64_t d) {
-  if (layout == RotaryLayout::half)
+  if (layout == RotaryLayout::rotate_half)
     return lane < d / 2 ? std::make_pair(lane + d / 2, true)
                         : std::make_pair(lane - d / 2, false);
   return lane % 2 == 0 ? std::make_pair(lane + 1, true)
@@ -59,7 +59,7 @@ std::pair<int64_t, bool> partner(RotaryLayout layout, int64_t lane,
 }
 
 int64_t pairIndex(RotaryLayout layout, int64_t lane, int64_t d) {
-  return layout == RotaryLayout::half ? lane % (d / 2) : lane / 2;
+  return layout == RotaryLayout::rotate_half ? lane % (d / 2) : lane / 2;
 }
 
 /// The rotary of `x` with positions along `axis`.
@@ -149,7 +149,7 @@ std::optional<RotaryFit> fitRotary(StaticEval &eval, const OnnxGraph &g,
     ys.push_back(*y);
   }
   std::vector<int64_t> st = probeShape.strides();
-  for (RotaryLayout layout : {RotaryLayout::half, RotaryLayout::interleaved})
+  for (RotaryLayout layout : {RotaryLayout::rotate_half, RotaryLayout::interleaved})
     for (int64_t axis = 0; axis + 1 < int64_t(shape.size()); ++axis) {
       if (shape[axis] != seq)
         continue;
@@ -157,7 +157,7 @@ std::optional<RotaryFit> fitRotary(StaticEval &eval, const OnnxGraph &g,
       if (d >= 4 && seq > 1) {
         // Pair 1's first lane, at every position: its angle at position 1
         // is f_1 = theta^(-2/D).
-        int64_t lane = layout == RotaryLayout::half ? 1 : 2;
+        int64_t lane = layout == RotaryLayout::rotate_half ? 1 : 2;
         StaticTensor e = filled(shape, 0);
         for (int64_t i = lane; i < e.numel(); i += d)
           e.data[i] = 1.0;

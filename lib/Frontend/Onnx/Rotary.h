@@ -30,7 +30,7 @@ std::optional<std::vector<int64_t>> shapeFrom(StaticEval &eval,
                                               llvm::StringRef b);
 
 struct RotaryFit {
-  RotaryLayout layout = RotaryLayout::half;
+  RotaryLayout layout = RotaryLayout::rotate_half;
   double theta = 10000.0;
 };
 

@@ -67,6 +67,13 @@ struct AttnCtx {
   std::optional<RotaryFit> qRotary, kRotary;
   const NodeProto *qRotaryAt = nullptr, *kRotaryAt = nullptr;
   bool repeatsKv = false;
+  /// A projection's bias: the initializer and, when a separate Add adds it
+  /// (not a Gemm's third input), that Add.
+  struct Bias {
+    std::string init;
+    const NodeProto *add = nullptr;
+  };
+  std::map<const NodeProto *, Bias> biases;
 
   AttnCtx(const OnnxGraph &g, const Region &r, StaticEval &eval, int block)
       : g(g), r(r), rv(g, r), eval(eval), blockIndex(block) {}
@@ -77,6 +84,20 @@ struct AttnCtx {
   const WeightUse *proj(const NodeProto *n) const {
     for (const WeightUse &w : projs)
       if (w.node == n)
+        return &w;
+    return nullptr;
+  }
+  /// Where a projection's result (bias included) is: its bias Add's
+  /// output, else its own.
+  std::string projOut(const WeightUse *w) const {
+    auto it = biases.find(w->node);
+    return it != biases.end() && it->second.add ? it->second.add->output(0)
+                                                : w->node->output(0);
+  }
+  /// The projection whose result (bias included) is `value`, or null.
+  const WeightUse *projAt(llvm::StringRef value) const {
+    for (const WeightUse &w : projs)
+      if (projOut(&w) == value)
         return &w;
     return nullptr;
   }
@@ -225,7 +246,7 @@ LogicalResult claimPath(AttnCtx &c, PathKind kind, llvm::StringRef from,
       continue;
     }
     if (s.size() == 1 && n->op_type() == "Slice" && i == 0 &&
-        c.proj(c.rv.prod(n->input(0)))) {
+        c.projAt(n->input(0))) {
       c.claimed.insert(n); // a packed projection's Q/K/V rows (addRole)
       ++i;
       continue;
@@ -451,6 +472,49 @@ LogicalResult findPv(AttnCtx &c) {
   return failure();
 }
 
+/// The bias of each projection: a Gemm's third input (nn.Linear on 2-D
+/// input, nn.MultiheadAttention's out_proj), or an Add of a 1-D initializer
+/// as wide as the projection to its output, that output's only use
+/// (nn.Linear(bias=True) on 3-D input: HF Qwen2's q/k/v_proj,
+/// nn.MultiheadAttention's packed in_proj_bias). Another Add stays
+/// unclaimed: the path walk refuses it by name.
+LogicalResult findBiases(AttnCtx &c) {
+  std::set<const NodeProto *> seen;
+  for (const WeightUse *w : {c.wq, c.wk, c.wv, c.wo}) {
+    const NodeProto &n = *w->node;
+    if (!seen.insert(&n).second)
+      continue;
+    int64_t width = w->shape.back();
+    auto isBias = [&](const std::string &init) {
+      auto s = init.empty() ? std::nullopt : c.g.shape(init);
+      return s && s->size() == 1 && (*s)[0] == width;
+    };
+    if (n.op_type() == "Gemm" && n.input_size() > 2 && !n.input(2).empty()) {
+      std::string init = initializerOf(c.g, n.input(2));
+      if (!isBias(init) || attrFloat(n, "beta", 1.0) != 1.0) {
+        c.g.error(n) << "Gemm with bias in attention: biases are supported "
+                        "as a 1-D initializer of the projection's width ("
+                     << width << ") with beta = 1 only";
+        return failure();
+      }
+      c.biases[&n] = {init, nullptr};
+      continue;
+    }
+    auto users = c.rv.users(n.output(0));
+    if (users.size() != 1 || users[0]->op_type() != "Add" ||
+        users[0]->input_size() != 2)
+      continue;
+    const NodeProto *add = users[0];
+    std::string init =
+        initializerOf(c.g, add->input(add->input(0) == n.output(0) ? 1 : 0));
+    if (!isBias(init))
+      continue;
+    c.biases[&n] = {init, add};
+    c.claimed.insert(add);
+  }
+  return success();
+}
+
 /// Q, K, V and O by data flow.
 LogicalResult assignProjections(AttnCtx &c) {
   auto qs = c.projsOf(c.scores->input(0)), ks = c.projsOf(c.scores->input(1)),
@@ -504,7 +568,7 @@ LogicalResult roleSource(AttnCtx &c, const WeightUse *w,
   const NodeProto *slice = nullptr;
   for (const NodeProto *n : c.rv.backwardNodes(
            consumerValue, [&](const NodeProto &m) { return c.isProj(m); }))
-    if (n->op_type() == "Slice" && c.rv.prod(n->input(0)) == w->node)
+    if (n->op_type() == "Slice" && c.projAt(n->input(0)) == w)
       slice = n;
   if (!slice) {
     c.g.error(*w->node) << "packed projection '" << s.initializers[0]
@@ -513,7 +577,7 @@ LogicalResult roleSource(AttnCtx &c, const WeightUse *w,
   }
   int64_t rows = w->shape[1];
   std::vector<const NodeProto *> slices;
-  for (const NodeProto *u : c.rv.users(w->node->output(0)))
+  for (const NodeProto *u : c.rv.users(c.projOut(w)))
     if (u->op_type() == "Slice")
       slices.push_back(u);
   auto st = evalInts(c.g, slice->input(1)), en = evalInts(c.g, slice->input(2));
@@ -623,6 +687,47 @@ LogicalResult roleWeights(AttnCtx &c, RoleWeights &w) {
   return success();
 }
 
+/// The bias parameters (block<i>.attn.{bq,bk,bv,bo}) of the projections
+/// that have one, sliced like their weights (a packed in_proj_bias);
+/// moe.attention takes Q, K and V biases together or none.
+LogicalResult biasParams(AttnCtx &c, RoleWeights &w, const std::string &prefix,
+                         AttentionSpec &a, std::vector<ParamSpec> &out) {
+  struct Role {
+    const char *weight, *bias;
+    const WeightUse *use;
+  };
+  std::vector<Role> roles = {
+      {"wq", "bq", c.wq}, {"wk", "bk", c.wk}, {"wv", "bv", c.wv}};
+  int qkv = llvm::count_if(
+      roles, [&](const Role &r) { return c.biases.count(r.use->node); });
+  if (qkv != 0 && qkv != 3) {
+    c.g.error(*c.scores) << "only " << qkv
+                         << " of the Q, K, V projections have a bias; "
+                            "moe.attention takes all three or none";
+    return failure();
+  }
+  roles.push_back({"wo", "bo", c.wo});
+  for (const Role &r : roles) {
+    auto it = c.biases.find(r.use->node);
+    if (it == c.biases.end())
+      continue;
+    const WeightSource &ws = w.src[r.weight];
+    WeightSource bs;
+    bs.initializers = {it->second.init};
+    attachFile(c.g, bs);
+    if (ws.sliceAxis >= 0) {
+      bs.sliceAxis = 0;
+      bs.sliceBegin = ws.sliceBegin;
+      bs.sliceSize = ws.sliceSize;
+    }
+    int64_t width = w.shape[r.weight][1];
+    out.push_back({prefix + ".attn." + r.bias, {width}, bs});
+  }
+  a.qkvBias = qkv == 3;
+  a.outBias = c.biases.count(c.wo->node) > 0;
+  return success();
+}
+
 /// Every path between the anchors, node by node (claimPath, claimScores),
 /// from `tokens` (the pre-norm's output, else the sublayer input) to the
 /// residual Add.
@@ -632,17 +737,17 @@ LogicalResult claimPaths(AttnCtx &c, llvm::StringRef tokens) {
     if (failed(claimPath(c, PathKind::In, tokens, w->data, seq)))
       return failure();
   return success(
-      succeeded(claimPath(c, PathKind::Q, c.wq->node->output(0),
+      succeeded(claimPath(c, PathKind::Q, c.projOut(c.wq),
                           c.scores->input(0), seq)) &&
-      succeeded(claimPath(c, PathKind::K, c.wk->node->output(0),
+      succeeded(claimPath(c, PathKind::K, c.projOut(c.wk),
                           c.scores->input(1), seq)) &&
-      succeeded(claimPath(c, PathKind::V, c.wv->node->output(0),
+      succeeded(claimPath(c, PathKind::V, c.projOut(c.wv),
                           c.pv->input(1), seq)) &&
       succeeded(claimPath(c, PathKind::P, c.softmax->output(0),
                           c.pv->input(0), seq)) &&
       succeeded(
           claimPath(c, PathKind::O, c.pv->output(0), c.wo->data, seq)) &&
-      succeeded(claimPath(c, PathKind::O, c.wo->node->output(0), c.r.output,
+      succeeded(claimPath(c, PathKind::O, c.projOut(c.wo), c.r.output,
                           seq)) &&
       succeeded(claimScores(c, seq)));
 }
@@ -711,8 +816,8 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
   if (!findAnchors(c))
     return false;
   RoleWeights weights;
-  if (failed(rejectBiases(c.rv, "attention")) || failed(findPv(c)) ||
-      failed(assignProjections(c)) || failed(roleWeights(c, weights)))
+  if (failed(findPv(c)) || failed(assignProjections(c)) ||
+      failed(findBiases(c)) || failed(roleWeights(c, weights)))
     return failure();
   c.claimed.insert({c.scores, c.softmax, c.pv});
 
@@ -735,6 +840,8 @@ FailureOr<bool> matchTorchAttention(const OnnxGraph &g, const Region &r,
   for (const char *role : {"wq", "wk", "wv", "wo"})
     t.params.push_back({prefix + ".attn." + role, weights.shape[role],
                         weights.src[role]});
+  if (failed(biasParams(c, weights, prefix, a, t.params)))
+    return failure();
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
   for (const NodeProto *n : c.claimed)
     t.claims.add(n, OpSite::attention);

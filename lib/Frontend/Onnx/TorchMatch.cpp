@@ -293,7 +293,7 @@ std::optional<std::vector<int64_t>> evalInts(const OnnxGraph &g,
 
 /// The initializer behind `value`, through Identity (torch ties weights that
 /// way): its name, or empty.
-static std::string initializerOf(const OnnxGraph &g, std::string value) {
+std::string initializerOf(const OnnxGraph &g, std::string value) {
   for (int i = 0; i < 4; ++i) {
     if (g.isInitializer(value))
       return value;

@@ -96,6 +96,9 @@ inline void attachFile(const OnnxGraph &g, WeightSource &s) {
   s.file = g.path().str();
 }
 
+/// The initializer `value` is (through Identity nodes), or "".
+std::string initializerOf(const OnnxGraph &g, std::string value);
+
 /// Emits "<what> is not supported" at a Linear bias Add: an Add whose one
 /// operand is a weight projection's output and the other a 1-D
 /// initializer. Returns failure() after emitting, success() when none.
@@ -145,6 +148,8 @@ struct RoutingParts {
   const std::vector<FfnMatch> &experts, &shared;
   const NormMatch *norm;
   bool normalize;
+  /// Qwen2-MoE's shared-expert gate projection (M x 1), or null.
+  const WeightUse *sharedGate = nullptr;
 };
 
 /// Claims every node of the MoE sublayer for the `moe` op that computes it

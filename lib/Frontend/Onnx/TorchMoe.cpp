@@ -142,6 +142,7 @@ struct MoeCtx {
   bool logitsTopK = false;
   MoeLayerSpec spec;
   std::vector<FfnMatch> ffns, shared;
+  std::optional<WeightUse> sharedGate;
   MoeCtx(const OnnxGraph &g, const Region &r, MatchTarget &t)
       : g(g), r(r), rv(g, r), t(t), spec(UnknownLoc::get(g.context())) {}
   int64_t experts() const { return router->shape[1]; }
@@ -359,8 +360,23 @@ LogicalResult groupExperts(MoeCtx &c) {
         << " differs from the router's " << m;
     return failure();
   }
-  if (sharedProjs.empty())
+  // Qwen2-MoE's shared_expert_gate: an M x 1 projection of the tokens
+  // (its sigmoid scales the shared experts; claimRouting checks that).
+  for (auto it = sharedProjs.begin(); it != sharedProjs.end(); ++it)
+    if (it->shape.size() == 2 && it->shape[0] == m && it->shape[1] == 1) {
+      c.sharedGate = *it;
+      sharedProjs.erase(it);
+      break;
+    }
+  if (sharedProjs.empty()) {
+    if (c.sharedGate) {
+      g.error(*c.sharedGate->node) << "an M x 1 projection '"
+                                   << c.sharedGate->source.initializers[0]
+                                   << "' but no shared experts for it to gate";
+      return failure();
+    }
     return success();
+  }
   auto s = groupFfns(c.rv, sharedProjs);
   if (failed(s))
     return failure();
@@ -382,6 +398,7 @@ LogicalResult groupExperts(MoeCtx &c) {
     return failure();
   }
   c.spec.sharedHidden = c.shared[0].hidden();
+  c.spec.sharedGate = c.sharedGate.has_value();
   return success();
 }
 
@@ -487,7 +504,7 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
     c.spec.epsilon = nm.epsilon;
   RoutingParts parts{c.rv,     t.eval,   c.routerNode,
                      c.ffns,   c.shared, *norm ? &nm : nullptr,
-                     c.spec.normalize};
+                     c.spec.normalize, c.sharedGate ? &*c.sharedGate : nullptr};
   if (failed(claimRouting(parts, t.claims)))
     return failure();
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
@@ -496,6 +513,9 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
   addFfnParams(g, c.ffns, /*stacked=*/true, prefix + ".experts", t.params);
   if (!c.shared.empty())
     addFfnParams(g, c.shared, /*stacked=*/false, prefix + ".shared", t.params);
+  if (c.sharedGate)
+    t.params.push_back({prefix + ".shared.out_gate", c.sharedGate->shape,
+                        c.sharedGate->source});
   t.block.moe = c.spec;
   return true;
 }

@@ -39,6 +39,11 @@ typedef struct moe_rt_attention_attrs {
   int causal, rotary;
   moe_rt_norm_kind norm; /* pre-norm */
   double eps;
+  /* Rotary base (0: the default 10000) and lane pairing (0: rotate-half,
+   * lanes j and j + D/2; 1: interleaved, lanes 2j and 2j + 1). Last, so an
+   * initialiser that stops at eps keeps the defaults. */
+  double rotary_theta;
+  int rotary_interleaved;
 } moe_rt_attention_attrs;
 
 /* x, out: B x N x M; norm_scale / norm_bias may be NULL. */
@@ -58,6 +63,41 @@ moe_rt_attention_grad(moe_rt_stream s, const moe_rt_attention_attrs *a,
                       moe_rt_tensor *dx, moe_rt_tensor *dwq, moe_rt_tensor *dwk,
                       moe_rt_tensor *dwv, moe_rt_tensor *dwo,
                       moe_rt_tensor *dnorm_scale, moe_rt_tensor *dnorm_bias);
+
+/* moe_rt_attention / _grad with biases on the Q, K, V projections
+ * (bq: heads*head_dim, bk, bv: kv_heads*head_dim; added before rotary) and
+ * on the output projection (bo: M). Any bias may be NULL (then its gradient
+ * must be NULL too); the bias gradients are overwritten like the others. */
+moe_rt_status moe_rt_attention_biased(
+    moe_rt_stream s, const moe_rt_attention_attrs *a, const moe_rt_tensor *x,
+    const moe_rt_tensor *wq, const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+    const moe_rt_tensor *wo, const moe_rt_tensor *norm_scale,
+    const moe_rt_tensor *norm_bias, const moe_rt_tensor *bq,
+    const moe_rt_tensor *bk, const moe_rt_tensor *bv, const moe_rt_tensor *bo,
+    moe_rt_tensor *out);
+moe_rt_status moe_rt_attention_biased_grad(
+    moe_rt_stream s, const moe_rt_attention_attrs *a, const moe_rt_tensor *x,
+    const moe_rt_tensor *wq, const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+    const moe_rt_tensor *wo, const moe_rt_tensor *norm_scale,
+    const moe_rt_tensor *norm_bias, const moe_rt_tensor *bq,
+    const moe_rt_tensor *bk, const moe_rt_tensor *bv, const moe_rt_tensor *bo,
+    const moe_rt_tensor *dout, moe_rt_tensor *dx, moe_rt_tensor *dwq,
+    moe_rt_tensor *dwk, moe_rt_tensor *dwv, moe_rt_tensor *dwo,
+    moe_rt_tensor *dnorm_scale, moe_rt_tensor *dnorm_bias, moe_rt_tensor *dbq,
+    moe_rt_tensor *dbk, moe_rt_tensor *dbv, moe_rt_tensor *dbo);
+
+/* out[t] = sigmoid(x[t] . w) * y[t] per token t (moe.sigmoid_gate):
+ * x, y, out: T x M (any leading shape), w: M x 1. */
+moe_rt_status moe_rt_sigmoid_gate(moe_rt_stream s, const moe_rt_tensor *x,
+                                  const moe_rt_tensor *w,
+                                  const moe_rt_tensor *y, moe_rt_tensor *out);
+moe_rt_status moe_rt_sigmoid_gate_grad(moe_rt_stream s,
+                                       const moe_rt_tensor *x,
+                                       const moe_rt_tensor *w,
+                                       const moe_rt_tensor *y,
+                                       const moe_rt_tensor *dout,
+                                       moe_rt_tensor *dx, moe_rt_tensor *dw,
+                                       moe_rt_tensor *dy);
 
 /* Over the last dimension; bias may be NULL (always NULL for RMS). */
 moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,

@@ -19,6 +19,7 @@
 #include "../cuda/CudaRoutingOps.h"
 #endif
 
+#include <cmath>
 #include <string>
 
 using namespace moe_rt;
@@ -29,7 +30,31 @@ k::AttentionShape attentionShape(const moe_rt_attention_attrs *a,
                                  const moe_rt_tensor *x) {
   return {dim(x, 0),    dim(x, 1),   dim(x, 2),      a->heads,
           a->kv_heads,  a->head_dim, a->causal != 0, a->rotary != 0,
-          int(a->norm), a->eps};
+          int(a->norm), a->eps,
+          a->rotary_theta == 0 ? 10000.0 : a->rotary_theta,
+          a->rotary_interleaved != 0};
+}
+
+/// The Q, K, V, output biases: F32 vectors of the projections' widths,
+/// each optional.
+void biasChecks(Check &c, const moe_rt_attention_attrs *a,
+                const moe_rt_tensor *x, const moe_rt_tensor *bq,
+                const moe_rt_tensor *bk, const moe_rt_tensor *bv,
+                const moe_rt_tensor *bo) {
+  c.tensor(bq, "bq", MOE_RT_F32, 1, true)
+      .tensor(bk, "bk", MOE_RT_F32, 1, true)
+      .tensor(bv, "bv", MOE_RT_F32, 1, true)
+      .tensor(bo, "bo", MOE_RT_F32, 1, true);
+  if (c.status)
+    return;
+  c.size(bq, "bq", a->heads * a->head_dim)
+      .size(bk, "bk", a->kv_heads * a->head_dim)
+      .size(bv, "bv", a->kv_heads * a->head_dim)
+      .size(bo, "bo", dim(x, 2))
+      .that(!a->rotary || (a->head_dim % 2 == 0 && a->rotary_theta >= 0 &&
+                           std::isfinite(a->rotary_theta)),
+            "rotary needs an even head_dim and a finite theta >= 0 (0: "
+            "10000)");
 }
 
 Check attentionChecks(const char *call, moe_rt_stream s,
@@ -62,6 +87,22 @@ Check attentionChecks(const char *call, moe_rt_stream s,
         .size(scale, "norm_scale", dim(x, 2))
         .size(bias, "norm_bias", dim(x, 2));
   return c;
+}
+
+/// What moe_rt_sigmoid_gate and its vjp both check: x, y: T x M, w: M x 1.
+Check sigmoidGateChecks(const char *call, moe_rt_stream s,
+                        const moe_rt_tensor *x, const moe_rt_tensor *w,
+                        const moe_rt_tensor *y) {
+  Check c{call, backendOf(s)};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32, 1)
+      .tensor(w, "w", MOE_RT_F32, 2)
+      .tensor(y, "y", MOE_RT_F32, 1);
+  if (c.status)
+    return c;
+  return c.that(dim(w, 0) == dim(x, -1) && dim(w, 1) == 1,
+                "w must be M x 1 with M the last dimension of x")
+      .sizeOf(y, "y", x);
 }
 
 /// What moe_rt_norm and its vjp both check: the stream, x, scale, an
@@ -202,16 +243,30 @@ moe_rt_status moe_rt_attention(moe_rt_stream s, const moe_rt_attention_attrs *a,
                                const moe_rt_tensor *wo,
                                const moe_rt_tensor *scale,
                                const moe_rt_tensor *bias, moe_rt_tensor *out) {
+  return moe_rt_attention_biased(s, a, x, wq, wk, wv, wo, scale, bias, nullptr,
+                                 nullptr, nullptr, nullptr, out);
+}
+
+moe_rt_status moe_rt_attention_biased(
+    moe_rt_stream s, const moe_rt_attention_attrs *a, const moe_rt_tensor *x,
+    const moe_rt_tensor *wq, const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+    const moe_rt_tensor *wo, const moe_rt_tensor *scale,
+    const moe_rt_tensor *bias, const moe_rt_tensor *bq,
+    const moe_rt_tensor *bk, const moe_rt_tensor *bv, const moe_rt_tensor *bo,
+    moe_rt_tensor *out) {
   Check c =
       attentionChecks("moe_rt_attention", s, a, x, wq, wk, wv, wo, scale, bias);
+  biasChecks(c, a, x, bq, bk, bv, bo);
   c.tensor(out, "out", MOE_RT_F32, 3).sizeOf(out, "out", x);
   if (c.status)
     return c.status;
   k::AttentionShape shape = attentionShape(a, x);
   MOE_RT_ON_CUDA(s, cuda::attention(s, shape, f32(x), f32(wq), f32(wk),
                                     f32(wv), f32(wo), f32(scale), f32(bias),
-                                    f32(out)));
-  return cpu::attention(s, shape, x, wq, wk, wv, wo, scale, bias, out);
+                                    f32(out),
+                                    {f32(bq), f32(bk), f32(bv), f32(bo)}));
+  return cpu::attention(s, shape, x, wq, wk, wv, wo, scale, bias,
+                        {bq, bk, bv, bo}, out);
 }
 
 moe_rt_status moe_rt_attention_grad(
@@ -221,8 +276,25 @@ moe_rt_status moe_rt_attention_grad(
     const moe_rt_tensor *bias, const moe_rt_tensor *dout, moe_rt_tensor *dx,
     moe_rt_tensor *dwq, moe_rt_tensor *dwk, moe_rt_tensor *dwv,
     moe_rt_tensor *dwo, moe_rt_tensor *dscale, moe_rt_tensor *dbias) {
+  return moe_rt_attention_biased_grad(
+      s, a, x, wq, wk, wv, wo, scale, bias, nullptr, nullptr, nullptr, nullptr,
+      dout, dx, dwq, dwk, dwv, dwo, dscale, dbias, nullptr, nullptr, nullptr,
+      nullptr);
+}
+
+moe_rt_status moe_rt_attention_biased_grad(
+    moe_rt_stream s, const moe_rt_attention_attrs *a, const moe_rt_tensor *x,
+    const moe_rt_tensor *wq, const moe_rt_tensor *wk, const moe_rt_tensor *wv,
+    const moe_rt_tensor *wo, const moe_rt_tensor *scale,
+    const moe_rt_tensor *bias, const moe_rt_tensor *bq,
+    const moe_rt_tensor *bk, const moe_rt_tensor *bv, const moe_rt_tensor *bo,
+    const moe_rt_tensor *dout, moe_rt_tensor *dx, moe_rt_tensor *dwq,
+    moe_rt_tensor *dwk, moe_rt_tensor *dwv, moe_rt_tensor *dwo,
+    moe_rt_tensor *dscale, moe_rt_tensor *dbias, moe_rt_tensor *dbq,
+    moe_rt_tensor *dbk, moe_rt_tensor *dbv, moe_rt_tensor *dbo) {
   Check c = attentionChecks("moe_rt_attention_grad", s, a, x, wq, wk, wv, wo,
                             scale, bias);
+  biasChecks(c, a, x, bq, bk, bv, bo);
   c.tensor(dout, "dout", MOE_RT_F32, 3)
       .tensor(dx, "dx", MOE_RT_F32, 3)
       .tensor(dwq, "dwq", MOE_RT_F32, 2)
@@ -230,7 +302,11 @@ moe_rt_status moe_rt_attention_grad(
       .tensor(dwv, "dwv", MOE_RT_F32, 2)
       .tensor(dwo, "dwo", MOE_RT_F32, 2)
       .tensor(dscale, "dnorm_scale", MOE_RT_F32, 1, true)
-      .tensor(dbias, "dnorm_bias", MOE_RT_F32, 1, true);
+      .tensor(dbias, "dnorm_bias", MOE_RT_F32, 1, true)
+      .tensor(dbq, "dbq", MOE_RT_F32, 1, true)
+      .tensor(dbk, "dbk", MOE_RT_F32, 1, true)
+      .tensor(dbv, "dbv", MOE_RT_F32, 1, true)
+      .tensor(dbo, "dbo", MOE_RT_F32, 1, true);
   c.sizeOf(dout, "dout", x)
       .sizeOf(dx, "dx", x)
       .sizeOf(dwq, "dwq", wq)
@@ -239,17 +315,26 @@ moe_rt_status moe_rt_attention_grad(
       .sizeOf(dwo, "dwo", wo)
       .that(!scale == !dscale && !bias == !dbias,
             "dnorm_scale / dnorm_bias go with norm_scale / norm_bias")
+      .that(!bq == !dbq && !bk == !dbk && !bv == !dbv && !bo == !dbo,
+            "dbq / dbk / dbv / dbo go with bq / bk / bv / bo")
       .sizeOf(dscale, "dnorm_scale", scale)
-      .sizeOf(dbias, "dnorm_bias", bias);
+      .sizeOf(dbias, "dnorm_bias", bias)
+      .sizeOf(dbq, "dbq", bq)
+      .sizeOf(dbk, "dbk", bk)
+      .sizeOf(dbv, "dbv", bv)
+      .sizeOf(dbo, "dbo", bo);
   if (c.status)
     return c.status;
   k::AttentionShape shape = attentionShape(a, x);
   MOE_RT_ON_CUDA(s, cuda::attentionGrad(
                         s, shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
                         f32(scale), f32(bias), f32(dout), f32(dx), f32(dwq),
-                        f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias)));
-  return cpu::attentionGrad(s, shape, x, wq, wk, wv, wo, scale, bias, dout, dx,
-                            dwq, dwk, dwv, dwo, dscale, dbias);
+                        f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias),
+                        {f32(bq), f32(bk), f32(bv), f32(bo)},
+                        {f32(dbq), f32(dbk), f32(dbv), f32(dbo)}));
+  return cpu::attentionGrad(s, shape, x, wq, wk, wv, wo, scale, bias,
+                            {bq, bk, bv, bo}, dout, dx, dwq, dwk, dwv, dwo,
+                            dscale, dbias, {dbq, dbk, dbv, dbo});
 }
 
 moe_rt_status moe_rt_norm(moe_rt_stream s, moe_rt_norm_kind kind, double eps,
@@ -331,6 +416,44 @@ moe_rt_status moe_rt_linear_grad(moe_rt_stream s, const moe_rt_tensor *x,
   MOE_RT_ON_CUDA(s, cuda::linearGrad(s, rows, kk, n, f32(x), f32(w), f32(dout),
                                      f32(dx), f32(dw), f32(dbias)));
   return cpu::linearGrad(s, rows, kk, n, x, w, dout, dx, dw, dbias);
+}
+
+moe_rt_status moe_rt_sigmoid_gate(moe_rt_stream s, const moe_rt_tensor *x,
+                                  const moe_rt_tensor *w,
+                                  const moe_rt_tensor *y, moe_rt_tensor *out) {
+  Check c = sigmoidGateChecks("moe_rt_sigmoid_gate", s, x, w, y);
+  c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
+  MOE_RT_ON_CUDA(s, cuda::sigmoidGate(s, rows, m, f32(x), f32(w), f32(y),
+                                      f32(out)));
+  return cpu::sigmoidGate(s, rows, m, x, w, y, out);
+}
+
+moe_rt_status moe_rt_sigmoid_gate_grad(moe_rt_stream s,
+                                       const moe_rt_tensor *x,
+                                       const moe_rt_tensor *w,
+                                       const moe_rt_tensor *y,
+                                       const moe_rt_tensor *dout,
+                                       moe_rt_tensor *dx, moe_rt_tensor *dw,
+                                       moe_rt_tensor *dy) {
+  Check c = sigmoidGateChecks("moe_rt_sigmoid_gate_grad", s, x, w, y);
+  c.tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dx, "dx", MOE_RT_F32, 1, true)
+      .tensor(dw, "dw", MOE_RT_F32, 2, true)
+      .tensor(dy, "dy", MOE_RT_F32, 1, true);
+  if (c.status)
+    return c.status;
+  c.sizeOf(dout, "dout", x).sizeOf(dx, "dx", x).sizeOf(dw, "dw", w).sizeOf(
+      dy, "dy", y);
+  if (c.status)
+    return c.status;
+  int64_t m = dim(x, -1), rows = moe_rt_tensor_numel(x) / m;
+  MOE_RT_ON_CUDA(s, cuda::sigmoidGateGrad(s, rows, m, f32(x), f32(w), f32(y),
+                                          f32(dout), f32(dx), f32(dw),
+                                          f32(dy)));
+  return cpu::sigmoidGateGrad(s, rows, m, x, w, y, dout, dx, dw, dy);
 }
 
 moe_rt_status moe_rt_embedding(moe_rt_stream s, const moe_rt_tensor *ids,

@@ -23,11 +23,15 @@ moe_rt_status attention(moe_rt_stream s, const k::AttentionShape &shape,
                         const moe_rt_tensor *x, const moe_rt_tensor *wq,
                         const moe_rt_tensor *wk, const moe_rt_tensor *wv,
                         const moe_rt_tensor *wo, const moe_rt_tensor *scale,
-                        const moe_rt_tensor *bias, moe_rt_tensor *out) {
+                        const moe_rt_tensor *bias,
+                        AttentionBiases<const moe_rt_tensor> biases,
+                        moe_rt_tensor *out) {
   float *px = f32(x), *pq = f32(wq), *pk = f32(wk), *pv = f32(wv),
         *po = f32(wo), *ps = f32(scale), *pb = f32(bias), *pout = f32(out);
+  k::AttentionBias<float> pbias{f32(biases.q), f32(biases.k), f32(biases.v),
+                                f32(biases.o)};
   return task(s, [=] {
-    k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout);
+    k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout, pbias);
   });
 }
 
@@ -35,15 +39,23 @@ moe_rt_status attentionGrad(
     moe_rt_stream s, const k::AttentionShape &shape, const moe_rt_tensor *x,
     const moe_rt_tensor *wq, const moe_rt_tensor *wk, const moe_rt_tensor *wv,
     const moe_rt_tensor *wo, const moe_rt_tensor *scale,
-    const moe_rt_tensor *bias, const moe_rt_tensor *dout, moe_rt_tensor *dx,
-    moe_rt_tensor *dwq, moe_rt_tensor *dwk, moe_rt_tensor *dwv,
-    moe_rt_tensor *dwo, moe_rt_tensor *dscale, moe_rt_tensor *dbias) {
+    const moe_rt_tensor *bias, AttentionBiases<const moe_rt_tensor> biases,
+    const moe_rt_tensor *dout, moe_rt_tensor *dx, moe_rt_tensor *dwq,
+    moe_rt_tensor *dwk, moe_rt_tensor *dwv, moe_rt_tensor *dwo,
+    moe_rt_tensor *dscale, moe_rt_tensor *dbias,
+    AttentionBiases<moe_rt_tensor> dbiases) {
   return task(s, [=] {
-    for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias})
+    for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias, dbiases.q,
+                             dbiases.k, dbiases.v, dbiases.o})
       zero(g);
-    k::attentionBackward(shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
-                         f32(scale), f32(bias), f32(dout), f32(dx), f32(dwq),
-                         f32(dwk), f32(dwv), f32(dwo), f32(dscale), f32(dbias));
+    k::attentionBackward(
+        shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo), f32(scale),
+        f32(bias), f32(dout), f32(dx), f32(dwq), f32(dwk), f32(dwv), f32(dwo),
+        f32(dscale), f32(dbias),
+        k::AttentionBias<float>{f32(biases.q), f32(biases.k), f32(biases.v),
+                                f32(biases.o)},
+        k::AttentionBiasGrad<float>{f32(dbiases.q), f32(dbiases.k),
+                                    f32(dbiases.v), f32(dbiases.o)});
   });
 }
 
@@ -87,6 +99,27 @@ moe_rt_status linearGrad(moe_rt_stream s, int64_t rows, int64_t kk, int64_t n,
       zero(g);
     k::linearBackward(rows, kk, n, f32(x), f32(w), f32(dout), f32(dx), f32(dw),
                       f32(dbias));
+  });
+}
+
+moe_rt_status sigmoidGate(moe_rt_stream s, int64_t rows, int64_t m,
+                          const moe_rt_tensor *x, const moe_rt_tensor *w,
+                          const moe_rt_tensor *y, moe_rt_tensor *out) {
+  return task(s, [=] {
+    k::sigmoidGateForward(rows, m, f32(x), f32(w), f32(y), f32(out));
+  });
+}
+
+moe_rt_status sigmoidGateGrad(moe_rt_stream s, int64_t rows, int64_t m,
+                              const moe_rt_tensor *x, const moe_rt_tensor *w,
+                              const moe_rt_tensor *y,
+                              const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                              moe_rt_tensor *dw, moe_rt_tensor *dy) {
+  return task(s, [=] {
+    for (moe_rt_tensor *g : {dx, dw, dy})
+      zero(g);
+    k::sigmoidGateBackward(rows, m, f32(x), f32(w), f32(y), f32(dout), f32(dx),
+                           f32(dw), f32(dy));
   });
 }
 

@@ -26,20 +26,28 @@ namespace moe_rt::cpu {
 
 // Dense ops (CpuDenseOps.cpp).
 
+/// The attention's optional Q, K, V, output biases (or their gradients).
+template <class T> struct AttentionBiases {
+  T *q, *k, *v, *o;
+};
 moe_rt_status attention(moe_rt_stream s, const kernels::AttentionShape &shape,
                         const moe_rt_tensor *x, const moe_rt_tensor *wq,
                         const moe_rt_tensor *wk, const moe_rt_tensor *wv,
                         const moe_rt_tensor *wo, const moe_rt_tensor *scale,
-                        const moe_rt_tensor *bias, moe_rt_tensor *out);
+                        const moe_rt_tensor *bias,
+                        AttentionBiases<const moe_rt_tensor> biases,
+                        moe_rt_tensor *out);
 moe_rt_status
 attentionGrad(moe_rt_stream s, const kernels::AttentionShape &shape,
               const moe_rt_tensor *x, const moe_rt_tensor *wq,
               const moe_rt_tensor *wk, const moe_rt_tensor *wv,
               const moe_rt_tensor *wo, const moe_rt_tensor *scale,
-              const moe_rt_tensor *bias, const moe_rt_tensor *dout,
-              moe_rt_tensor *dx, moe_rt_tensor *dwq, moe_rt_tensor *dwk,
-              moe_rt_tensor *dwv, moe_rt_tensor *dwo, moe_rt_tensor *dscale,
-              moe_rt_tensor *dbias);
+              const moe_rt_tensor *bias,
+              AttentionBiases<const moe_rt_tensor> biases,
+              const moe_rt_tensor *dout, moe_rt_tensor *dx,
+              moe_rt_tensor *dwq, moe_rt_tensor *dwk, moe_rt_tensor *dwv,
+              moe_rt_tensor *dwo, moe_rt_tensor *dscale, moe_rt_tensor *dbias,
+              AttentionBiases<moe_rt_tensor> dbiases);
 /// rows x m over the last dimension; rms picks RMSNorm.
 moe_rt_status norm(moe_rt_stream s, bool rms, int64_t rows, int64_t m,
                    double eps, const moe_rt_tensor *x,
@@ -58,6 +66,15 @@ moe_rt_status linearGrad(moe_rt_stream s, int64_t rows, int64_t k, int64_t n,
                          const moe_rt_tensor *x, const moe_rt_tensor *w,
                          const moe_rt_tensor *dout, moe_rt_tensor *dx,
                          moe_rt_tensor *dw, moe_rt_tensor *dbias);
+/// out = sigmoid(x w) y per row of rows x m (moe.sigmoid_gate).
+moe_rt_status sigmoidGate(moe_rt_stream s, int64_t rows, int64_t m,
+                          const moe_rt_tensor *x, const moe_rt_tensor *w,
+                          const moe_rt_tensor *y, moe_rt_tensor *out);
+moe_rt_status sigmoidGateGrad(moe_rt_stream s, int64_t rows, int64_t m,
+                              const moe_rt_tensor *x, const moe_rt_tensor *w,
+                              const moe_rt_tensor *y,
+                              const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                              moe_rt_tensor *dw, moe_rt_tensor *dy);
 moe_rt_status embedding(moe_rt_stream s, int64_t tokens, int64_t vocab,
                         int64_t m, const moe_rt_tensor *ids,
                         const moe_rt_tensor *table, moe_rt_tensor *out);

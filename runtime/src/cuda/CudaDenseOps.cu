@@ -20,10 +20,11 @@ moe_rt_status attention(moe_rt_stream s, const kernels::AttentionShape &shape,
                         const float *x, const float *wq, const float *wk,
                         const float *wv, const float *wo,
                         const float *normScale, const float *normBias,
-                        float *out) {
+                        float *out,
+                        const kernels::AttentionBias<float> &biases) {
   CudaExecutor ex(s);
   device::attentionForward(ex, shape, x, wq, wk, wv, wo, normScale, normBias,
-                           out);
+                           out, device::attn::kMaxScoreElements, biases);
   return ex.status();
 }
 
@@ -34,11 +35,14 @@ moe_rt_status attentionGrad(moe_rt_stream s,
                             const float *normScale, const float *normBias,
                             const float *dout, float *dx, float *dwq,
                             float *dwk, float *dwv, float *dwo,
-                            float *dnormScale, float *dnormBias) {
+                            float *dnormScale, float *dnormBias,
+                            const kernels::AttentionBias<float> &biases,
+                            const kernels::AttentionBiasGrad<float> &dbiases) {
   CudaExecutor ex(s);
   device::attentionBackward(ex, shape, x, wq, wk, wv, wo, normScale, normBias,
                             dout, dx, dwq, dwk, dwv, dwo, dnormScale,
-                            dnormBias);
+                            dnormBias, device::attn::kMaxScoreElements, biases,
+                            dbiases);
   return ex.status();
 }
 
@@ -73,6 +77,23 @@ moe_rt_status linearGrad(moe_rt_stream s, int64_t rows, int64_t k, int64_t n,
                          float *dx, float *dw, float *dbias) {
   CudaExecutor ex(s);
   device::linearBackward(ex, rows, k, n, x, w, dout, dx, dw, dbias);
+  return ex.status();
+}
+
+moe_rt_status sigmoidGate(moe_rt_stream s, int64_t rows, int64_t m,
+                          const float *x, const float *w, const float *y,
+                          float *out) {
+  CudaExecutor ex(s);
+  device::sigmoidGateForward(ex, rows, m, x, w, y, out);
+  return ex.status();
+}
+
+moe_rt_status sigmoidGateGrad(moe_rt_stream s, int64_t rows, int64_t m,
+                              const float *x, const float *w, const float *y,
+                              const float *dout, float *dx, float *dw,
+                              float *dy) {
+  CudaExecutor ex(s);
+  device::sigmoidGateBackward(ex, rows, m, x, w, y, dout, dx, dw, dy);
   return ex.status();
 }
 

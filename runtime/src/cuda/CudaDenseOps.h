@@ -31,7 +31,8 @@ moe_rt_status attention(moe_rt_stream s, const kernels::AttentionShape &shape,
                         const float *x, const float *wq, const float *wk,
                         const float *wv, const float *wo,
                         const float *normScale, const float *normBias,
-                        float *out);
+                        float *out,
+                        const kernels::AttentionBias<float> &biases = {});
 
 /// moe_rt_attention_grad: every gradient overwritten; dnormScale /
 /// dnormBias may be null (zeroed when given without a pre-norm).
@@ -42,7 +43,10 @@ moe_rt_status attentionGrad(moe_rt_stream s,
                             const float *normScale, const float *normBias,
                             const float *dout, float *dx, float *dwq,
                             float *dwk, float *dwv, float *dwo,
-                            float *dnormScale, float *dnormBias);
+                            float *dnormScale, float *dnormBias,
+                            const kernels::AttentionBias<float> &biases = {},
+                            const kernels::AttentionBiasGrad<float> &dbiases =
+                                {});
 
 /// moe_rt_norm: rows x m, over the last dimension; rms picks RMSNorm
 /// (MOE_RT_NORM_RMS), else LayerNorm; bias may be null.
@@ -68,6 +72,16 @@ moe_rt_status linear(moe_rt_stream s, int64_t rows, int64_t k, int64_t n,
 moe_rt_status linearGrad(moe_rt_stream s, int64_t rows, int64_t k, int64_t n,
                          const float *x, const float *w, const float *dout,
                          float *dx, float *dw, float *dbias);
+
+/// moe_rt_sigmoid_gate: out = sigmoid(x w) y per row of rows x m.
+moe_rt_status sigmoidGate(moe_rt_stream s, int64_t rows, int64_t m,
+                          const float *x, const float *w, const float *y,
+                          float *out);
+/// moe_rt_sigmoid_gate_grad: dx, dw, dy overwritten (each may be null).
+moe_rt_status sigmoidGateGrad(moe_rt_stream s, int64_t rows, int64_t m,
+                              const float *x, const float *w, const float *y,
+                              const float *dout, float *dx, float *dw,
+                              float *dy);
 
 /// moe_rt_embedding: out[t] = table[ids[t]], table vocab x m.
 moe_rt_status embedding(moe_rt_stream s, int64_t tokens, int64_t vocab,

@@ -2,10 +2,10 @@
 //
 // moe.attention for the CUDA backend, written over an executor X (see
 // Device.h) with the semantics of kernels/Attention.h: optional pre-norm,
-// Q/K/V projections, rotary embeddings (rotate-half, angle
-// pos * 10000^(-2i/D)), scaled dot-product attention with `heads` query
-// heads sharing `kvHeads` key/value heads (GQA), causal or not, and the
-// output projection. The backward recomputes the forward from x, as the CPU
+// Q/K/V projections (optional biases), rotary embeddings (rotate-half or
+// interleaved, angle pos * theta^(-2j/D)), scaled dot-product attention
+// with `heads` query heads sharing `kvHeads` key/value heads (GQA), causal
+// or not, and the output projection (optional bias). The backward recomputes the forward from x, as the CPU
 // kernel does, and OVERWRITES its gradients (as moe_rt_attention_grad).
 //
 // Layout: activations are token-major (B*N rows of H*D or KV*D); scores
@@ -33,22 +33,28 @@ namespace moe_rt::device {
 namespace attn {
 
 /// Rotates (inverse: by the negative angle, the adjoint used for
-/// gradients) the pairs (i, i + D/2) of every head of every token; one
-/// thread per (token, head, i < D/2). rows = B*N tokens, pos = token % N.
+/// gradients) the lane pairs of every head of every token: (j, j + D/2)
+/// (rotate-half) or (2j, 2j + 1) (interleaved), by pos * theta^(-2j/D);
+/// one thread per (token, head, j < D/2). rows = B*N tokens, pos = token %
+/// N. The angle is computed per thread (cheap on a GPU; the CPU kernel
+/// reads a cached table, kernels/RotaryTable.h, with the same values).
 struct RotaryBody {
   float *v;
   int64_t seq, heads, d;
   bool inverse;
+  double theta;
+  bool interleaved;
   MOE_HD void operator()(int64_t idx) const {
     int64_t half = d / 2;
-    int64_t i = idx % half, h = (idx / half) % heads, t = idx / (half * heads);
+    int64_t j = idx % half, h = (idx / half) % heads, t = idx / (half * heads);
     int64_t pos = t % seq;
-    double angle = pos * ::pow(10000.0, -2.0 * i / d);
+    double angle = pos * ::pow(theta, -2.0 * j / d);
     double c = ::cos(angle), s = inverse ? -::sin(angle) : ::sin(angle);
     float *row = v + t * heads * d + h * d;
-    float x = row[i], y = row[i + half];
-    row[i] = float(x * c - y * s);
-    row[i + half] = float(y * c + x * s);
+    int64_t p = interleaved ? 2 * j : j, q = interleaved ? 2 * j + 1 : j + half;
+    float x = row[p], y = row[q];
+    row[p] = float(x * c - y * s);
+    row[q] = float(y * c + x * s);
   }
 };
 
@@ -158,6 +164,7 @@ moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
                          const float *in, const float *wq, const float *wk,
                          const float *wv, const float *scale,
                          const float *bias, int64_t maxScoreElements,
+                         const kernels::AttentionBias<float> &pb,
                          Activations &a) {
   using dense::gemmInto;
   Dims z(s);
@@ -185,11 +192,20 @@ moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
       gemmInto(x, gemmDesc(false, false, z.rows, z.kvd, z.m, 1, a.xn, wv, 0,
                            a.v)))
     return x.status();
+  if ((pb.q &&
+       x.forEach(z.rows * z.hd, dense::AddBiasBody{a.q, pb.q, z.hd})) ||
+      (pb.k &&
+       x.forEach(z.rows * z.kvd, dense::AddBiasBody{a.k, pb.k, z.kvd})) ||
+      (pb.v &&
+       x.forEach(z.rows * z.kvd, dense::AddBiasBody{a.v, pb.v, z.kvd})))
+    return x.status();
   if (s.rotary && z.d / 2 > 0 &&
       (x.forEach(z.rows * s.heads * (z.d / 2),
-                 RotaryBody{a.q, z.n, s.heads, z.d, false}) ||
+                 RotaryBody{a.q, z.n, s.heads, z.d, false, s.theta,
+                            s.interleaved}) ||
        x.forEach(z.rows * s.kvHeads * (z.d / 2),
-                 RotaryBody{a.k, z.n, s.kvHeads, z.d, false})))
+                 RotaryBody{a.k, z.n, s.kvHeads, z.d, false, s.theta,
+                            s.interleaved})))
     return x.status();
   for (int64_t b0 = 0; b0 < s.batch; b0 += a.chunk) {
     int64_t nb = s.batch - b0 < a.chunk ? s.batch - b0 : a.chunk;
@@ -267,14 +283,14 @@ attentionForward(X &x, const kernels::AttentionShape &s, const float *in,
                  const float *wq, const float *wk, const float *wv,
                  const float *wo, const float *scale, const float *bias,
                  float *out,
-                 int64_t maxScoreElements = attn::kMaxScoreElements) {
+                 int64_t maxScoreElements = attn::kMaxScoreElements,
+                 const kernels::AttentionBias<float> &pb = {}) {
   attn::Activations a;
   if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, maxScoreElements,
-                       a))
+                       pb, a))
     return x.status();
   int64_t rows = s.batch * s.seq, hd = s.heads * s.headDim;
-  return dense::gemmInto(
-      x, gemmDesc(false, false, rows, s.embed, hd, 1, a.o, wo, 0, out));
+  return linearForward(x, rows, hd, s.embed, a.o, wo, pb.o, out);
 }
 
 /// dx and every weight gradient, overwritten (moe_rt_attention_grad).
@@ -286,11 +302,13 @@ attentionBackward(X &x, const kernels::AttentionShape &s, const float *in,
                   const float *wo, const float *scale, const float *bias,
                   const float *dout, float *dx, float *dwq, float *dwk,
                   float *dwv, float *dwo, float *dscale, float *dbias,
-                  int64_t maxScoreElements = attn::kMaxScoreElements) {
+                  int64_t maxScoreElements = attn::kMaxScoreElements,
+                  const kernels::AttentionBias<float> &pb = {},
+                  const kernels::AttentionBiasGrad<float> &dpb = {}) {
   using dense::gemmInto;
   attn::Activations a;
   if (attn::forwardToO(x, s, in, wq, wk, wv, scale, bias, maxScoreElements,
-                       a))
+                       pb, a))
     return x.status();
   attn::Dims z(s);
   int64_t rows = z.rows, m = z.m, hd = z.hd, kvd = z.kvd, d = z.d, n = z.n;
@@ -316,9 +334,19 @@ attentionBackward(X &x, const kernels::AttentionShape &s, const float *in,
   }
   if (s.rotary && d / 2 > 0 &&
       (x.forEach(rows * s.heads * (d / 2),
-                 attn::RotaryBody{dQ, n, s.heads, d, true}) ||
+                 attn::RotaryBody{dQ, n, s.heads, d, true, s.theta,
+                                  s.interleaved}) ||
        x.forEach(rows * s.kvHeads * (d / 2),
-                 attn::RotaryBody{dK, n, s.kvHeads, d, true})))
+                 attn::RotaryBody{dK, n, s.kvHeads, d, true, s.theta,
+                                  s.interleaved})))
+    return x.status();
+  // The biases' gradients: column sums of dout, dQ, dK, dV (the latter
+  // after rotary's adjoint: the biases are added before rotary).
+  using dense::ColumnSumBody;
+  if ((dpb.o && x.forEach(m, ColumnSumBody{dout, rows, m, dpb.o})) ||
+      (dpb.q && x.forEach(hd, ColumnSumBody{dQ, rows, hd, dpb.q})) ||
+      (dpb.k && x.forEach(kvd, ColumnSumBody{dK, rows, kvd, dpb.k})) ||
+      (dpb.v && x.forEach(kvd, ColumnSumBody{dV, rows, kvd, dpb.v})))
     return x.status();
   // dxn = dQ Wq^T + dK Wk^T + dV Wv^T; dW* = xn^T d*.
   if (gemmInto(x, gemmDesc(false, true, rows, m, hd, 1, dQ, wq, 0, dxn)) ||

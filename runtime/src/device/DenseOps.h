@@ -88,6 +88,64 @@ struct ColumnSumBody {
   }
 };
 
+//===--- sigmoid gate -----------------------------------------------------===//
+
+/// s[r] = sigmoid(x[r] . w) and, with dout, g[r] = (dout[r] . y[r]) s (1 -
+/// s); one thread per row (kernels::sigmoidGateForward / Backward).
+struct SigmoidGateRowBody {
+  const float *x, *w, *y, *dout;
+  int64_t m;
+  double *s, *g;
+  MOE_HD void operator()(int64_t r) const {
+    double z = 0, dot = 0;
+    for (int64_t j = 0; j < m; ++j)
+      z += double(x[r * m + j]) * w[j];
+    double sr = 1.0 / (1.0 + ::exp(-z));
+    s[r] = sr;
+    if (!dout)
+      return;
+    for (int64_t j = 0; j < m; ++j)
+      dot += double(dout[r * m + j]) * y[r * m + j];
+    g[r] = dot * sr * (1.0 - sr);
+  }
+};
+
+/// out[i] = scale[i / m] * in[i]: each row scaled by its own factor.
+struct RowScaleBody {
+  const double *scale;
+  const float *in;
+  int64_t m;
+  float *out;
+  MOE_HD void operator()(int64_t i) const {
+    out[i] = float(scale[i / m] * in[i]);
+  }
+};
+
+/// dx[r, j] = g[r] w[j].
+struct OuterBody {
+  const double *g;
+  const float *w;
+  int64_t m;
+  float *dx;
+  MOE_HD void operator()(int64_t i) const {
+    dx[i] = float(g[i / m] * w[i % m]);
+  }
+};
+
+/// dw[j] = sum_r g[r] x[r, j], one thread per column.
+struct WeightedColumnSumBody {
+  const double *g;
+  const float *x;
+  int64_t rows, m;
+  float *dw;
+  MOE_HD void operator()(int64_t j) const {
+    double acc = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      acc += g[r] * x[r * m + j];
+    dw[j] = float(acc);
+  }
+};
+
 //===--- norms ------------------------------------------------------------===//
 
 /// Mean (0 for RMS) and 1 / sqrt(var + eps) of row r, as kernels::normStats.
@@ -405,6 +463,36 @@ moe_rt_status linearBackward(X &x, int64_t rows, int64_t k, int64_t n,
     return x.status();
   if (dbias)
     return x.forEach(n, dense::ColumnSumBody{dy, rows, n, dbias});
+  return x.status();
+}
+
+/// out = sigmoid(x w) y per row of rows x m (kernels::sigmoidGateForward).
+template <class X>
+moe_rt_status sigmoidGateForward(X &x, int64_t rows, int64_t m,
+                                 const float *in, const float *w,
+                                 const float *y, float *out) {
+  double *s = scratchF64(x, rows);
+  if (!s || x.forEach(rows, dense::SigmoidGateRowBody{in, w, y, nullptr, m, s,
+                                                      nullptr}))
+    return x.status();
+  return x.forEach(rows * m, dense::RowScaleBody{s, y, m, out});
+}
+
+/// dy = s dout, dx = g w^T, dw = x^T g (each overwritten; each may be null).
+template <class X>
+moe_rt_status sigmoidGateBackward(X &x, int64_t rows, int64_t m,
+                                  const float *in, const float *w,
+                                  const float *y, const float *dout, float *dx,
+                                  float *dw, float *dy) {
+  double *s = scratchF64(x, 2 * rows);
+  if (!s || x.forEach(rows, dense::SigmoidGateRowBody{in, w, y, dout, m, s,
+                                                      s + rows}))
+    return x.status();
+  const double *g = s + rows;
+  if ((dy && x.forEach(rows * m, dense::RowScaleBody{s, dout, m, dy})) ||
+      (dx && x.forEach(rows * m, dense::OuterBody{g, w, m, dx})) ||
+      (dw && x.forEach(m, dense::WeightedColumnSumBody{g, in, rows, m, dw})))
+    return x.status();
   return x.status();
 }
 

@@ -5,9 +5,11 @@
 // not) with num_heads query heads sharing num_kv_heads key/value heads, and
 // the output projection. The residual add is not part of the op.
 //
-// Rotary embeddings use the rotate-half convention of Hugging Face LLaMA /
-// GPT-NeoX: dimension i < D/2 pairs with i + D/2 and both rotate by angle
-// pos * 10000^(-2i/D), so imported models keep their numerics. The backward
+// Rotary embeddings turn lane pair j by pos * theta^(-2j/D), pairing lanes
+// (j, j + D/2) (rotate-half: HF LLaMA / GPT-NeoX) or (2j, 2j + 1)
+// (interleaved: GPT-J, Meta's LLaMA), from cos/sin tables built once per
+// (seq, D, theta) (RotaryTable.h). Optional biases are added to the Q, K, V
+// projections (before rotary) and to the output projection. The backward
 // recomputes the forward's intermediates from x (activation recomputation).
 //
 //===----------------------------------------------------------------------===//
@@ -15,6 +17,7 @@
 #define MOE_RT_KERNELS_ATTENTION_H
 
 #include "Dense.h"
+#include "RotaryTable.h"
 
 #include <cmath>
 #include <cstdint>
@@ -29,26 +32,21 @@ struct AttentionShape {
   /// 0: no pre-norm, 1: LayerNorm, 2: RMSNorm.
   int norm = 0;
   double eps = 1e-5;
+  /// Rotary base and lane pairing (moe.attention's theta and layout).
+  double theta = 10000.0;
+  bool interleaved = false;
+};
+
+/// The optional biases of the Q, K, V and output projections (null: none).
+template <typename T> struct AttentionBias {
+  const T *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+};
+/// Their gradients (null: not wanted).
+template <typename T> struct AttentionBiasGrad {
+  T *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
 };
 
 namespace detail {
-
-/// Rotates (in place) the heads x D vectors of one token at position `pos`;
-/// `inverse` applies the transpose (the adjoint, for gradients).
-template <typename T>
-void rotary(T *v, int64_t heads, int64_t d, int64_t pos, bool inverse) {
-  int64_t half = d / 2;
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < half; ++i) {
-      double angle = pos * std::pow(10000.0, -2.0 * i / d);
-      double c = std::cos(angle),
-             s = inverse ? -std::sin(angle) : std::sin(angle);
-      T &a = v[h * d + i], &b = v[h * d + i + half];
-      T x = a, y = b;
-      a = T(x * c - y * s);
-      b = T(y * c + x * s);
-    }
-}
 
 template <typename T> struct Activations {
   std::vector<T> xn, q, k, v, p, o; // per batch element
@@ -58,7 +56,8 @@ template <typename T> struct Activations {
 template <typename T>
 void forwardSample(const AttentionShape &s, const T *x, const T *wq,
                    const T *wk, const T *wv, const T *wo, const T *scale,
-                   const T *bias, T *out, Activations<T> &act) {
+                   const T *bias, const AttentionBias<T> &pb, T *out,
+                   Activations<T> &act) {
   int64_t n = s.seq, m = s.embed, hd = s.heads * s.headDim,
           kvd = s.kvHeads * s.headDim, d = s.headDim;
   act.xn.assign(n * m, T(0));
@@ -69,14 +68,18 @@ void forwardSample(const AttentionShape &s, const T *x, const T *wq,
   act.q.assign(n * hd, T(0));
   act.k.assign(n * kvd, T(0));
   act.v.assign(n * kvd, T(0));
-  gemm(false, false, n, hd, m, T(1), act.xn.data(), wq, T(0), act.q.data());
-  gemm(false, false, n, kvd, m, T(1), act.xn.data(), wk, T(0), act.k.data());
-  gemm(false, false, n, kvd, m, T(1), act.xn.data(), wv, T(0), act.v.data());
-  if (s.rotary)
+  linearForward(n, m, hd, act.xn.data(), wq, pb.q, act.q.data());
+  linearForward(n, m, kvd, act.xn.data(), wk, pb.k, act.k.data());
+  linearForward(n, m, kvd, act.xn.data(), wv, pb.v, act.v.data());
+  if (s.rotary) {
+    auto table = rotaryTable(n, d, s.theta);
     for (int64_t t = 0; t < n; ++t) {
-      rotary(act.q.data() + t * hd, s.heads, d, t, false);
-      rotary(act.k.data() + t * kvd, s.kvHeads, d, t, false);
+      rotaryApply(*table, s.interleaved, act.q.data() + t * hd, s.heads, d, t,
+                  false);
+      rotaryApply(*table, s.interleaved, act.k.data() + t * kvd, s.kvHeads, d,
+                  t, false);
     }
+  }
   int64_t group = s.heads / s.kvHeads;
   double inv = 1.0 / std::sqrt(double(d));
   act.p.assign(s.heads * n * n, T(0));
@@ -111,7 +114,7 @@ void forwardSample(const AttentionShape &s, const T *x, const T *wq,
           act.o[i * hd + h * d + e] += prow[j] * act.v[j * kvd + g * d + e];
     }
   }
-  gemm(false, false, n, m, hd, T(1), act.o.data(), wo, T(0), out);
+  linearForward(n, hd, m, act.o.data(), wo, pb.o, out);
 }
 
 } // namespace detail
@@ -120,11 +123,12 @@ void forwardSample(const AttentionShape &s, const T *x, const T *wq,
 template <typename T>
 void attentionForward(const AttentionShape &s, const T *x, const T *wq,
                       const T *wk, const T *wv, const T *wo, const T *scale,
-                      const T *bias, T *out) {
+                      const T *bias, T *out,
+                      const AttentionBias<T> &pb = {}) {
   detail::Activations<T> act;
   for (int64_t b = 0; b < s.batch; ++b)
     detail::forwardSample(s, x + b * s.seq * s.embed, wq, wk, wv, wo, scale,
-                          bias, out + b * s.seq * s.embed, act);
+                          bias, pb, out + b * s.seq * s.embed, act);
 }
 
 /// Accumulates dx and every weight gradient (dscale/dbias may be null).
@@ -132,7 +136,9 @@ template <typename T>
 void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
                        const T *wk, const T *wv, const T *wo, const T *scale,
                        const T *bias, const T *dout, T *dx, T *dwq, T *dwk,
-                       T *dwv, T *dwo, T *dscale, T *dbias) {
+                       T *dwv, T *dwo, T *dscale, T *dbias,
+                       const AttentionBias<T> &pb = {},
+                       const AttentionBiasGrad<T> &dpb = {}) {
   int64_t n = s.seq, m = s.embed, hd = s.heads * s.headDim,
           kvd = s.kvHeads * s.headDim, d = s.headDim;
   int64_t group = s.heads / s.kvHeads;
@@ -142,11 +148,11 @@ void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
       dxn(n * m), dp(n);
   for (int64_t b = 0; b < s.batch; ++b) {
     const T *xb = x + b * n * m, *db = dout + b * n * m;
-    detail::forwardSample(s, xb, wq, wk, wv, wo, scale, bias, out.data(), act);
-    // out = O Wo.
+    detail::forwardSample(s, xb, wq, wk, wv, wo, scale, bias, pb, out.data(),
+                          act);
+    // out = O Wo + bo.
     std::fill(dO.begin(), dO.end(), T(0));
-    gemm(false, true, n, hd, m, T(1), db, wo, T(0), dO.data());
-    gemm(true, false, hd, m, n, T(1), act.o.data(), db, T(1), dwo);
+    linearBackward(n, hd, m, act.o.data(), wo, db, dO.data(), dwo, dpb.o);
     std::fill(dQ.begin(), dQ.end(), T(0));
     std::fill(dK.begin(), dK.end(), T(0));
     std::fill(dV.begin(), dV.end(), T(0));
@@ -177,18 +183,22 @@ void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
         }
       }
     }
-    if (s.rotary)
+    if (s.rotary) {
+      auto table = rotaryTable(n, d, s.theta);
       for (int64_t t = 0; t < n; ++t) {
-        detail::rotary(dQ.data() + t * hd, s.heads, d, t, true);
-        detail::rotary(dK.data() + t * kvd, s.kvHeads, d, t, true);
+        rotaryApply(*table, s.interleaved, dQ.data() + t * hd, s.heads, d, t,
+                    true);
+        rotaryApply(*table, s.interleaved, dK.data() + t * kvd, s.kvHeads, d,
+                    t, true);
       }
+    }
     std::fill(dxn.begin(), dxn.end(), T(0));
-    gemm(false, true, n, m, hd, T(1), dQ.data(), wq, T(1), dxn.data());
-    gemm(false, true, n, m, kvd, T(1), dK.data(), wk, T(1), dxn.data());
-    gemm(false, true, n, m, kvd, T(1), dV.data(), wv, T(1), dxn.data());
-    gemm(true, false, m, hd, n, T(1), act.xn.data(), dQ.data(), T(1), dwq);
-    gemm(true, false, m, kvd, n, T(1), act.xn.data(), dK.data(), T(1), dwk);
-    gemm(true, false, m, kvd, n, T(1), act.xn.data(), dV.data(), T(1), dwv);
+    linearBackward(n, m, hd, act.xn.data(), wq, dQ.data(), dxn.data(), dwq,
+                   dpb.q);
+    linearBackward(n, m, kvd, act.xn.data(), wk, dK.data(), dxn.data(), dwk,
+                   dpb.k);
+    linearBackward(n, m, kvd, act.xn.data(), wv, dV.data(), dxn.data(), dwv,
+                   dpb.v);
     T *dxb = dx + b * n * m;
     if (s.norm)
       normBackward(s.norm == 2, n, m, xb, scale, s.eps, dxn.data(), dxb, dscale,

@@ -46,6 +46,47 @@ void linearBackward(int64_t rows, int64_t k, int64_t n, const T *x, const T *w,
         dbias[j] += dy[r * n + j];
 }
 
+//===--- sigmoid gate: out[t] = sigmoid(x[t] . w) y[t] -------------------===//
+
+template <typename T> double sigmoidGateScale(int64_t m, const T *x, const T *w) {
+  double z = 0;
+  for (int64_t j = 0; j < m; ++j)
+    z += double(x[j]) * w[j];
+  return 1.0 / (1.0 + std::exp(-z));
+}
+
+template <typename T>
+void sigmoidGateForward(int64_t rows, int64_t m, const T *x, const T *w,
+                        const T *y, T *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = sigmoidGateScale(m, x + r * m, w);
+    for (int64_t j = 0; j < m; ++j)
+      out[r * m + j] = T(s * y[r * m + j]);
+  }
+}
+
+/// dy = s dout; with g = (dout . y) s (1 - s): dx += g w, dw += g x.
+/// Accumulates (dx, dw, dy may be null).
+template <typename T>
+void sigmoidGateBackward(int64_t rows, int64_t m, const T *x, const T *w,
+                         const T *y, const T *dout, T *dx, T *dw, T *dy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * m, *yr = y + r * m, *dr = dout + r * m;
+    double s = sigmoidGateScale(m, xr, w), dot = 0;
+    for (int64_t j = 0; j < m; ++j)
+      dot += double(dr[j]) * yr[j];
+    double g = dot * s * (1.0 - s);
+    for (int64_t j = 0; j < m; ++j) {
+      if (dy)
+        dy[r * m + j] += T(s * dr[j]);
+      if (dx)
+        dx[r * m + j] += T(g * w[j]);
+      if (dw)
+        dw[j] += T(g * xr[j]);
+    }
+  }
+}
+
 //===--- norms over the last dimension ---------------------------------===//
 
 /// Mean (0 for RMSNorm) and 1 / sqrt(variance + eps) of one row, the

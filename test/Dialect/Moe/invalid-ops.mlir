@@ -171,7 +171,7 @@ func.func @attention_norm_shape(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %
 
 func.func @attention_params_without_kind(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %s: tensor<16xf32>) {
   // expected-error @+1 {{has norm parameters but no prenorm kind}}
-  %a = "moe.attention"(%x, %w, %w, %w, %w, %s) <{num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64}> : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  %a = "moe.attention"(%x, %w, %w, %w, %w, %s) <{num_heads = 2 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1, 0, 0>}> : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   return
 }
 
@@ -678,10 +678,26 @@ func.func @slots_outside(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: tens
 
 // -----
 
+func.func @attention_theta_without_rotary(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>) {
+  // expected-error @+1 {{has a rotary layout or theta but no rotary}}
+  %a = moe.attention %x weights(%w, %w, %w, %w) heads = 2 kv_heads = 2 head_dim = 8 theta = 1.0e6 : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
 shard.grid @grid(shape = 1x4)
 func.func @slots_empty(%e: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %w: tensor<2x8x2xf32>, %c: tensor<8xi32>) {
   // expected-error @+1 {{slots [0, 0] are not a non-empty window inside the capacity 8}}
   %y = moe.combine %e, %i, %w, %c on @grid axes = [1] experts = 8 capacity = 8 slots [0, 0] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>, tensor<8xi32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_theta_negative(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>) {
+  // expected-error @+1 {{rotary theta must be positive and finite, got -5}}
+  %a = moe.attention %x weights(%w, %w, %w, %w) heads = 2 kv_heads = 2 head_dim = 8 rotary theta = -5.0 : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<2x8x16xf32>
   return
 }
 
@@ -696,6 +712,14 @@ func.func @slots_dropless(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: ten
 
 // -----
 
+func.func @attention_rotary_odd(%x: tensor<2x8x15xf32>, %w: tensor<15x15xf32>) {
+  // expected-error @+1 {{rotary needs an even head_dim, got 5}}
+  %a = moe.attention %x weights(%w, %w, %w, %w) heads = 3 kv_heads = 3 head_dim = 5 rotary : (tensor<2x8x15xf32>, tensor<15x15xf32>, tensor<15x15xf32>, tensor<15x15xf32>, tensor<15x15xf32>) -> tensor<2x8x15xf32>
+  return
+}
+
+// -----
+
 shard.grid @grid(shape = 1x4)
 func.func @slots_expert_choice(%x: tensor<2x8x16xf32>, %i: tensor<8x4xi32>, %c: tensor<8xi32>) {
   // expected-error @+1 {{'slots' needs token-choice routing (B x N x k indices)}}
@@ -705,10 +729,26 @@ func.func @slots_expert_choice(%x: tensor<2x8x16xf32>, %i: tensor<8x4xi32>, %c: 
 
 // -----
 
+func.func @attention_two_biases(%x: tensor<2x8x16xf32>, %w: tensor<16x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{qkv_bias takes the Q, K and V biases (3), got 2}}
+  %a = moe.attention %x weights(%w, %w, %w, %w) heads = 2 kv_heads = 2 head_dim = 8 qkv_bias(%b, %b) : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
 shard.grid @grid(shape = 1x4)
 func.func @slots_arity(%x: tensor<2x8x16xf32>, %i: tensor<2x8x2xi32>, %c: tensor<8xi32>) {
   // expected-error @+1 {{'slots' must be [first, count]}}
   %d = moe.dispatch %x, %i, %c on @grid axes = [1] experts = 8 capacity = 8 slots [0] : (tensor<2x8x16xf32>, tensor<2x8x2xi32>, tensor<8xi32>) -> tensor<2x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_bias_shape(%x: tensor<2x8x16xf32>, %wq: tensor<16x16xf32>, %wkv: tensor<16x8xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{'bk' must have shape 8, got 16}}
+  %a = moe.attention %x weights(%wq, %wkv, %wkv, %wq) heads = 4 kv_heads = 2 head_dim = 4 qkv_bias(%b, %b, %b) : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
   return
 }
 
@@ -741,5 +781,13 @@ func.func @slot_window_result(%a: tensor<2x8x16xf32>, %b: tensor<2x8x16xf32>) {
 func.func @slot_window_shape(%a: tensor<2x8x16xf32>, %b: tensor<1x8x16xf32>) {
   // expected-error @+1 {{inputs must be static E_l x (G slots) x M tensors like the result, got 'tensor<1x8x16xf32>'}}
   %w = moe.slot_window %a, %b groups = 4 from = 0 window [1, 2] : tensor<2x8x16xf32>, tensor<1x8x16xf32> -> tensor<2x8x16xf32>
+  return
+}
+
+// -----
+
+func.func @sigmoid_gate_weight(%x: tensor<2x8x16xf32>, %w: tensor<16x2xf32>) {
+  // expected-error @+1 {{'weight' must have shape 16x1, got 16x2}}
+  %g = moe.sigmoid_gate %x, %w scales %x : (tensor<2x8x16xf32>, tensor<16x2xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
   return
 }

@@ -40,6 +40,28 @@ func.func @attention(%x: tensor<2x8x16xf32>, %wq: tensor<16x16xf32>,
   return %a, %g, %l : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>
 }
 
+// Rotary base and layout, Q/K/V and output biases (Qwen2, nn.MHA).
+// CHECK-LABEL: func.func @attention_variants
+func.func @attention_variants(%x: tensor<2x8x16xf32>, %wq: tensor<16x16xf32>,
+                              %wkv: tensor<16x8xf32>, %wo: tensor<16x16xf32>,
+                              %s: tensor<16xf32>, %bkv: tensor<8xf32>)
+    -> (tensor<2x8x16xf32>, tensor<2x8x16xf32>) {
+  // CHECK: causal rotary layout = interleaved theta = 1.000000e+06 prenorm rms(%{{.*}}) qkv_bias(%{{.*}}, %{{.*}}, %{{.*}}) out_bias(%{{.*}}) :
+  %a = moe.attention %x weights(%wq, %wkv, %wkv, %wo) heads = 4 kv_heads = 2 head_dim = 4 causal rotary layout = interleaved theta = 1.0e6 prenorm rms(%s) qkv_bias(%s, %bkv, %bkv) out_bias(%s) : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<8xf32>, tensor<8xf32>, tensor<16xf32>) -> tensor<2x8x16xf32>
+  // CHECK: causal rotary layout = rotate_half qkv_bias(%{{.*}}, %{{.*}}, %{{.*}}) :
+  %b = moe.attention %x weights(%wq, %wkv, %wkv, %wo) heads = 4 kv_heads = 2 head_dim = 4 causal rotary layout = rotate_half qkv_bias(%s, %bkv, %bkv) : (tensor<2x8x16xf32>, tensor<16x16xf32>, tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x16xf32>, tensor<16xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x8x16xf32>
+  return %a, %b : tensor<2x8x16xf32>, tensor<2x8x16xf32>
+}
+
+// Qwen2-MoE's shared-expert gate.
+// CHECK-LABEL: func.func @sigmoid_gate
+func.func @sigmoid_gate(%x: tensor<2x8x16xf32>, %w: tensor<16x1xf32>,
+                        %y: tensor<2x8x16xf32>) -> tensor<2x8x16xf32> {
+  // CHECK: moe.sigmoid_gate %{{.*}}, %{{.*}} scales %{{.*}} : (tensor<2x8x16xf32>, tensor<16x1xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  %g = moe.sigmoid_gate %x, %w scales %y : (tensor<2x8x16xf32>, tensor<16x1xf32>, tensor<2x8x16xf32>) -> tensor<2x8x16xf32>
+  return %g : tensor<2x8x16xf32>
+}
+
 // Every gate kind. 2 x 8 tokens, 4 experts, k = 2, f = 1.0: C = ceil(32/4) = 8.
 // CHECK-LABEL: func.func @gates
 func.func @gates(%x: tensor<2x8x16xf32>, %w: tensor<16x4xf32>,

@@ -45,6 +45,17 @@ def Moe_NormKindAttr : EnumAttr<Moe_Dialect, Moe_NormKind, "norm_kind"> {
   let assemblyFormat = "$value";
 }
 
+def Moe_RotaryLayout : I32EnumAttr<"RotaryLayout", "rotary lane pairing", [
+    I32EnumAttrCase<"rotate_half", 0>,
+    I32EnumAttrCase<"interleaved", 1>]> {
+  let cppNamespace = "::mlir::moe";
+  let genSpecializedAttr = 0;
+}
+def Moe_RotaryLayoutAttr
+    : EnumAttr<Moe_Dialect, Moe_RotaryLayout, "rotary_layout"> {
+  let assemblyFormat = "$value";
+}
+
 def Moe_StreamKind : I32EnumAttr<"StreamKind", "stream kind", [
     I32EnumAttrCase<"compute", 0>,
     I32EnumAttrCase<"comm", 1>]> {

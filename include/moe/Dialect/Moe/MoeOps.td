@@ -176,7 +176,7 @@ def Moe_CrossEntropyOp : Moe_ComputeOp<"cross_entropy"> {
 // Attention
 //===----------------------------------------------------------------------===//
 
-def Moe_AttentionOp : Moe_ComputeOp<"attention"> {
+def Moe_AttentionOp : Moe_ComputeOp<"attention", [AttrSizedOperandSegments]> {
   let summary = "multi-head or grouped-query self-attention";
   let description = [{
     Self-attention over `input : B x N x M` with `num_heads` query heads and
@@ -184,13 +184,21 @@ def Moe_AttentionOp : Moe_ComputeOp<"attention"> {
     `num_heads` must be a multiple), each of size `head_dim`. Weights:
     `wq : M x (heads·D)`, `wk, wv : M x (kv_heads·D)`, `wo : (heads·D) x M`.
     `causal` masks future tokens; `rotary` applies rotary position
-    embeddings to Q and K. An optional pre-norm (`prenorm layer(%scale,
-    %bias)` or `prenorm rms(%scale)`) is applied to the input first. The
-    residual add is not part of the op.
+    embeddings to Q and K: lane pair (p, q) of a head at position n turns
+    by the angle n·theta^(-2j/D) for pair j, with `layout = rotate_half`
+    (the default: p = j, q = j + D/2; GPT-NeoX, HF LLaMA/Mixtral/Qwen2) or
+    `layout = interleaved` (p = 2j, q = 2j + 1; GPT-J, Meta's LLaMA), and
+    base `theta` (default 10000; HF Mixtral's rope_theta is 1e6). An
+    optional pre-norm (`prenorm layer(%scale, %bias)` or
+    `prenorm rms(%scale)`) is applied to the input first. Optional biases
+    (`qkv_bias(%bq, %bk, %bv)`: Qwen2, nn.MultiheadAttention;
+    `out_bias(%bo)`) are added to the Q, K, V projections (before rotary)
+    and to the output projection. The residual add is not part of the op.
 
     ```mlir
     %a = moe.attention %x weights(%wq, %wk, %wv, %wo) heads = 8 kv_heads = 2
-           head_dim = 16 causal rotary prenorm rms(%g)
+           head_dim = 16 causal rotary theta = 1.000000e+06
+           prenorm rms(%g)
            : (tensor<4x64x128xf32>, tensor<128x128xf32>, tensor<128x32xf32>,
               tensor<128x32xf32>, tensor<128x128xf32>, tensor<128xf32>)
            -> tensor<4x64x128xf32>
@@ -203,11 +211,15 @@ def Moe_AttentionOp : Moe_ComputeOp<"attention"> {
     Moe_FloatTensor:$wv,
     Moe_FloatTensor:$wo,
     Variadic<Moe_FloatTensor>:$norm_params,
+    Variadic<Moe_FloatTensor>:$qkv_bias,
+    Optional<Moe_FloatTensor>:$out_bias,
     ConfinedAttr<I64Attr, [IntPositive]>:$num_heads,
     ConfinedAttr<I64Attr, [IntPositive]>:$num_kv_heads,
     ConfinedAttr<I64Attr, [IntPositive]>:$head_dim,
     UnitAttr:$causal,
     UnitAttr:$rotary,
+    OptionalAttr<Moe_RotaryLayoutAttr>:$layout,
+    OptionalAttr<F64Attr>:$theta,
     OptionalAttr<Moe_NormKindAttr>:$norm,
     DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
   let results = (outs Moe_FloatTensor:$result);
@@ -215,8 +227,29 @@ def Moe_AttentionOp : Moe_ComputeOp<"attention"> {
     $input `weights` `(` $wq `,` $wk `,` $wv `,` $wo `)`
     `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads `head_dim` `=` $head_dim
     (`causal` $causal^)? (`rotary` $rotary^)?
+    (`layout` `=` `` $layout^)? (`theta` `=` $theta^)?
     (`prenorm` `` $norm^ `(` $norm_params `)`)?
+    (`qkv_bias` `(` $qkv_bias^ `)`)? (`out_bias` `(` $out_bias^ `)`)?
     attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    /// The rotary base: `theta`, else 10000 (GPT-NeoX, LLaMA).
+    double getRotaryTheta() {
+      return getTheta() ? getTheta()->convertToDouble() : 10000.0;
+    }
+    /// The rotary lane pairing: `layout`, else rotate-half.
+    ::mlir::moe::RotaryLayout getRotaryLayout() {
+      return getLayout().value_or(::mlir::moe::RotaryLayout::rotate_half);
+    }
+    /// Q, K, V biases (null when the op has none).
+    ::mlir::Value getBq() { return qkvBias(0); }
+    ::mlir::Value getBk() { return qkvBias(1); }
+    ::mlir::Value getBv() { return qkvBias(2); }
+    ::mlir::Value qkvBias(unsigned i) {
+      return getQkvBias().size() == 3 ? getQkvBias()[i] : ::mlir::Value();
+    }
+    ::llvm::LogicalResult verifyRotary();
+    ::llvm::LogicalResult verifyBiases();
   }];
   let hasVerifier = 1;
 }
@@ -393,6 +426,33 @@ def Moe_SharedExpertOp : Moe_ComputeOp<"shared_expert"> {
   let assemblyFormat = [{
     `` $activation $input `up` `(` $up `)` (`gate` `(` $gate_proj^ `)`)?
     `down` `(` $down `)` attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_SigmoidGateOp : Moe_ComputeOp<"sigmoid_gate"> {
+  let summary = "scales each token's value by sigmoid(x·w) (Qwen2-MoE)";
+  let description = [{
+    `result[t] = sigmoid(input[t] · weight) * value[t]` for every token t of
+    `input, value : B x N x M`, with `weight : M x 1`: Qwen2-MoE's
+    shared-expert gate (`sigmoid(shared_expert_gate(x)) *
+    shared_expert(x)`), where `input` is the tokens the shared expert reads
+    and `value` its output.
+
+    ```mlir
+    %g = moe.sigmoid_gate %x, %wg scales %shared
+           : (tensor<2x16x64xf32>, tensor<64x1xf32>, tensor<2x16x64xf32>)
+           -> tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins
+    Moe_FloatTensor:$input,
+    Moe_FloatTensor:$weight,
+    Moe_FloatTensor:$value);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `scales` $value attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
