@@ -9,8 +9,10 @@
 #                      [CUDA ON|OFF])  # was the runtime built with CUDA?
 #
 # The archive's own dependencies come along: MPI, OpenBLAS, threads and,
-# for a runtime with its CUDA backend, cudart, cuBLAS and NCCL (a CPU-only
-# trainer does not call them, but the archive references them).
+# for a runtime with its CUDA backend, libdl: the backend is a module the
+# archive opens on first CUDA use (libmoe_runtime_cuda.so, next to the
+# archive's build; runtime/src/cuda/CudaModule.h), so the trainer does not
+# link cudart, cuBLAS or NCCL, and a CPU run does not load them.
 include_guard(GLOBAL)
 
 function(moe_import_runtime)
@@ -28,10 +30,7 @@ function(moe_import_runtime)
   find_package(OpenBLAS CONFIG REQUIRED)
   set(deps MPI::MPI_CXX ${OpenBLAS_LIBRARIES} Threads::Threads)
   if(ARG_CUDA)
-    find_package(CUDAToolkit REQUIRED)
-    find_library(MOE_NCCL_LIBRARY nccl REQUIRED
-      HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib /usr/local/cuda/lib64)
-    list(APPEND deps CUDA::cudart CUDA::cublas ${MOE_NCCL_LIBRARY})
+    list(APPEND deps ${CMAKE_DL_LIBS})
   endif()
   add_library(moe_runtime STATIC IMPORTED GLOBAL)
   set_target_properties(moe_runtime PROPERTIES
