@@ -180,6 +180,29 @@ TEST(Kernels, GeluMatchesPyTorchDefault) {
   EXPECT_NEAR(activate(Activation::Silu, 1.0), 0.7310585786300049, 1e-15);
 }
 
+// The float activations run on Eigen packets (kernels/Activations.h): each
+// value and slope within fp32 rounding of the double formulas, on a grid
+// that covers both tails (where exp under- or overflows) and zero.
+TEST(Kernels, FloatActivationArraysMatchDoubleFormulas) {
+  std::vector<float> v;
+  for (float x = -30.0f; x <= 30.0f; x += 0.0137f)
+    v.push_back(x);
+  v.push_back(0.0f);
+  v.push_back(-100.0f);
+  v.push_back(100.0f);
+  std::vector<float> out(v.size());
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::Silu})
+    for (bool slope : {false, true}) {
+      activateArray(act, slope, int64_t(v.size()), v.data(), out.data());
+      for (size_t i = 0; i < v.size(); ++i) {
+        double want = slope ? activateGrad(act, v[i]) : activate(act, v[i]);
+        ASSERT_NEAR(out[i], want, 1e-6 * (1 + std::fabs(want)))
+            << "activation " << int(act) << (slope ? " slope" : " value")
+            << " at " << v[i];
+      }
+    }
+}
+
 } // namespace
 
 #include "kernels/Attention.h"

@@ -10,6 +10,7 @@
 #ifndef MOE_RT_KERNELS_EXPERT_H
 #define MOE_RT_KERNELS_EXPERT_H
 
+#include "Activations.h"
 #include "Gemm.h"
 
 #include <cmath>
@@ -17,37 +18,6 @@
 #include <vector>
 
 namespace moe_rt::kernels {
-
-enum class Activation { Relu, Gelu, Silu };
-
-inline double activate(Activation a, double v) {
-  switch (a) {
-  case Activation::Relu:
-    return v > 0 ? v : 0;
-  case Activation::Gelu:
-    return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-  case Activation::Silu:
-    return v / (1 + std::exp(-v));
-  }
-  return v;
-}
-
-inline double activateGrad(Activation a, double v) {
-  switch (a) {
-  case Activation::Relu:
-    return v > 0 ? 1 : 0;
-  case Activation::Gelu: {
-    double cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
-    double pdf = std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
-    return cdf + v * pdf;
-  }
-  case Activation::Silu: {
-    double s = 1 / (1 + std::exp(-v));
-    return s * (1 + v * (1 - s));
-  }
-  }
-  return 1;
-}
 
 /// Expert e's hidden layer for its slots x m input xe: h = xe up[e], the
 /// gate projection g = xe gate[e] (when gated) and the activation a. The
@@ -62,9 +32,11 @@ void expertHidden(Activation act, int64_t e, int64_t slots, int64_t m,
   if (gate)
     gemm(false, false, slots, h, m, T(1), xe, gate + e * m * h, T(0),
          gated.data());
-  for (int64_t i = 0; i < slots * h; ++i)
-    a[i] = gate ? T(activate(act, gated[i]) * hidden[i])
-                : T(activate(act, hidden[i]));
+  activateArray(act, false, slots * h, gate ? gated.data() : hidden.data(),
+                a.data());
+  if (gate)
+    for (int64_t i = 0; i < slots * h; ++i)
+      a[i] *= hidden[i];
 }
 
 /// x: experts x slots x m; up, gate: experts x m x h; down: experts x h x m.
@@ -98,13 +70,18 @@ void expertBackward(Activation act, int64_t experts, int64_t slots, int64_t m,
          da.data());
     gemm(true, false, h, m, slots, T(1), a.data(), dye, T(1),
          ddown + e * h * m);
-    for (int64_t i = 0; i < slots * h; ++i) {
-      if (gate) {
-        dh[i] = T(da[i] * activate(act, gated[i]));
-        dg[i] = T(da[i] * hidden[i] * activateGrad(act, gated[i]));
-      } else {
-        dh[i] = T(da[i] * activateGrad(act, hidden[i]));
+    if (gate) {
+      // a = act(g) h: dh = da act(g), dg = da h act'(g).
+      activateArray(act, false, slots * h, gated.data(), dh.data());
+      activateArray(act, true, slots * h, gated.data(), dg.data());
+      for (int64_t i = 0; i < slots * h; ++i) {
+        dh[i] *= da[i];
+        dg[i] *= da[i] * hidden[i];
       }
+    } else {
+      activateArray(act, true, slots * h, hidden.data(), dh.data());
+      for (int64_t i = 0; i < slots * h; ++i)
+        dh[i] *= da[i];
     }
     gemm(true, false, m, h, slots, T(1), xe, dh.data(), T(1), dup + e * m * h);
     gemm(false, true, slots, m, h, T(1), dh.data(), up + e * m * h, T(1),
