@@ -25,6 +25,7 @@
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/option_values.h"
+#include "moe_rt/profile.h"
 #include "moe_rt/text_data.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -57,7 +58,7 @@ struct Options {
   std::string input, dump, dumpInputs, dataPath;
   int steps = 1;
   uint64_t seed = 1;
-  bool randomWeights = false;
+  bool randomWeights = false, profile = false;
   double timeout = 60;
 };
 
@@ -86,6 +87,8 @@ Options parseOptions(int argc, char **argv) {
       o.dump = value();
     } else if (a == "--data") {
       o.dataPath = value();
+    } else if (a == "--profile") {
+      o.profile = true;
     } else if (a == "--random-weights") {
       o.randomWeights = true;
     } else if (a == "--dump-inputs") {
@@ -99,7 +102,7 @@ Options parseOptions(int argc, char **argv) {
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
-                  "[--dump-inputs FILE] [--timeout SECONDS]\n");
+                  "[--dump-inputs FILE] [--timeout SECONDS] [--profile]\n");
       moe_rt_mpi_finalize();
       std::exit(0);
     } else if (!a.empty() && a[0] == '-') {
@@ -281,11 +284,16 @@ int main(int argc, char **argv) {
   if (moe_rt_stream_create_pool(&sync) != MOE_RT_OK ||
       moe_rt_comm_create_world(o.timeout, 0, &all) != MOE_RT_OK)
     die(moe_rt_last_error());
+  // Per-op-class and per-stream time of each step on stderr
+  // (moe_rt/profile.h, docs/tools/moe-run.md).
+  moe_rt_profile_enable(o.profile);
   auto start = std::chrono::steady_clock::now();
   for (int s = 1; s <= o.steps; ++s) {
     if (!text.empty() && s > 1)
       loadText(run, text, s - 1);
+    moe_rt_profile_step_begin();
     check(run.run(s));
+    moe_rt_profile_step_end(stderr, rank, s);
     float loss =
         globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);
     if (rank == 0) {

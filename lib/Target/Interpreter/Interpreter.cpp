@@ -12,10 +12,12 @@
 
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Target/ProfileOpClass.h"
 #include "moe/Target/RuntimeCalls.h"
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/ops.h"
+#include "moe_rt/profile.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -211,6 +213,11 @@ llvm::Expected<moe_rt_stream> Interpreter::Impl::streamFor(StreamAttr s) {
                          : moe_rt_stream_create(MOE_RT_CPU, &stream);
   if (st != MOE_RT_OK)
     return error(moe_rt_last_error());
+  moe_rt_profile_name_stream(stream,
+                             (stringifyStreamKind(s.getKind()) + "." +
+                              std::to_string(s.getIndex()))
+                                 .str()
+                                 .c_str());
   return streams[key] = stream;
 }
 
@@ -297,6 +304,8 @@ llvm::Error Interpreter::Impl::execute(Operation *op) {
   for (Value r : op->getResults())
     if (llvm::Error e = allocate(r))
       return e;
+  if (moe_rt_profile_enabled())
+    moe_rt_profile_set_op(profileOpClass(op).c_str());
   CallMaker maker(*this, op, *s);
   if (failed(issueRuntimeCalls(op, maker)))
     return maker.takeFailure();

@@ -117,7 +117,13 @@ void moe_step_fill_i64(moe_step *s, moe_rt_tensor *t, int64_t value);
 uint64_t moe_step_gate_seed(const moe_step *s);
 /* Ends the job with `what` (the op) if a runtime call failed. */
 void moe_step_check(moe_step *s, moe_rt_status status, const char *what);
-/* Waits for every stream; a failed task ends the job with its message. */
+/* The op class the next calls' tasks are charged to when profiling
+ * (moe_rt/profile.h): the generated step names each op before its calls. */
+void moe_step_op(moe_step *s, const char *op_class);
+/* Waits for every stream; a failed task ends the job with its message.
+ * With MOE_RT_PROFILE=1 in the environment (read by moe_step_create_on),
+ * it then writes the step's profile (moe_rt/profile.h, the lines moe-run
+ * --profile prints) to stderr. */
 void moe_step_end(moe_step *s);
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/step_support.h"
+#include "moe_rt/profile.h"
 
 #include "../Backend.h"
 
@@ -114,6 +115,8 @@ moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend) {
   if (backend != MOE_RT_CPU && backend != MOE_RT_CUDA)
     fail(s.get(), "unknown backend " + std::to_string(int(backend)));
   s->backend = backend;
+  if (const char *p = std::getenv("MOE_RT_PROFILE"); p && *p && *p != '0')
+    moe_rt_profile_enable(1);
   // Shape checks on, as moe-run: a mismatched collective is reported, not a
   // hang or corrupted memory.
   check(s.get(), moe_rt_comm_create_world(timeout_s, 1, &s->worldComm),
@@ -232,6 +235,7 @@ uint64_t moe_step_gate_seed(const moe_step *s) {
 
 void moe_step_begin(moe_step *s) {
   ++s->stepsBegun; // step n of the run, as moe-run counts them
+  moe_rt_profile_step_begin();
   std::vector<bool> isArgument(s->buffers.size());
   for (int64_t id : s->arguments)
     isArgument[id] = true;
@@ -262,6 +266,11 @@ moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
         kind == MOE_STEP_COMM ? moe_rt_stream_create_pool_on(s->backend, &stream)
                               : moe_rt_stream_create(s->backend, &stream),
         "creating a stream");
+  moe_rt_profile_name_stream(stream, (std::string(kind == MOE_STEP_COMM
+                                                      ? "comm."
+                                                      : "compute.") +
+                                      std::to_string(index))
+                                         .c_str());
   return s->streams[key] = stream;
 }
 
@@ -339,11 +348,16 @@ void moe_step_check(moe_step *s, moe_rt_status status, const char *what) {
   check(s, status, what);
 }
 
+void moe_step_op(moe_step *, const char *opClass) {
+  moe_rt_profile_set_op(opClass);
+}
+
 void moe_step_end(moe_step *s) {
   for (auto &[key, st] : s->streams)
     check(s,
           moe_rt_stream_synchronize(st, s->timeout > 0 ? 4 * s->timeout : 0),
           "the step");
+  moe_rt_profile_step_end(stderr, s->rank, s->stepsBegun);
 }
 
 //===--- trainer I/O --------------------------------------------------------===//
