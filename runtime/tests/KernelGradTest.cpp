@@ -190,17 +190,23 @@ TEST(Kernels, FloatActivationArraysMatchDoubleFormulas) {
   v.push_back(0.0f);
   v.push_back(-100.0f);
   v.push_back(100.0f);
-  std::vector<float> out(v.size());
-  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::Silu})
-    for (bool slope : {false, true}) {
-      activateArray(act, slope, int64_t(v.size()), v.data(), out.data());
-      for (size_t i = 0; i < v.size(); ++i) {
-        double want = slope ? activateGrad(act, v[i]) : activate(act, v[i]);
-        ASSERT_NEAR(out[i], want, 1e-6 * (1 + std::fabs(want)))
-            << "activation " << int(act) << (slope ? " slope" : " value")
-            << " at " << v[i];
-      }
+  int64_t n = int64_t(v.size());
+  std::vector<float> value(v.size()), slope(v.size()), alone(v.size());
+  for (Activation act : {Activation::Relu, Activation::Gelu, Activation::Silu}) {
+    activateArray(act, n, v.data(), value.data(), slope.data());
+    for (size_t i = 0; i < v.size(); ++i) {
+      double want = activate(act, v[i]), wantSlope = activateGrad(act, v[i]);
+      ASSERT_NEAR(value[i], want, 1e-6 * (1 + std::fabs(want)))
+          << "activation " << int(act) << " value at " << v[i];
+      ASSERT_NEAR(slope[i], wantSlope, 1e-6 * (1 + std::fabs(wantSlope)))
+          << "activation " << int(act) << " slope at " << v[i];
     }
+    // Asked for one of them, each is the same.
+    activateArray<float>(act, n, v.data(), alone.data(), nullptr);
+    EXPECT_EQ(alone, value);
+    activateArray<float>(act, n, v.data(), nullptr, alone.data());
+    EXPECT_EQ(alone, slope);
+  }
 }
 
 } // namespace

@@ -52,46 +52,52 @@ inline double activateGrad(Activation a, double v) {
   return 1;
 }
 
-/// out[i] = act(v[i]) (slope false) or act'(v[i]) (slope true), i < n.
+/// value[i] = act(v[i]) and slope[i] = act'(v[i]) for i < n; either output
+/// may be null. The backward needs both: one pass computes their shared
+/// part (the sigmoid, the normal cdf) once.
 template <typename T>
-void activateArray(Activation act, bool slope, int64_t n, const T *v, T *out) {
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = T(slope ? activateGrad(act, v[i]) : activate(act, v[i]));
+void activateArray(Activation act, int64_t n, const T *v, T *value, T *slope) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (value)
+      value[i] = T(activate(act, v[i]));
+    if (slope)
+      slope[i] = T(activateGrad(act, v[i]));
+  }
 }
 
 /// The float arrays: the same formulas on Eigen packets.
 template <>
-inline void activateArray<float>(Activation act, bool slope, int64_t n,
-                                 const float *v, float *out) {
+inline void activateArray<float>(Activation act, int64_t n, const float *v,
+                                 float *value, float *slope) {
   using Array = Eigen::Array<float, Eigen::Dynamic, 1>;
   Eigen::Map<const Array> x(v, n);
-  Eigen::Map<Array> y(out, n);
   switch (act) {
   case Activation::Relu:
+    if (value)
+      Eigen::Map<Array>(value, n) = x.max(0.0f);
     if (slope)
-      y = (x > 0.0f).cast<float>();
-    else
-      y = x.max(0.0f);
+      Eigen::Map<Array>(slope, n) = (x > 0.0f).cast<float>();
     return;
   case Activation::Gelu: {
-    // cdf = (1 + erf(x / sqrt 2)) / 2, pdf = exp(-x^2 / 2) / sqrt(2 pi).
+    // cdf = (1 + erf(x / sqrt 2)) / 2, pdf = exp(-x^2 / 2) / sqrt(2 pi);
+    // gelu = x cdf, gelu' = cdf + x pdf.
     const float invSqrt2 = float(M_SQRT1_2);
     const float invSqrt2Pi = float(0.5 * M_2_SQRTPI * M_SQRT1_2);
-    if (!slope) {
-      y = 0.5f * x * (1.0f + (x * invSqrt2).erf());
-      return;
-    }
-    y = 0.5f * (1.0f + (x * invSqrt2).erf()) +
-        x * (-0.5f * x.square()).exp() * invSqrt2Pi;
+    Array cdf = 0.5f * (1.0f + (x * invSqrt2).erf());
+    if (value)
+      Eigen::Map<Array>(value, n) = x * cdf;
+    if (slope)
+      Eigen::Map<Array>(slope, n) =
+          cdf + x * (-0.5f * x.square()).exp() * invSqrt2Pi;
     return;
   }
   case Activation::Silu: {
     // s = sigmoid(x); silu = x s, silu' = s (1 + x (1 - s)).
-    y = 1.0f / (1.0f + (-x).exp());
-    if (!slope)
-      y = x * y;
-    else
-      y = y * (1.0f + x * (1.0f - y));
+    Array s = 1.0f / (1.0f + (-x).exp());
+    if (value)
+      Eigen::Map<Array>(value, n) = x * s;
+    if (slope)
+      Eigen::Map<Array>(slope, n) = s * (1.0f + x * (1.0f - s));
     return;
   }
   }
