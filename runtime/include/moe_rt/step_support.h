@@ -96,8 +96,11 @@ void moe_step_result(moe_step *s, const char *name, int64_t id);
 
 /*--- Generated <model>_step -------------------------------------------------*/
 
-/* Zeroes every buffer but the arguments (moe-run starts each step from
- * fresh zero-filled buffers). */
+/* Every buffer but the arguments starts the step zero-filled (moe-run
+ * starts each step from fresh zero-filled buffers): a host buffer is
+ * zeroed by the step's first moe_step_tensor of it (its defining op, which
+ * moe-run also reaches before allocating the value), a device buffer
+ * here. */
 void moe_step_begin(moe_step *s);
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id);
 /* The stream of #moe.stream<kind, index>, created on first use: a CPU

@@ -32,6 +32,9 @@ namespace {
 struct Buffer {
   moe_rt_tensor t{};
   bool declared = false;
+  /// A host buffer the running step has not reached yet: zeroed when the
+  /// step first asks for it (moe_step_tensor).
+  bool stale = false;
   int64_t numel() const {
     int64_t n = 1;
     for (int32_t d = 0; d < t.rank; ++d)
@@ -243,16 +246,26 @@ void moe_step_begin(moe_step *s) {
     Buffer &b = s->buffers[id];
     if (!b.declared || isArgument[id])
       continue;
+    // Host buffers are zeroed when the step reaches them (as moe-run
+    // allocates each value when it reaches its op), so that zeroing
+    // overlaps the streams' work instead of delaying the step's start.
     if (b.t.backend == MOE_RT_CUDA)
       check(s, moe_rt::cudaZeroBytes(b.t.data, b.bytes()),
             "zeroing buffer " + std::to_string(id));
     else
-      std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
+      b.stale = true;
   }
 }
 
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id) {
-  return &s->buffer(id).t;
+  Buffer &b = s->buffer(id);
+  // The first use of a value in the step is its defining op (the previous
+  // step's work on it ended with moe_step_end).
+  if (b.stale) {
+    std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
+    b.stale = false;
+  }
+  return &b.t;
 }
 
 moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
