@@ -59,7 +59,7 @@ public:
   llvm::Error prepare();
   llvm::Error run(int64_t step);
   llvm::Error execute(Operation *op);
-  /// A zeroed buffer for `v`, replacing the one of an earlier step.
+  /// A zeroed buffer for `v` (an earlier step's, refilled in place).
   llvm::Error allocate(Value v);
   Buffer *buffer(Value v) {
     auto it = buffers.find(v);
@@ -191,14 +191,19 @@ llvm::Error Interpreter::Impl::allocate(Value v) {
     return error("the step has dynamic shapes (dropless routing); bound them "
                  "with moe-opt --moe-bound-dropless before "
                  "--moe-flowmoe-pipeline");
-  auto b = std::make_unique<Buffer>();
-  b->shape.assign(type.getShape().begin(), type.getShape().end());
-  b->isInt = isa<IntegerType>(type.getElementType());
+  // A later step refills the value's buffer with zeros in place: the same
+  // fresh zero-filled start without a new allocation and its page faults
+  // (the previous step's work on it ended with its synchronisation).
+  std::unique_ptr<Buffer> &b = buffers[v];
+  if (!b) {
+    b = std::make_unique<Buffer>();
+    b->shape.assign(type.getShape().begin(), type.getShape().end());
+    b->isInt = isa<IntegerType>(type.getElementType());
+  }
   if (b->isInt)
     b->i.assign(b->numel(), 0);
   else
     b->f.assign(b->numel(), 0.0f);
-  buffers[v] = std::move(b);
   return llvm::Error::success();
 }
 
