@@ -10,9 +10,10 @@
 #
 # The archive's own dependencies come along: moe_planning (routing traces;
 # its archive beside the runtime's, or in planning/ there), MPI, OpenBLAS,
-# threads and,
-# for a runtime with its CUDA backend, cudart, cuBLAS and NCCL (a CPU-only
-# trainer does not call them, but the archive references them).
+# threads and, for a runtime with its CUDA backend, libdl: the backend is a
+# module the archive opens on first CUDA use (libmoe_runtime_cuda.so, next to
+# the archive's build; runtime/src/cuda/CudaModule.h), so the trainer does
+# not link cudart, cuBLAS or NCCL, and a CPU run does not load them.
 include_guard(GLOBAL)
 
 function(moe_import_runtime)
@@ -39,10 +40,7 @@ function(moe_import_runtime)
   set(deps "${MOE_PLANNING_LIBRARY}" MPI::MPI_CXX ${OpenBLAS_LIBRARIES}
       Threads::Threads)
   if(ARG_CUDA)
-    find_package(CUDAToolkit REQUIRED)
-    find_library(MOE_NCCL_LIBRARY nccl REQUIRED
-      HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib /usr/local/cuda/lib64)
-    list(APPEND deps CUDA::cudart CUDA::cublas ${MOE_NCCL_LIBRARY})
+    list(APPEND deps ${CMAKE_DL_LIBS})
   endif()
   add_library(moe_runtime STATIC IMPORTED GLOBAL)
   set_target_properties(moe_runtime PROPERTIES

@@ -53,10 +53,10 @@ update "$OUT/new/byte-moe.mlir" "$OUT/byte-moe.mlir"
 # EmitC, C++, the parameter file, the library, the driver.
 RUNTIME_LIB="$BUILD_DIR/runtime/libmoe_runtime.a"
 [[ -f "$RUNTIME_LIB" ]] || RUNTIME_LIB="$BUILD_DIR/lib/libmoe_runtime.a"
-# The archive has .cu objects when the runtime was built with its CUDA
-# backend; then the trainer links cudart, cuBLAS and NCCL too.
+# The runtime was built with its CUDA backend when the archive has the
+# loader of the backend's module (runtime/src/cuda/CudaModule.h).
 CUDA=OFF
-ar t "$RUNTIME_LIB" | grep -q '\.cu\.o$' && CUDA=ON
+ar t "$RUNTIME_LIB" | grep -q 'CudaLoader\.cpp\.o$' && CUDA=ON
 echo "== moe_compile_model: byte-moe -> FlowMoE step -> C++ library + driver ($PIPELINE)"
 cmake -G Ninja -S "$ROOT/examples/trainer" -B "$OUT/generated" -DCMAKE_BUILD_TYPE=Release \
   -DMOE_SOURCE_DIR="$ROOT" -DMOE_BUILD_DIR="$BUILD_DIR" -DMOE_RUNTIME_CUDA="$CUDA" \

@@ -10,10 +10,20 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
+
+/// This process's memory map (which shared objects are loaded).
+std::string processMaps() {
+  std::ifstream in("/proc/self/maps");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 #ifdef MOE_RT_EXPECT_CUDA
 TEST(Cuda, IsCompiledAndLinksNcclAndCublas) {
@@ -25,6 +35,17 @@ TEST(Cuda, IsCompiledAndLinksNcclAndCublas) {
   EXPECT_GT(cublas, 0);
   EXPECT_EQ(moe_rt_cuda_library_versions(nullptr, &cublas),
             MOE_RT_INVALID_ARGUMENT);
+}
+
+// The backend is a module opened on first use (src/cuda/CudaModule.h): once
+// a CUDA entry point was called, it and cudart are mapped. (That a CPU run
+// maps neither is checked on a fresh moe-run process by
+// test/Tools/moe-run-no-cuda-libs.test.)
+TEST(Cuda, BackendModuleIsLoadedOnFirstUse) {
+  moe_rt_cuda_device_count();
+  std::string maps = processMaps();
+  EXPECT_NE(maps.find("libmoe_runtime_cuda.so"), std::string::npos);
+  EXPECT_NE(maps.find("libcudart.so"), std::string::npos);
 }
 #else
 TEST(Cuda, ReportsThatItWasNotBuilt) {

@@ -26,6 +26,7 @@
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/option_values.h"
+#include "moe_rt/profile.h"
 #include "moe_rt/text_data.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -63,7 +64,7 @@ struct Options {
   // checkpointDir; resume from resumeDir's latest.
   int saveEvery = 0;
   std::string checkpointDir, resumeDir;
-  bool randomWeights = false;
+  bool randomWeights = false, profile = false;
   double timeout = 60;
 };
 
@@ -105,6 +106,8 @@ Options parseOptions(int argc, char **argv) {
       o.dataPath = value();
     } else if (a == "--routing-trace") {
       o.routingTrace = value();
+    } else if (a == "--profile") {
+      o.profile = true;
     } else if (a == "--random-weights") {
       o.randomWeights = true;
     } else if (a == "--dump-inputs") {
@@ -119,7 +122,7 @@ Options parseOptions(int argc, char **argv) {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
                   "[--dump-inputs FILE] [--routing-trace FILE] "
-                  "[--timeout SECONDS] "
+                  "[--timeout SECONDS] [--profile] "
                   "[--save-every N --checkpoint DIR] [--resume DIR]\n");
       moe_rt_mpi_finalize();
       std::exit(0);
@@ -359,6 +362,9 @@ int main(int argc, char **argv) {
   if (moe_rt_stream_create_pool(&sync) != MOE_RT_OK ||
       moe_rt_comm_create_world(o.timeout, 0, &all) != MOE_RT_OK)
     die(moe_rt_last_error());
+  // Per-op-class and per-stream time of each step on stderr
+  // (moe_rt/profile.h, docs/tools/moe-run.md).
+  moe_rt_profile_enable(o.profile);
   auto began = std::chrono::steady_clock::now();
   // Checkpoint writes agree through a sum over the world: a rank that
   // failed makes every rank stop with an error, none commits alone.
@@ -374,7 +380,9 @@ int main(int argc, char **argv) {
     int s = int(start.step) + i; // the update count, across resumes
     if (!text.empty() && i > 1)
       loadText(run, text, int(start.dataPosition) + i - 1);
+    moe_rt_profile_step_begin();
     check(run.run(s));
+    moe_rt_profile_step_end(stderr, rank, s);
     endRoutingStep(log, s, rank);
     float loss =
         globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);

@@ -24,6 +24,7 @@
 
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Target/ProfileOpClass.h"
 #include "moe/Target/RuntimeCalls.h"
 #include "moe/Target/StepState.h"
 
@@ -394,6 +395,8 @@ LogicalResult StepEmitter::emit(Operation *op, int64_t index) {
     return success();
   }
   comment = describeCall(op, streamAttr);
+  // The class its tasks are charged to when profiling (moe_rt/profile.h).
+  call("moe_step_op", Type(), {ctx, str(profileOpClass(op))});
   CallPrinter printer(*this, op, streamAttr);
   return issueRuntimeCalls(op, printer);
 }

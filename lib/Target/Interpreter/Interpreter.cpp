@@ -12,11 +12,13 @@
 
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Target/ProfileOpClass.h"
 #include "moe/Target/RuntimeCalls.h"
 #include "moe/Target/StepState.h"
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/ops.h"
+#include "moe_rt/profile.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -58,7 +60,7 @@ public:
   llvm::Error prepare();
   llvm::Error run(int64_t step);
   llvm::Error execute(Operation *op);
-  /// A zeroed buffer for `v`, replacing the one of an earlier step.
+  /// A zeroed buffer for `v` (an earlier step's, refilled in place).
   llvm::Error allocate(Value v);
   Buffer *buffer(Value v) {
     auto it = buffers.find(v);
@@ -192,14 +194,19 @@ llvm::Error Interpreter::Impl::allocate(Value v) {
     return error("the step has dynamic shapes (dropless routing); bound them "
                  "with moe-opt --moe-bound-dropless before "
                  "--moe-flowmoe-pipeline");
-  auto b = std::make_unique<Buffer>();
-  b->shape.assign(type.getShape().begin(), type.getShape().end());
-  b->isInt = isa<IntegerType>(type.getElementType());
+  // A later step refills the value's buffer with zeros in place: the same
+  // fresh zero-filled start without a new allocation and its page faults
+  // (the previous step's work on it ended with its synchronisation).
+  std::unique_ptr<Buffer> &b = buffers[v];
+  if (!b) {
+    b = std::make_unique<Buffer>();
+    b->shape.assign(type.getShape().begin(), type.getShape().end());
+    b->isInt = isa<IntegerType>(type.getElementType());
+  }
   if (b->isInt)
     b->i.assign(b->numel(), 0);
   else
     b->f.assign(b->numel(), 0.0f);
-  buffers[v] = std::move(b);
   return llvm::Error::success();
 }
 
@@ -214,6 +221,11 @@ llvm::Expected<moe_rt_stream> Interpreter::Impl::streamFor(StreamAttr s) {
                          : moe_rt_stream_create(MOE_RT_CPU, &stream);
   if (st != MOE_RT_OK)
     return error(moe_rt_last_error());
+  moe_rt_profile_name_stream(stream,
+                             (stringifyStreamKind(s.getKind()) + "." +
+                              std::to_string(s.getIndex()))
+                                 .str()
+                                 .c_str());
   return streams[key] = stream;
 }
 
@@ -300,6 +312,8 @@ llvm::Error Interpreter::Impl::execute(Operation *op) {
   for (Value r : op->getResults())
     if (llvm::Error e = allocate(r))
       return e;
+  if (moe_rt_profile_enabled())
+    moe_rt_profile_set_op(profileOpClass(op).c_str());
   CallMaker maker(*this, op, *s);
   if (failed(issueRuntimeCalls(op, maker)))
     return maker.takeFailure();

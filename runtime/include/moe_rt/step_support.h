@@ -131,8 +131,11 @@ void moe_step_result(moe_step *s, const char *name, int64_t id);
 
 /*--- Generated <model>_step -------------------------------------------------*/
 
-/* Zeroes every buffer but the arguments (moe-run starts each step from
- * fresh zero-filled buffers). */
+/* Every buffer but the arguments starts the step zero-filled (moe-run
+ * starts each step from fresh zero-filled buffers): a host buffer is
+ * zeroed by the step's first moe_step_tensor of it (its defining op, which
+ * moe-run also reaches before allocating the value), a device buffer
+ * here. */
 void moe_step_begin(moe_step *s);
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id);
 /* The stream of #moe.stream<kind, index>, created on first use: a CPU
@@ -154,7 +157,13 @@ uint64_t moe_step_gate_seed(const moe_step *s);
 moe_rt_routing_log *moe_step_routing_log(moe_step *s);
 /* Ends the job with `what` (the op) if a runtime call failed. */
 void moe_step_check(moe_step *s, moe_rt_status status, const char *what);
-/* Waits for every stream; a failed task ends the job with its message. */
+/* The op class the next calls' tasks are charged to when profiling
+ * (moe_rt/profile.h): the generated step names each op before its calls. */
+void moe_step_op(moe_step *s, const char *op_class);
+/* Waits for every stream; a failed task ends the job with its message.
+ * With MOE_RT_PROFILE=1 in the environment (read by moe_step_create_on),
+ * it then writes the step's profile (moe_rt/profile.h, the lines moe-run
+ * --profile prints) to stderr. */
 void moe_step_end(moe_step *s);
 
 #ifdef __cplusplus

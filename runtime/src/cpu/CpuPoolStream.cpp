@@ -16,6 +16,7 @@
 
 #include "../Backend.h"
 #include "../Error.h"
+#include "../Profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -52,13 +53,13 @@ public:
 
   moe_rt_status enqueueHost(HostTask task, bool lowPriority) override {
     Item item;
-    item.run = std::move(task);
+    item.run = profile::timed(std::move(task), this);
     return push(std::move(item), lowPriority);
   }
 
   moe_rt_status enqueueAsync(AsyncStep step, bool lowPriority) override {
     Item item;
-    item.step = std::move(step);
+    item.step = profile::timed(std::move(step), this);
     return push(std::move(item), lowPriority);
   }
 

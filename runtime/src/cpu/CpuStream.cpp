@@ -12,6 +12,7 @@
 
 #include "../Backend.h"
 #include "../Error.h"
+#include "../Profile.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -49,12 +50,12 @@ public:
   moe_rt_backend backend() const override { return MOE_RT_CPU; }
 
   moe_rt_status enqueue(moe_rt_task_fn fn, void *arg) override {
-    push({hostTask(fn, arg)});
+    push({profile::timed(hostTask(fn, arg), this)});
     return ok();
   }
 
   moe_rt_status enqueueHost(HostTask task, bool) override {
-    push({std::move(task)});
+    push({profile::timed(std::move(task), this)});
     return ok();
   }
 

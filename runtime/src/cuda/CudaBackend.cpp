@@ -474,7 +474,6 @@ moe_rt_status cudaScale(moe_rt_stream_impl *stream, float *data, int64_t n,
 
 } // namespace moe_rt
 
-extern "C" int moe_rt_cuda_compiled(void) { return 1; }
 
 extern "C" int moe_rt_cuda_device_count(void) {
   int count = 0;

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/step_support.h"
+#include "moe_rt/profile.h"
 
 #include "../Backend.h"
 
@@ -31,6 +32,9 @@ namespace {
 struct Buffer {
   moe_rt_tensor t{};
   bool declared = false;
+  /// A host buffer the running step has not reached yet: zeroed when the
+  /// step first asks for it (moe_step_tensor).
+  bool stale = false;
   int64_t numel() const {
     int64_t n = 1;
     for (int32_t d = 0; d < t.rank; ++d)
@@ -124,6 +128,8 @@ moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend) {
   if (backend != MOE_RT_CPU && backend != MOE_RT_CUDA)
     fail(s.get(), "unknown backend " + std::to_string(int(backend)));
   s->backend = backend;
+  if (const char *p = std::getenv("MOE_RT_PROFILE"); p && *p && *p != '0')
+    moe_rt_profile_enable(1);
   // Shape checks on, as moe-run: a mismatched collective is reported, not a
   // hang or corrupted memory.
   check(s.get(), moe_rt_comm_create_world(timeout_s, 1, &s->worldComm),
@@ -293,6 +299,7 @@ void fillStepInputs(moe_step *s) {
 
 void moe_step_begin(moe_step *s) {
   ++s->stepsBegun; // step n of the run, as moe-run counts them
+  moe_rt_profile_step_begin();
   std::vector<bool> isArgument(s->buffers.size());
   for (int64_t id : s->arguments)
     isArgument[id] = true;
@@ -300,17 +307,27 @@ void moe_step_begin(moe_step *s) {
     Buffer &b = s->buffers[id];
     if (!b.declared || isArgument[id])
       continue;
+    // Host buffers are zeroed when the step reaches them (as moe-run
+    // allocates each value when it reaches its op), so that zeroing
+    // overlaps the streams' work instead of delaying the step's start.
     if (b.t.backend == MOE_RT_CUDA)
       check(s, moe_rt::cudaZeroBytes(b.t.data, b.bytes()),
             "zeroing buffer " + std::to_string(id));
     else
-      std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
+      b.stale = true;
   }
   fillStepInputs(s);
 }
 
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id) {
-  return &s->buffer(id).t;
+  Buffer &b = s->buffer(id);
+  // The first use of a value in the step is its defining op (the previous
+  // step's work on it ended with moe_step_end).
+  if (b.stale) {
+    std::fill_n(static_cast<char *>(b.t.data), b.bytes(), 0);
+    b.stale = false;
+  }
+  return &b.t;
 }
 
 moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
@@ -324,6 +341,11 @@ moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
         kind == MOE_STEP_COMM ? moe_rt_stream_create_pool_on(s->backend, &stream)
                               : moe_rt_stream_create(s->backend, &stream),
         "creating a stream");
+  moe_rt_profile_name_stream(stream, (std::string(kind == MOE_STEP_COMM
+                                                      ? "comm."
+                                                      : "compute.") +
+                                      std::to_string(index))
+                                         .c_str());
   return s->streams[key] = stream;
 }
 
@@ -401,6 +423,10 @@ void moe_step_check(moe_step *s, moe_rt_status status, const char *what) {
   check(s, status, what);
 }
 
+void moe_step_op(moe_step *, const char *opClass) {
+  moe_rt_profile_set_op(opClass);
+}
+
 void moe_step_end(moe_step *s) {
   for (auto &[key, st] : s->streams)
     check(s,
@@ -408,6 +434,7 @@ void moe_step_end(moe_step *s) {
           "the step");
   check(s, moe_rt_routing_log_end_step(s->routingLog, s->stepsBegun),
         "the routing statistics");
+  moe_rt_profile_step_end(stderr, s->rank, s->stepsBegun);
 }
 
 moe_rt_routing_log *moe_step_routing_log(moe_step *s) { return s->routingLog; }
