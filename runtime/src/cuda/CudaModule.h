@@ -25,6 +25,7 @@
 #include "../Backend.h"
 #include "moe_rt/collectives.h"
 #include "CudaDenseOps.h"
+#include "CudaOptimizerOps.h"
 #include "CudaRoutingOps.h"
 #include "NcclCollectives.h"
 
