@@ -186,9 +186,10 @@ llvm::Error Interpreter::Impl::allocate(Value v) {
   if (!type)
     return llvm::Error::success();
   if (!type.hasStaticShape())
-    return error("the step has dynamic shapes (dropless routing); bound them "
-                 "with moe-opt --moe-bound-dropless before "
-                 "--moe-flowmoe-pipeline");
+    return error("the step has dynamic shapes (dropless routing); compile "
+                 "it with --moe-flowmoe-pipeline (which runs "
+                 "moe-variable-dropless) or bound it with "
+                 "--moe-bound-dropless");
   auto b = std::make_unique<Buffer>();
   b->shape.assign(type.getShape().begin(), type.getShape().end());
   b->isInt = isa<IntegerType>(type.getElementType());
