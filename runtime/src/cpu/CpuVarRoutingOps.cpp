@@ -56,6 +56,9 @@ struct VarState {
   /// rank). An inconsistent plan (a bad `rows` tensor) becomes an error and
   /// an empty exchange.
   void plan(const Var &r, const int64_t *rows) {
+    if (int64_t l = k::firstOverBound(r.G, r.El, r.R, rows); l >= 0)
+      return fail(r, "rows of local expert " + std::to_string(l) +
+                         " exceed the bound " + std::to_string(r.R));
     std::vector<int64_t> toRank(r.G, 0), fromRank(r.G, 0);
     for (int64_t j = 0; j < r.G; ++j)
       for (int64_t l = 0; l < r.El; ++l) {
@@ -97,8 +100,9 @@ std::string overBound(const Var &r, const std::vector<int64_t> &all) {
                std::to_string(e) + " (local expert " + std::to_string(l) +
                " of rank " + std::to_string(j) + ") receives " +
                std::to_string(load) + " rows, bound " + std::to_string(r.R) +
-               " (raise it with moe-opt's --moe-variable-dropless=bound=N, "
-               "or give the gate a capacity)";
+               " (raise it: moe-flowmoe-pipeline's dropless-bound=N or "
+               "--moe-variable-dropless=bound=N; or give the gate a "
+               "capacity)";
     }
   return "";
 }
@@ -132,6 +136,18 @@ moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm,
   return mpi::allToAllPlanned(s, comm, plan, from.data(), to.data());
 }
 
+/// Whether every local expert's rows fit the buffer (x's second
+/// dimension); else the message a variable expert call fails with.
+bool rowsFit(const ExpertShape &f, int64_t G, const int64_t *rows,
+             const char *call, std::string &message) {
+  int64_t l = k::firstOverBound(G, f.experts, f.slots, rows);
+  if (l < 0)
+    return true;
+  message = std::string(call) + ": rows of local expert " + std::to_string(l) +
+            " do not fit its " + std::to_string(f.slots) + " rows";
+  return false;
+}
+
 } // namespace
 
 moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
@@ -151,10 +167,13 @@ moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
     return e;
   if (moe_rt_status e = task(s, [=] {
         rowsFromCounts(r, st->all, rows);
-        if (std::string why = overBound(r, st->all); !why.empty())
+        if (std::string why = overBound(r, st->all); !why.empty()) {
           st->fail(r, why);
-        else
+          // What reads `rows` next sees an empty dispatch, not the load.
+          std::fill(rows, rows + r.El * r.G, 0);
+        } else {
           st->plan(r, rows);
+        }
       }))
     return e;
   if (moe_rt_status e = exchange(s, comm, st->toExperts, st->tokens,
@@ -274,8 +293,10 @@ moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
   int64_t G = rowsIn->shape[1];
   float *px = f32(x), *pu = f32(up), *pg = f32(gate), *pd = f32(down),
         *py = f32(out);
-  return task(s, [=] {
+  return enqueue(s, [=](std::string &message) {
     int64_t R = f.slots, m = f.m, h = f.h;
+    if (!rowsFit(f, G, rows, "moe_rt_expert_v", message))
+      return MOE_RT_INVALID_ARGUMENT;
     for (int64_t l = 0; l < f.experts; ++l) {
       int64_t n = k::filledRows(G, l, rows);
       float *y = py + l * R * m;
@@ -285,6 +306,7 @@ moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
                        pd + l * h * m, y);
       std::fill(y + n * m, y + R * m, 0.0f);
     }
+    return MOE_RT_OK;
   });
 }
 
@@ -300,9 +322,11 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
   float *px = f32(x), *pu = f32(up), *pg = f32(gate), *pd = f32(down),
         *pdy = f32(dout), *pdx = f32(dx), *pdu = f32(dup),
         *pdg = gate ? f32(dgate) : nullptr, *pdd = f32(ddown);
-  return task(s, [=] {
+  return enqueue(s, [=](std::string &message) {
     for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
       zero(g);
+    if (!rowsFit(f, G, rows, "moe_rt_expert_v_grad", message))
+      return MOE_RT_INVALID_ARGUMENT;
     int64_t R = f.slots, m = f.m, h = f.h;
     for (int64_t l = 0; l < f.experts; ++l) {
       int64_t n = k::filledRows(G, l, rows);
@@ -312,6 +336,7 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
                         pg ? pg + w : nullptr, pd + w, pdy + a, pdx + a,
                         pdu + w, pdg ? pdg + w : nullptr, pdd + w);
     }
+    return MOE_RT_OK;
   });
 }
 
