@@ -167,6 +167,25 @@ Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
 }
 
 
+/// The gradient tensors of an expert vjp (moe_rt_expert_grad and
+/// moe_rt_expert_v_grad): each the size of its value.
+void expertGradChecks(Check &c, const moe_rt_tensor *x,
+                      const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                      const moe_rt_tensor *down, const moe_rt_tensor *dout,
+                      moe_rt_tensor *dx, moe_rt_tensor *dup,
+                      moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
+  c.tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dup, "dup", MOE_RT_F32, 2)
+      .tensor(dgate, "dgate", MOE_RT_F32, 2, !gate)
+      .tensor(ddown, "ddown", MOE_RT_F32, 2);
+  c.sizeOf(dout, "dout", x)
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dup, "dup", up)
+      .sizeOf(dgate, "dgate", gate)
+      .sizeOf(ddown, "ddown", down);
+}
+
 } // namespace
 
 extern "C" {
@@ -388,16 +407,7 @@ moe_rt_status moe_rt_expert_grad(
     moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
   ExpertShape f{};
   Check c = ffnChecks("moe_rt_expert_grad", s, x, up, gate, down, f);
-  c.tensor(dout, "dout", MOE_RT_F32, 1)
-      .tensor(dx, "dx", MOE_RT_F32, 1)
-      .tensor(dup, "dup", MOE_RT_F32, 2)
-      .tensor(dgate, "dgate", MOE_RT_F32, 2, !gate)
-      .tensor(ddown, "ddown", MOE_RT_F32, 2);
-  c.sizeOf(dout, "dout", x)
-      .sizeOf(dx, "dx", x)
-      .sizeOf(dup, "dup", up)
-      .sizeOf(dgate, "dgate", gate)
-      .sizeOf(ddown, "ddown", down);
+  expertGradChecks(c, x, up, gate, down, dout, dx, dup, dgate, ddown);
   if (c.status)
     return c.status;
   MOE_RT_ON_CUDA(s, cuda::expertGrad(s, act, f, f32(x), f32(up),
@@ -447,16 +457,7 @@ moe_rt_status moe_rt_expert_v_grad(
   ExpertShape f{};
   Check c =
       expertVChecks("moe_rt_expert_v_grad", s, rows, x, up, gate, down, f);
-  c.tensor(dout, "dout", MOE_RT_F32, 1)
-      .tensor(dx, "dx", MOE_RT_F32, 1)
-      .tensor(dup, "dup", MOE_RT_F32, 2)
-      .tensor(dgate, "dgate", MOE_RT_F32, 2, !gate)
-      .tensor(ddown, "ddown", MOE_RT_F32, 2);
-  c.sizeOf(dout, "dout", x)
-      .sizeOf(dx, "dx", x)
-      .sizeOf(dup, "dup", up)
-      .sizeOf(dgate, "dgate", gate)
-      .sizeOf(ddown, "ddown", down);
+  expertGradChecks(c, x, up, gate, down, dout, dx, dup, dgate, ddown);
   if (c.status)
     return c.status;
   return cpu::expertVGrad(s, act, f, rows, x, up, gate, down, dout, dx, dup,

@@ -148,6 +148,23 @@ bool rowsFit(const ExpertShape &f, int64_t G, const int64_t *rows,
   return false;
 }
 
+/// Combine's first half, forward and vjp alike: the token side's rows and
+/// both plans, the expert side `pe` packed by source rank, and the
+/// all-to-all-v that brings its filled rows to the tokens' ranks.
+moe_rt_status bringToTokens(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                            std::shared_ptr<VarState> st, const int64_t *idx,
+                            const int64_t *rows, float *pe) {
+  if (moe_rt_status e = task(s, [=] {
+        st->route(r, idx);
+        st->plan(r, rows);
+        if (st->error.empty())
+          k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(),
+                               pe, true);
+      }))
+    return e;
+  return exchange(s, comm, st->toTokens, st->experts, st->tokens);
+}
+
 } // namespace
 
 moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
@@ -226,16 +243,7 @@ moe_rt_status combineV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   auto st = std::make_shared<VarState>(r);
   const int64_t *idx = i64(indices), *rows = i64(rowsIn);
   float *pe = f32(expertOut), *pw = f32(weights), *py = f32(out);
-  if (moe_rt_status e = task(s, [=] {
-        st->route(r, idx);
-        st->plan(r, rows);
-        if (st->error.empty())
-          k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(),
-                               pe, true);
-      }))
-    return e;
-  if (moe_rt_status e = exchange(s, comm, st->toTokens, st->experts,
-                                 st->tokens))
+  if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
     return e;
   return finish(s, "moe_rt_combine_v", st, [=] {
     k::combineRows(r.T, r.k, r.M, st->pos.data(), pw, st->tokens.data(), py);
@@ -255,18 +263,9 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   const int64_t *idx = i64(indices), *rows = i64(rowsIn);
   float *pe = f32(expertOut), *pw = f32(weights), *pdy = f32(dout),
         *pde = f32(dexpertOut), *pdw = f32(dweights);
-  if (moe_rt_status e = task(s, [=] {
-        st->route(r, idx);
-        st->plan(r, rows);
-        if (st->error.empty())
-          k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(),
-                               pe, true);
-      }))
-    return e;
   // The expert outputs come to the tokens again (no state kept from the
   // forward), as the padded combine's vjp does.
-  if (moe_rt_status e = exchange(s, comm, st->toTokens, st->experts,
-                                 st->tokens))
+  if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
     return e;
   if (moe_rt_status e = task(s, [=] {
         if (st->error.empty())
