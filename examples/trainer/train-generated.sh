@@ -42,10 +42,10 @@ mkdir -p "$OUT/new"
 /usr/bin/python3 "$ROOT/examples/trainer/make_model.py" -o "$OUT/new/byte-moe.onnx" 2> "$OUT/export.log" ||
   { cat "$OUT/export.log" >&2; exit 1; }
 update "$OUT/new/byte-moe.onnx" "$OUT/byte-moe.onnx"
-# Imported for 1 x 4 (8 experts, 2 per rank); the model is dropless, the
-# step needs static shapes: --moe-bound-dropless (C = B*N, nothing is
-# dropped), as train.sh does.
-"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid="$GRID" --moe-bound-dropless \
+# Imported for 1 x 4 (8 experts, 2 per rank); the model is dropless: the
+# pipeline routes it with variable counts (moe-variable-dropless), as
+# train.sh does.
+"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid="$GRID" \
   -o "$OUT/new/byte-moe.mlir"
 update "$OUT/new/byte-moe.mlir" "$OUT/byte-moe.mlir"
 

@@ -40,10 +40,10 @@ OUT="$BUILD_DIR/examples/trainer"
 mkdir -p "$OUT"
 /usr/bin/python3 "$ROOT/examples/trainer/make_model.py" -o "$OUT/byte-moe.onnx" 2> "$OUT/export.log" ||
   { cat "$OUT/export.log" >&2; exit 1; }
-# 8 experts over 4 ranks. The model is dropless (Mixtral); the runtime
-# needs static shapes, so --moe-bound-dropless gives it the capacity
-# factor E/k = 4: C = B*N, which no expert can exceed (nothing is dropped).
-"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid="$GRID" --moe-bound-dropless \
+# 8 experts over 4 ranks. The model is dropless (Mixtral): the pipeline's
+# moe-variable-dropless routes it with variable counts (only routed tokens
+# travel and are computed; docs/passes/moe-variable-dropless.md).
+"$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.onnx" --onnx-grid="$GRID" \
   --moe-model-summary -o "$OUT/byte-moe.mlir"
 "$BUILD_DIR/bin/moe-opt" "$OUT/byte-moe.mlir" --moe-flowmoe-pipeline="$PIPELINE" -o "$OUT/byte-moe.step.mlir"
 echo "== training $STEPS steps on $RANKS ranks: $PIPELINE (grid $GRID)"

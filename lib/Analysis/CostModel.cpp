@@ -32,6 +32,26 @@ double dim(Value v, unsigned i) {
 }
 
 /// Tokens of a B x N x ... activation.
+/// `v`, or for a vjp body's argument the primal bound to it.
+Value throughVjp(Value v) {
+  if (auto arg = dyn_cast<BlockArgument>(v))
+    if (auto vjp = dyn_cast<VjpOp>(arg.getOwner()->getParentOp()))
+      return vjp.getPrimals()[arg.getArgNumber()];
+  return v;
+}
+
+/// A variable-count expert's rows per local expert at the expected load:
+/// the dispatch's T·k rows per rank spread evenly over the E experts, G·T·k
+/// / E = T·k / E_l; the bound R when the dispatch is out of sight.
+double expectedRows(ExpertOp e) {
+  auto in = cast<ShapedType>(e.getInput().getType());
+  auto dispatch = throughVjp(e.getRows()).getDefiningOp<DispatchOp>();
+  if (!dispatch)
+    return in.getDimSize(1);
+  auto indices = cast<ShapedType>(dispatch.getIndices().getType());
+  return static_cast<double>(indices.getNumElements()) / in.getDimSize(0);
+}
+
 double tokens(Value v) {
   auto shaped = cast<ShapedType>(v.getType());
   double t = 1;
@@ -167,7 +187,7 @@ FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
     gemm(gateFlops(t, m, g.getNumExperts(), aux ? dim(aux, 1) : 0));
   } else if (auto e = dyn_cast<ExpertOp>(op)) {
     auto in = cast<ShapedType>(e.getInput().getType());
-    double slots = in.getDimSize(1);
+    double slots = e.getRows() ? expectedRows(e) : in.getDimSize(1);
     if (ShapedType::isDynamic(in.getDimSize(1)))
       return op->emitOpError() << "has a dropless (dynamic) slot count the "
                                   "static cost model cannot time";

@@ -518,9 +518,10 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   auto axes = b.getDenseI16ArrayAttr(kAllAxes);
   RankedTensorType slotsType = tensor({el, slots, m});
   auto dispatch = DispatchOp::create(b, at(index, OpSite::dispatch, loc),
-                                    slotsType, x, gate.getIndices(),
-                                     gate.getCounts(), gridRef, axes,
-                                     b.getI64IntegerAttr(e), capacity);
+                                    slotsType, /*rows=*/Type(), x,
+                                    gate.getIndices(), gate.getCounts(),
+                                    gridRef, axes, b.getI64IntegerAttr(e),
+                                    capacity, /*bound=*/nullptr);
 
   FailureOr<Value> up = param(p + "experts.up", {e, m, h}, loc);
   FailureOr<Value> gproj = Value();
@@ -531,13 +532,15 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
     return failure();
   auto expert =
       ExpertOp::create(b, at(index, OpSite::expert, loc), slotsType,
-                       dispatch.getResult(), *up, *gproj,
-                       *down, ActivationAttr::get(ctx, s.activation));
+                       dispatch.getResult(), *up, *gproj, *down,
+                       /*rows=*/Value(),
+                       ActivationAttr::get(ctx, s.activation));
   Value out =
       CombineOp::create(b, at(index, OpSite::combine, loc), x.getType(),
                         expert.getResult(),
                         gate.getIndices(), gate.getWeights(), gate.getCounts(),
-                        gridRef, axes, b.getI64IntegerAttr(e), capacity)
+                        /*rows=*/Value(), gridRef, axes,
+                        b.getI64IntegerAttr(e), capacity)
           .getResult();
   if (s.sharedHidden > 0) {
     // DeepSeek: the shared experts see every token; their output joins the

@@ -53,14 +53,14 @@ struct BoundDroplessPass
     gate.setCapacity(capacity);
     for (Operation *user : gate.getIndices().getUsers()) {
       if (auto dispatch = dyn_cast<DispatchOp>(user)) {
-        auto type = cast<RankedTensorType>(dispatch.getType());
+        auto type = cast<RankedTensorType>(dispatch.getResult().getType());
         int64_t group = dispatch.getNumExperts() / type.getDimSize(0);
         dispatch.setCapacity(capacity);
         dispatch.getResult().setType(withDim(type, 1, group * capacity));
         // Experts map slots to slots: they take the dispatch's new type.
         for (Operation *e : dispatch->getUsers())
           if (auto expert = dyn_cast<ExpertOp>(e))
-            expert.getResult().setType(dispatch.getType());
+            expert.getResult().setType(dispatch.getResult().getType());
       } else if (auto combine = dyn_cast<CombineOp>(user)) {
         combine.setCapacity(capacity);
       }

@@ -58,7 +58,7 @@ LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
       if (!fresh)
         return op->emitOpError() << "needs its routing from a moe.gate to be "
                                     "split into micro-batches";
-      auto type = cast<RankedTensorType>(dispatch.getType());
+      auto type = cast<RankedTensorType>(dispatch.getResult().getType());
       int64_t group = type.getDimSize(1) / *old;
       dispatch.setCapacity(*fresh);
       dispatch.getResult().setType(withDim(type, 1, group * *fresh));

@@ -1,7 +1,9 @@
 //===- Pipelines.cpp - named pass pipelines -------------------------------===//
 //
 // moe-flowmoe-pipeline: the FlowMoE compilation flow. moe-microbatch runs
-// first, on the forward model, so that moe-build-train-step differentiates
+// first, on the forward model; moe-variable-dropless then gives dropless
+// routing its variable-count form (a no-op for capacity routing), so that
+// the vjps see the `rows` operands; moe-build-train-step differentiates
 // each micro-batch's tasks separately and accumulates their weight
 // gradients; then the step is scheduled, its all-reduces chunked, its
 // cross-stream dependencies made explicit and the result verified.
@@ -93,6 +95,11 @@ struct FlowMoePipelineOptions
     return o;
   }
   static inline const MoeBuildTrainStepOptions kBuild{};
+  Option<int64_t> droplessBound{
+      *this, "dropless-bound",
+      llvm::cl::desc("Rows each local expert may receive per micro-batch "
+                     "under dropless routing (0: the worst case G*B*N)"),
+      llvm::cl::init(0)};
   Option<std::string> profile{
       *this, "profile", llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
       llvm::cl::init("")};
@@ -115,6 +122,8 @@ void mlir::moe::registerMoePipelines() {
       "insert syncs and verify (FlowMoE §3)",
       [](OpPassManager &pm, const FlowMoePipelineOptions &options) {
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
+        pm.addPass(createMoeVariableDropless(
+            MoeVariableDroplessOptions{options.droplessBound}));
         pm.addPass(createMoeBuildTrainStep(options.buildOptions()));
         if (options.tokenDegree != 1 || options.tokenDegreeBwd > 1)
           pm.addPass(createMoeTokenPipeline(MoeTokenPipelineOptions{

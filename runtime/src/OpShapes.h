@@ -46,10 +46,20 @@ struct RouteShape {
   bool ec = false;
 };
 
+/// Shapes of a dropless (variable-count) routed op: T tokens with k
+/// choices, E experts over G ranks (El local, this rank `rank`), R the
+/// expert side's bound (rows per local expert), embedding M; `block` names
+/// the model block in errors (-1: unknown).
+struct VarRouteShape {
+  int64_t T = 0, k = 1, E = 0, G = 1, El = 0, R = 0, M = 0, rank = 0;
+  int64_t block = -1;
+};
+
 namespace device {
 using moe_rt::ExpertShape;
 using moe_rt::GateShape;
 using moe_rt::RouteShape;
+using moe_rt::VarRouteShape;
 } // namespace device
 
 } // namespace moe_rt

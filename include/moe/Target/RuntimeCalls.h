@@ -152,6 +152,15 @@ inline int64_t numElements(Value v) {
   return cast<RankedTensorType>(v.getType()).getNumElements();
 }
 
+/// The model block of a step op (its #moe.task, or its vjp's), -1 when
+/// unlabelled: runtime errors about a block's routing name it.
+inline int64_t blockIndexOf(Operation *op) {
+  for (Operation *o = op; o; o = o->getParentOp())
+    if (auto task = o->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
+      return task.getBlock();
+  return -1;
+}
+
 //===----------------------------------------------------------------------===//
 // The table
 //===----------------------------------------------------------------------===//
@@ -370,6 +379,9 @@ template <class OpT> struct ExpertCall {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;
   template <class V> static LogicalResult forward(OpT op, V &v) {
+    if constexpr (std::is_same_v<OpT, ExpertOp>)
+      if (op.getRows())
+        return variableForward(op, v);
     return v.call(MOE_RT_FN(moe_rt_expert), v.stream(),
                   v.named(activation(op.getActivation())),
                   v.in(op.getInput()), v.in(op.getUp()),
@@ -377,8 +389,28 @@ template <class OpT> struct ExpertCall {
                   v.out(op.getResult()));
   }
   template <class V> static LogicalResult backward(OpT op, V &v) {
+    if constexpr (std::is_same_v<OpT, ExpertOp>)
+      if (op.getRows())
+        return variableBackward(op, v);
     return v.call(MOE_RT_FN(moe_rt_expert_grad), v.stream(),
                   v.named(activation(op.getActivation())),
+                  v.in(op.getInput()), v.in(op.getUp()),
+                  v.in(op.getGateProj()), v.in(op.getDown()),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()),
+                  v.grad(op.getUp()), v.grad(op.getGateProj()),
+                  v.grad(op.getDown()));
+  }
+  /// Variable-count (dropless) experts: only the filled rows of each.
+  template <class V> static LogicalResult variableForward(OpT op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_expert_v), v.stream(),
+                  v.named(activation(op.getActivation())), v.in(op.getRows()),
+                  v.in(op.getInput()), v.in(op.getUp()),
+                  v.in(op.getGateProj()), v.in(op.getDown()),
+                  v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult variableBackward(OpT op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_expert_v_grad), v.stream(),
+                  v.named(activation(op.getActivation())), v.in(op.getRows()),
                   v.in(op.getInput()), v.in(op.getUp()),
                   v.in(op.getGateProj()), v.in(op.getDown()),
                   v.cotangent(op.getResult()), v.grad(op.getInput()),
@@ -407,13 +439,15 @@ template <> struct RuntimeCall<SigmoidGateOp> {
 };
 
 /// Dispatch and combine queue their layout kernels around the group's
-/// all-to-all; they need a capacity (dropless routing has no call yet).
+/// all-to-all; they need a capacity, or the variable-count form
+/// (moe-variable-dropless: `rows`), whose calls exchange counts and
+/// all-to-all-v only the routed rows.
 template <class V, class OpT>
 FailureOr<RoutingShape> cappedRouting(OpT op, V &v) {
   RoutingShape shape = *routingShape(op);
   if (!shape.capacity) {
-    (void)v.unsupported("dropless routing (no capacity) has no runtime call "
-                        "yet");
+    (void)v.unsupported("dropless routing needs moe-variable-dropless (or "
+                        "moe-bound-dropless) before it has a runtime call");
     return failure();
   }
   return shape;
@@ -423,6 +457,11 @@ template <> struct RuntimeCall<DispatchOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::comm;
   template <class V> static LogicalResult forward(DispatchOp op, V &v) {
+    if (op.isVariable())
+      return v.call(MOE_RT_FN(moe_rt_dispatch_v), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.out(op.getResult()), v.out(op.getRows()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
@@ -437,6 +476,11 @@ template <> struct RuntimeCall<DispatchOp> {
                   v.in(op.getIndices()), v.out(op.getResult()));
   }
   template <class V> static LogicalResult backward(DispatchOp op, V &v) {
+    if (op.isVariable())
+      return v.call(MOE_RT_FN(moe_rt_dispatch_v_grad), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
+                    v.in(op.getIndices()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
@@ -457,6 +501,11 @@ template <> struct RuntimeCall<CombineOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::comm;
   template <class V> static LogicalResult forward(CombineOp op, V &v) {
+    if (op.getRows())
+      return v.call(MOE_RT_FN(moe_rt_combine_v), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.in(op.getRows()),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getWeights()), v.out(op.getResult()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
@@ -472,6 +521,12 @@ template <> struct RuntimeCall<CombineOp> {
                   v.out(op.getResult()));
   }
   template <class V> static LogicalResult backward(CombineOp op, V &v) {
+    if (op.getRows())
+      return v.call(MOE_RT_FN(moe_rt_combine_v_grad), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.in(op.getRows()),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getWeights()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()), v.grad(op.getWeights()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();

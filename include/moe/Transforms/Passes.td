@@ -79,6 +79,35 @@ def MoeBoundDropless : Pass<"moe-bound-dropless", "::mlir::ModuleOp"> {
   }];
 }
 
+def MoeVariableDropless : Pass<"moe-variable-dropless", "::mlir::ModuleOp"> {
+  let summary = "Route dropless tokens with variable counts (all-to-all-v) "
+                "into a bounded expert buffer";
+  let description = [{
+    Gives every dropless token-choice `moe.dispatch` (no capacity, a dynamic
+    `E_l x ? x M` result) a static per-rank bound R and a `rows : E_l x G`
+    result, and passes `rows` to the `moe.expert` and `moe.combine` of that
+    routing. The runtime then exchanges each rank's per-expert counts,
+    moves only the routed tokens (all-to-all-v) and runs each expert over
+    its filled rows only; nothing is padded to a capacity and nothing is
+    ever dropped. A step whose routing sends more than R rows to one local
+    expert fails on every rank with an error naming the block, the expert
+    and the load.
+
+    `bound` is R; 0 (the default) is the worst case G·T — each of the G
+    ranks sends at most its T = B·N tokens to one expert, since a token
+    picks k distinct experts — which can never be exceeded. A smaller bound
+    saves memory (the expert buffer is E_l x R x M), not time. Gates with a
+    capacity (GShard/Switch) keep the padded path; `moe-flowmoe-pipeline`
+    runs this pass after `moe-microbatch`, and it does nothing to a model
+    `moe-bound-dropless` has already bounded.
+  }];
+  let options = [
+    Option<"bound", "bound", "int64_t", /*default=*/"0",
+           "Rows each local expert may receive per step (0: the worst "
+           "case G*B*N)">
+  ];
+}
+
 def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
   let summary = "Build the training step: forward, loss, backward, gradient "
                 "all-reduce and optimizer update";

@@ -527,14 +527,27 @@ static LogicalResult verifyRouting(Operation *op, ShapedType tokens,
                            << formatShape(indices.getShape());
 }
 
+/// `rows`, when given (variable-count routing), is dropless and describes
+/// the expert side: E_l x G integers.
 static LogicalResult verifyCapacityMatchesSlots(Operation *op,
                                                 ShapedType expertSide,
-                                                std::optional<int64_t> cap) {
+                                                std::optional<int64_t> cap,
+                                                Value rows = {}) {
   if (cap && *cap <= 0)
     return op->emitOpError() << "capacity must be positive, got " << *cap;
+  if (rows) {
+    if (cap)
+      return op->emitOpError() << "variable-count routing ('rows') is "
+                                  "dropless and takes no capacity";
+    if (failed(verifyRank(op, "rows", shapeOf(rows), 2)))
+      return failure();
+    return verifyDim(op, "rows", shapeOf(rows), 0, expertSide.getDimSize(0),
+                     "local experts E_l");
+  }
   if (!cap && !expertSide.isDynamicDim(1))
     return op->emitOpError() << "dropless routing needs a dynamic slot "
-                                "dimension (E_l x ? x M)";
+                                "dimension (E_l x ? x M), or 'rows' and a "
+                                "bound (variable-count)";
   return success();
 }
 
@@ -561,6 +574,14 @@ static LogicalResult verifySlotWindow(Operation *op,
   return success();
 }
 
+/// `rows` of a variable-count op has one column per rank of the group.
+static LogicalResult verifyRowsOverGroup(Operation *op, Value rows,
+                                         int64_t groupSize) {
+  if (!rows)
+    return success();
+  return verifyDim(op, "rows", shapeOf(rows), 1, groupSize, "group size G");
+}
+
 LogicalResult DispatchOp::verify() {
   ShapedType input = shapeOf(getInput()), result = shapeOf(getResult());
   if (failed(verifyRank(*this, "input", input, 3)) ||
@@ -568,9 +589,16 @@ LogicalResult DispatchOp::verify() {
       failed(verifyRouting(*this, input, shapeOf(getIndices()),
                            shapeOf(getCounts()), getNumExperts(),
                            getCapacity())) ||
-      failed(verifyCapacityMatchesSlots(*this, result, getCapacity())) ||
+      failed(verifyCapacityMatchesSlots(*this, result, getCapacity(),
+                                        getRows())) ||
       failed(verifySlotWindow(*this, getSlots(), getCapacity(),
                               shapeOf(getIndices()))))
+    return failure();
+  if (getBound().has_value() != isVariable())
+    return emitOpError() << "variable-count dispatch needs both a 'bound' "
+                            "and a 'rows' result";
+  if (getBound() && failed(verifyDim(*this, "result", result, 1, *getBound(),
+                                     "bound R")))
     return failure();
   return verifyDim(*this, "result", result, 2, input.getDimSize(2),
                    "embedding M");
@@ -579,6 +607,8 @@ LogicalResult DispatchOp::verify() {
 LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &table) {
   FailureOr<int64_t> groupSize = collectiveGroupSize(*this, table);
   if (failed(groupSize))
+    return failure();
+  if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)))
     return failure();
   return verifyExpertSideLayout(*this, "result", shapeOf(getResult()),
                                 getNumExperts(), getCapacity(), *groupSize);
@@ -591,7 +621,8 @@ LogicalResult CombineOp::verify() {
       failed(verifyRank(*this, "result", result, 3)) ||
       failed(verifyRouting(*this, result, indices, shapeOf(getCounts()),
                            getNumExperts(), getCapacity())) ||
-      failed(verifyCapacityMatchesSlots(*this, input, getCapacity())) ||
+      failed(verifyCapacityMatchesSlots(*this, input, getCapacity(),
+                                        getRows())) ||
       failed(verifySlotWindow(*this, getSlots(), getCapacity(), indices)))
     return failure();
   if (getWeights().getType().getShape() != indices.getShape())
@@ -605,6 +636,8 @@ LogicalResult CombineOp::verify() {
 LogicalResult CombineOp::verifySymbolUses(SymbolTableCollection &table) {
   FailureOr<int64_t> groupSize = collectiveGroupSize(*this, table);
   if (failed(groupSize))
+    return failure();
+  if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)))
     return failure();
   return verifyExpertSideLayout(*this, "input", shapeOf(getInput()),
                                 getNumExperts(), getCapacity(), *groupSize);
@@ -644,6 +677,11 @@ LogicalResult ExpertOp::verify() {
     return failure();
   if (getResult().getType() != getInput().getType())
     return emitOpError() << "result type must equal the input type";
+  if (Value rows = getRows())
+    if (failed(verifyRank(*this, "rows", shapeOf(rows), 2)) ||
+        failed(verifyDim(*this, "rows", shapeOf(rows), 0, input.getDimSize(0),
+                         "local experts E_l")))
+      return failure();
   return success();
 }
 

@@ -191,9 +191,10 @@ llvm::Error Interpreter::Impl::allocate(Value v) {
   if (!type)
     return llvm::Error::success();
   if (!type.hasStaticShape())
-    return error("the step has dynamic shapes (dropless routing); bound them "
-                 "with moe-opt --moe-bound-dropless before "
-                 "--moe-flowmoe-pipeline");
+    return error("the step has dynamic shapes (dropless routing); compile "
+                 "it with --moe-flowmoe-pipeline (which runs "
+                 "moe-variable-dropless) or bound it with "
+                 "--moe-bound-dropless");
   // A later step refills the value's buffer with zeros in place: the same
   // fresh zero-filled start without a new allocation and its page faults
   // (the previous step's work on it ended with its synchronisation).

@@ -314,6 +314,53 @@ moe_rt_status moe_rt_combine_slots_grad(
     const moe_rt_tensor *indices, const moe_rt_tensor *weights,
     const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
     moe_rt_tensor *dweights);
+/* Dropless (variable-count) dispatch / combine over the group `comm` (G
+ * ranks, this one r), token choice: only routed tokens travel. The expert
+ * side is E_l x R x M, R its bound (rows per local expert, out's second
+ * dimension); local expert l holds its rows packed from row 0, source
+ * ranks in order, then zeros. rows (I64, E_l x G): rows[l][g] = tokens rank
+ * g routes to expert r E_l + l. dispatch_v exchanges every rank's counts
+ * first (all-gather of E integers), then all-to-all-v's the rows; when any
+ * rank's expert would receive more than R rows, every rank moves nothing
+ * and fails the stream with the same message, naming `block` (the model
+ * block, -1 if unknown), the expert and its load. Its vjp counts again;
+ * combine_v and its vjp take `rows`. Tokens in GShard order within an
+ * expert, as the padded ops with room for every token. */
+moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
+                                int64_t experts, int64_t block,
+                                const moe_rt_tensor *x,
+                                const moe_rt_tensor *indices,
+                                moe_rt_tensor *out, moe_rt_tensor *rows);
+moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t experts, int64_t block,
+                                     const moe_rt_tensor *indices,
+                                     const moe_rt_tensor *dout,
+                                     moe_rt_tensor *dx);
+moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
+                               int64_t experts, const moe_rt_tensor *rows,
+                               const moe_rt_tensor *expert_out,
+                               const moe_rt_tensor *indices,
+                               const moe_rt_tensor *weights,
+                               moe_rt_tensor *out);
+moe_rt_status moe_rt_combine_v_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights);
+/* The grouped FFN of moe_rt_expert over the filled rows of x (E_l x R x M)
+ * only: expert l's first sum_g rows[l][g] rows (a grouped GEMM over
+ * per-expert counts); out's other rows are zero, and so are dx's. */
+moe_rt_status moe_rt_expert_v(moe_rt_stream s, moe_rt_activation act,
+                              const moe_rt_tensor *rows,
+                              const moe_rt_tensor *x, const moe_rt_tensor *up,
+                              const moe_rt_tensor *gate,
+                              const moe_rt_tensor *down, moe_rt_tensor *out);
+moe_rt_status moe_rt_expert_v_grad(
+    moe_rt_stream s, moe_rt_activation act, const moe_rt_tensor *rows,
+    const moe_rt_tensor *x, const moe_rt_tensor *up, const moe_rt_tensor *gate,
+    const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
+    moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown);
 
 /* Elementwise and plumbing. */
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,

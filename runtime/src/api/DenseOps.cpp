@@ -233,6 +233,25 @@ Check ffnChecks(const char *call, moe_rt_stream s, const moe_rt_tensor *x,
 }
 
 
+/// The gradient tensors of an expert vjp (moe_rt_expert_grad and
+/// moe_rt_expert_v_grad): each the size of its value.
+void expertGradChecks(Check &c, const moe_rt_tensor *x,
+                      const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                      const moe_rt_tensor *down, const moe_rt_tensor *dout,
+                      moe_rt_tensor *dx, moe_rt_tensor *dup,
+                      moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
+  c.tensor(dout, "dout", MOE_RT_F32, 1)
+      .tensor(dx, "dx", MOE_RT_F32, 1)
+      .tensor(dup, "dup", MOE_RT_F32, 2)
+      .tensor(dgate, "dgate", MOE_RT_F32, 2, !gate)
+      .tensor(ddown, "ddown", MOE_RT_F32, 2);
+  c.sizeOf(dout, "dout", x)
+      .sizeOf(dx, "dx", x)
+      .sizeOf(dup, "dup", up)
+      .sizeOf(dgate, "dgate", gate)
+      .sizeOf(ddown, "ddown", down);
+}
+
 } // namespace
 
 extern "C" {
@@ -567,16 +586,7 @@ moe_rt_status moe_rt_expert_grad(
     moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
   ExpertShape f{};
   Check c = ffnChecks("moe_rt_expert_grad", s, x, up, gate, down, f);
-  c.tensor(dout, "dout", MOE_RT_F32, 1)
-      .tensor(dx, "dx", MOE_RT_F32, 1)
-      .tensor(dup, "dup", MOE_RT_F32, 2)
-      .tensor(dgate, "dgate", MOE_RT_F32, 2, !gate)
-      .tensor(ddown, "ddown", MOE_RT_F32, 2);
-  c.sizeOf(dout, "dout", x)
-      .sizeOf(dx, "dx", x)
-      .sizeOf(dup, "dup", up)
-      .sizeOf(dgate, "dgate", gate)
-      .sizeOf(ddown, "ddown", down);
+  expertGradChecks(c, x, up, gate, down, dout, dx, dup, dgate, ddown);
   if (c.status)
     return c.status;
   MOE_RT_ON_CUDA(s, cuda::expertGrad(s, act, f, f32(x), f32(up),
@@ -585,6 +595,52 @@ moe_rt_status moe_rt_expert_grad(
                                      f32(ddown)));
   return cpu::expertGrad(s, act, f, x, up, gate, down, dout, dx, dup, dgate,
                          ddown);
+}
+
+/// The expert call's checks, plus `rows` (E_l x G) for its filled rows.
+static Check expertVChecks(const char *call, moe_rt_stream s,
+                           const moe_rt_tensor *rows, const moe_rt_tensor *x,
+                           const moe_rt_tensor *up, const moe_rt_tensor *gate,
+                           const moe_rt_tensor *down, ExpertShape &f) {
+  Check c = ffnChecks(call, s, x, up, gate, down, f);
+  c.tensor(rows, "rows", MOE_RT_I64, 2);
+  if (c.status)
+    return c;
+  c.that(x->rank == 3 && up->rank == 3,
+         "x must be E_l x R x M with 3-D weights")
+      .that(dim(rows, 0) == f.experts, "rows must be E_l x G")
+      .that(c.backend != MOE_RT_CUDA,
+            "variable-count (dropless) experts are not implemented on CUDA "
+            "streams yet; bound them with moe-opt --moe-bound-dropless");
+  return c;
+}
+
+moe_rt_status moe_rt_expert_v(moe_rt_stream s, moe_rt_activation act,
+                              const moe_rt_tensor *rows,
+                              const moe_rt_tensor *x, const moe_rt_tensor *up,
+                              const moe_rt_tensor *gate,
+                              const moe_rt_tensor *down, moe_rt_tensor *out) {
+  ExpertShape f{};
+  Check c = expertVChecks("moe_rt_expert_v", s, rows, x, up, gate, down, f);
+  c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  return cpu::expertV(s, act, f, rows, x, up, gate, down, out);
+}
+
+moe_rt_status moe_rt_expert_v_grad(
+    moe_rt_stream s, moe_rt_activation act, const moe_rt_tensor *rows,
+    const moe_rt_tensor *x, const moe_rt_tensor *up, const moe_rt_tensor *gate,
+    const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
+    moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
+  ExpertShape f{};
+  Check c =
+      expertVChecks("moe_rt_expert_v_grad", s, rows, x, up, gate, down, f);
+  expertGradChecks(c, x, up, gate, down, dout, dx, dup, dgate, ddown);
+  if (c.status)
+    return c.status;
+  return cpu::expertVGrad(s, act, f, rows, x, up, gate, down, dout, dx, dup,
+                          dgate, ddown);
 }
 
 } // extern "C"

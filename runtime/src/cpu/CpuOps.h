@@ -152,6 +152,42 @@ moe_rt_status combineGrad(moe_rt_stream s, moe_rt_comm comm,
                           const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
                           moe_rt_tensor *dweights);
 
+// Dropless routing (CpuVarRoutingOps.cpp): counts exchange, then
+// all-to-all-v of the routed rows; experts over their filled rows only.
+
+moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm,
+                        const VarRouteShape &r, const moe_rt_tensor *x,
+                        const moe_rt_tensor *indices, moe_rt_tensor *out,
+                        moe_rt_tensor *rows);
+moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm,
+                            const VarRouteShape &r,
+                            const moe_rt_tensor *indices,
+                            const moe_rt_tensor *dout, moe_rt_tensor *dx);
+moe_rt_status combineV(moe_rt_stream s, moe_rt_comm comm,
+                       const VarRouteShape &r, const moe_rt_tensor *rows,
+                       const moe_rt_tensor *expertOut,
+                       const moe_rt_tensor *indices,
+                       const moe_rt_tensor *weights, moe_rt_tensor *out);
+moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm,
+                           const VarRouteShape &r, const moe_rt_tensor *rows,
+                           const moe_rt_tensor *expertOut,
+                           const moe_rt_tensor *indices,
+                           const moe_rt_tensor *weights,
+                           const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
+                           moe_rt_tensor *dweights);
+moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
+                      const ExpertShape &f, const moe_rt_tensor *rows,
+                      const moe_rt_tensor *x, const moe_rt_tensor *up,
+                      const moe_rt_tensor *gate, const moe_rt_tensor *down,
+                      moe_rt_tensor *out);
+moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
+                          const ExpertShape &f, const moe_rt_tensor *rows,
+                          const moe_rt_tensor *x, const moe_rt_tensor *up,
+                          const moe_rt_tensor *gate, const moe_rt_tensor *down,
+                          const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                          moe_rt_tensor *dup, moe_rt_tensor *dgate,
+                          moe_rt_tensor *ddown);
+
 } // namespace moe_rt::cpu
 
 #endif // MOE_RT_SRC_CPU_CPUOPS_H

@@ -75,4 +75,35 @@ moe_rt_status reduceScatter(moe_rt_stream stream, moe_rt_comm comm,
                            });
 }
 
+moe_rt_status allGatherCounts(moe_rt_stream stream, moe_rt_comm comm,
+                              const int64_t *in, int64_t *out, int64_t n) {
+  return enqueueCollective(
+      stream, comm, comm->a2a, AllGather, n * 8, false, [=](MPI_Request *r) {
+        return MPI_Iallgather(in, int(n), MPI_INT64_T, out, int(n),
+                              MPI_INT64_T, comm->a2a, r);
+      });
+}
+
+moe_rt_status allToAllPlanned(moe_rt_stream stream, moe_rt_comm comm,
+                              std::shared_ptr<const PeerPlan> plan,
+                              const float *in, float *out) {
+  // Shape checks compare the kind only: the sizes differ by rank by design.
+  // The int arrays live as long as the collective (the post closure): a
+  // non-blocking MPI collective may read them until it completes.
+  auto ints = std::make_shared<std::vector<std::vector<int>>>();
+  return enqueueCollective(
+      stream, comm, comm->a2a, AllToAllV, -1, false, [=](MPI_Request *r) {
+        if (!fitsInt(*plan))
+          return int(MPI_ERR_COUNT);
+        for (const std::vector<int64_t> *v :
+             {&plan->sendCount, &plan->sendOffset, &plan->recvCount,
+              &plan->recvOffset})
+          ints->emplace_back(v->begin(), v->end());
+        std::vector<std::vector<int>> &a = *ints;
+        return MPI_Ialltoallv(in, a[0].data(), a[1].data(), MPI_FLOAT, out,
+                              a[2].data(), a[3].data(), MPI_FLOAT, comm->a2a,
+                              r);
+      });
+}
+
 } // namespace moe_rt::mpi

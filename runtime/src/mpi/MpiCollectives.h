@@ -15,6 +15,7 @@
 #include "moe_rt/collectives.h"
 
 #include <cstdint>
+#include <memory>
 
 namespace moe_rt::mpi {
 
@@ -33,6 +34,18 @@ moe_rt_status allGather(moe_rt_stream stream, moe_rt_comm comm,
 /// The sum over the group of n floats per rank, each rank its own part.
 moe_rt_status reduceScatter(moe_rt_stream stream, moe_rt_comm comm,
                             const float *in, float *out, int64_t n);
+
+/// Dropless routing (src/cpu/CpuVarRoutingOps.cpp) moves data whose sizes
+/// earlier tasks of the same stream compute, so these read their sizes
+/// when the stream reaches them, not when they are queued.
+/// Each rank's n int64s at `in` (routing counts), gathered in rank order.
+moe_rt_status allGatherCounts(moe_rt_stream stream, moe_rt_comm comm,
+                              const int64_t *in, int64_t *out, int64_t n);
+/// An all-to-all-v of `*plan`, which an earlier task on `stream` fills
+/// (counts in floats; MPI's int range checked when it is posted).
+moe_rt_status allToAllPlanned(moe_rt_stream stream, moe_rt_comm comm,
+                              std::shared_ptr<const coll::PeerPlan> plan,
+                              const float *in, float *out);
 
 } // namespace moe_rt::mpi
 

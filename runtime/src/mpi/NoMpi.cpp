@@ -3,6 +3,7 @@
 #include "moe_rt/collectives.h"
 
 #include "../Error.h"
+#include "MpiCollectives.h"
 
 #include <cstdlib>
 #include <string>
@@ -67,3 +68,15 @@ moe_rt_status moe_rt_recv(moe_rt_stream, moe_rt_comm, moe_rt_tensor *, int) {
   return unavailable("moe_rt_recv");
 }
 }
+
+namespace moe_rt::mpi {
+moe_rt_status allGatherCounts(moe_rt_stream, moe_rt_comm, const int64_t *,
+                              int64_t *, int64_t) {
+  return unavailable("dropless dispatch's counts exchange");
+}
+moe_rt_status allToAllPlanned(moe_rt_stream, moe_rt_comm,
+                              std::shared_ptr<const coll::PeerPlan>,
+                              const float *, float *) {
+  return unavailable("dropless dispatch's all-to-all-v");
+}
+} // namespace moe_rt::mpi

@@ -339,6 +339,15 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     the result is `E_l x (G·C) x M`. Dropless dispatch (no `capacity`) has a
     dynamic second dimension and exchanges `counts` first.
 
+    Variable-count (dropless) dispatch, as `moe-variable-dropless` makes
+    it: `bound = R` and a second result `rows : E_l x G` (integers). Only
+    routed tokens travel (an all-to-all-v after a counts exchange); the
+    result is `E_l x R x M`, local expert l's rows packed from row 0, from
+    source rank 0, 1, ... in turn — `rows[l][g]` of them from rank g — then
+    zeros. R bounds the rows any local expert may receive; a step whose
+    routing exceeds it fails on every rank with an error naming the block,
+    the expert and the load (docs/variable-dropless.md).
+
     `moe.combine` is its adjoint; the training-step pass uses each as the
     other's backward.
 
@@ -356,47 +365,60 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
-    OptionalAttr<DenseI64ArrayAttr>:$slots));
-  let results = (outs Moe_FloatTensor:$result);
+    OptionalAttr<DenseI64ArrayAttr>:$slots,
+    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$bound));
+  let results = (outs Moe_FloatTensor:$result,
+                      Optional<Moe_IndexTensor>:$rows);
   let assemblyFormat = [{
     $input `,` $indices `,` $counts `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
-    (`slots` $slots^)?
+    (`slots` $slots^)? (`bound` `=` $bound^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let builders = [
-    // The whole capacity (no `slots`): how the frontend builds it.
+    // The whole capacity (no `slots`), padded: how the frontend builds it.
     OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$input,
                    "::mlir::Value":$indices, "::mlir::Value":$counts,
                    "::mlir::FlatSymbolRefAttr":$grid,
                    "::mlir::DenseI16ArrayAttr":$axes,
                    "::mlir::IntegerAttr":$num_experts,
                    "::mlir::IntegerAttr":$capacity), [{
-      build($_builder, $_state, result, input, indices, counts, grid, axes,
-            num_experts, capacity, ::mlir::DenseI64ArrayAttr());
+      build($_builder, $_state, result, ::mlir::Type(), input, indices,
+            counts, grid, axes, num_experts, capacity,
+            ::mlir::DenseI64ArrayAttr(), ::mlir::IntegerAttr());
     }]>
   ];
+  let extraClassDeclaration = [{
+    /// Variable-count dropless: only routed tokens travel (bound + rows).
+    bool isVariable() { return static_cast<bool>(getRows()); }
+  }];
 }
 
-def Moe_ExpertOp : Moe_ComputeOp<"expert"> {
+def Moe_ExpertOp : Moe_ComputeOp<"expert", [AttrSizedOperandSegments]> {
   let summary = "grouped FFN over the rank's local experts";
   let description = [{
     For each local expert e of `input : E_l x T x M`:
     `act(x·up[e]) · down[e]`, or, when `gate(%w)` is given (SwiGLU and
     friends), `(act(x·w[e]) ⊙ (x·up[e])) · down[e]`.
     `up, gate : E_l x M x H`, `down : E_l x H x M`.
+
+    With `rows(%r)` (a variable-count dispatch's `rows : E_l x G`), expert
+    l computes only its first sum_g r[l][g] rows — a grouped GEMM over
+    per-expert counts — and the other rows of the result are zero.
   }];
   let arguments = (ins
     Moe_FloatTensor:$input,
     Moe_FloatTensor:$up,
     Optional<Moe_FloatTensor>:$gate_proj,
     Moe_FloatTensor:$down,
+    Optional<Moe_IndexTensor>:$rows,
     Moe_ActivationAttr:$activation);
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
     `` $activation $input `up` `(` $up `)` (`gate` `(` $gate_proj^ `)`)?
-    `down` `(` $down `)` attr-dict `:` functional-type(operands, results)
+    `down` `(` $down `)` (`rows` `(` $rows^ `)`)? attr-dict `:`
+    functional-type(operands, results)
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -470,19 +492,25 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
     (`E_l x (G·count) x M`, a `moe.dispatch ... slots` chunk's) and the
     result is their contribution: summed over a partition of the slots,
     the whole combine.
+
+    With `rows(%r)` (the variable-count dispatch's `rows`), the input is
+    that dispatch's `E_l x R x M` layout and only its filled rows travel
+    back (all-to-all-v).
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
     Moe_IndexTensor:$indices,
     Moe_FloatTensor:$weights,
-    Moe_IndexTensor:$counts),
+    Moe_IndexTensor:$counts,
+    Optional<Moe_IndexTensor>:$rows),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
     OptionalAttr<DenseI64ArrayAttr>:$slots));
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `,` $indices `,` $weights `,` $counts `on` $grid `axes` `=` $axes
+    $input `,` $indices `,` $weights `,` $counts (`rows` `(` $rows^ `)`)?
+    `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
     (`slots` $slots^)?
     attr-dict `:` functional-type(operands, results)
@@ -497,8 +525,9 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
                    "::mlir::DenseI16ArrayAttr":$axes,
                    "::mlir::IntegerAttr":$num_experts,
                    "::mlir::IntegerAttr":$capacity), [{
-      build($_builder, $_state, result, input, indices, weights, counts, grid,
-            axes, num_experts, capacity, ::mlir::DenseI64ArrayAttr());
+      build($_builder, $_state, result, input, indices, weights, counts,
+            ::mlir::Value(), grid, axes, num_experts, capacity,
+            ::mlir::DenseI64ArrayAttr());
     }]>
   ];
 }

@@ -1,0 +1,130 @@
+//===- VarRoutingOps.cpp - dropless dispatch / combine: checks, backend ---===//
+//
+// moe_rt_dispatch_v / moe_rt_combine_v and their vjps (ops.h): each checks
+// its arguments, reads the sizes into a VarRouteShape and hands the op to
+// the CPU backend (src/cpu/CpuVarRoutingOps.cpp). The CUDA backend has no
+// variable-count routing yet: on a CUDA stream they fail with a message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "OpChecks.h"
+
+#include "../cpu/CpuOps.h"
+
+#include <algorithm>
+#include <string>
+
+using namespace moe_rt;
+
+namespace {
+
+/// Checks a dropless routed call: `indices` B x N x k (token choice), the
+/// expert side E_l x R x M, the token side T x M and, when given, `rows`
+/// E_l x G (NULL only for dispatch's vjp, which has none); fills `r`.
+Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
+                int64_t experts, int64_t block, const moe_rt_tensor *indices,
+                const moe_rt_tensor *expertSide,
+                const moe_rt_tensor *tokenSide, const moe_rt_tensor *rows,
+                VarRouteShape &r) {
+  Check c{call, backendOf(s)};
+  c.that(s != nullptr && comm != nullptr, "NULL stream or group")
+      .tensor(indices, "indices", MOE_RT_I64, 1)
+      .tensor(expertSide, "the expert side", MOE_RT_F32, 3)
+      .tensor(tokenSide, "the tokens", MOE_RT_F32, 1)
+      .tensor(rows, "rows", MOE_RT_I64, 2,
+              /*optional=*/std::string(call) == "moe_rt_dispatch_v_grad");
+  if (c.status)
+    return c;
+  if (c.backend == MOE_RT_CUDA)
+    return c.that(false, "variable-count (dropless) routing is not "
+                         "implemented on CUDA streams yet; bound it with "
+                         "moe-opt --moe-bound-dropless");
+  r.G = moe_rt_comm_size(comm);
+  r.rank = moe_rt_comm_rank(comm);
+  r.E = experts;
+  r.block = block;
+  r.k = dim(indices, -1);
+  r.T = moe_rt_tensor_numel(indices) / std::max<int64_t>(1, r.k);
+  r.M = dim(expertSide, 2);
+  r.R = dim(expertSide, 1);
+  c.that(experts > 0 && r.G > 0 && experts % r.G == 0,
+         "experts must divide evenly over the group");
+  if (c.status)
+    return c;
+  r.El = experts / r.G;
+  return c.that(dim(expertSide, 0) == r.El,
+                "the expert side must be E_l x R x M")
+      .that(dim(tokenSide, -1) == r.M &&
+                moe_rt_tensor_numel(tokenSide) == r.T * r.M,
+            "the tokens must be T x M, one per row of indices")
+      .that(!rows || (dim(rows, 0) == r.El && dim(rows, 1) == r.G),
+            "rows must be E_l x G");
+}
+
+} // namespace
+
+extern "C" {
+
+moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
+                                int64_t experts, int64_t block,
+                                const moe_rt_tensor *x,
+                                const moe_rt_tensor *indices,
+                                moe_rt_tensor *out, moe_rt_tensor *rows) {
+  VarRouteShape r;
+  Check c = varChecks("moe_rt_dispatch_v", s, comm, experts, block, indices,
+                      out, x, rows, r);
+  if (c.status)
+    return c.status;
+  return cpu::dispatchV(s, comm, r, x, indices, out, rows);
+}
+
+moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t experts, int64_t block,
+                                     const moe_rt_tensor *indices,
+                                     const moe_rt_tensor *dout,
+                                     moe_rt_tensor *dx) {
+  VarRouteShape r;
+  Check c = varChecks("moe_rt_dispatch_v_grad", s, comm, experts, block,
+                      indices, dout, dx, nullptr, r);
+  if (c.status)
+    return c.status;
+  return cpu::dispatchVGrad(s, comm, r, indices, dout, dx);
+}
+
+moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
+                               int64_t experts, const moe_rt_tensor *rows,
+                               const moe_rt_tensor *expert_out,
+                               const moe_rt_tensor *indices,
+                               const moe_rt_tensor *weights,
+                               moe_rt_tensor *out) {
+  VarRouteShape r;
+  Check c = varChecks("moe_rt_combine_v", s, comm, experts, -1, indices,
+                      expert_out, out, rows, r);
+  c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
+  if (c.status)
+    return c.status;
+  return cpu::combineV(s, comm, r, rows, expert_out, indices, weights, out);
+}
+
+moe_rt_status moe_rt_combine_v_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights) {
+  VarRouteShape r;
+  Check c = varChecks("moe_rt_combine_v_grad", s, comm, experts, -1, indices,
+                      expert_out, dout, rows, r);
+  c.tensor(weights, "weights", MOE_RT_F32)
+      .sizeOf(weights, "weights", indices)
+      .tensor(dweights, "dweights", MOE_RT_F32)
+      .sizeOf(dweights, "dweights", indices)
+      .tensor(dexpert_out, "dexpert_out", MOE_RT_F32)
+      .sizeOf(dexpert_out, "dexpert_out", expert_out);
+  if (c.status)
+    return c.status;
+  return cpu::combineVGrad(s, comm, r, rows, expert_out, indices, weights,
+                           dout, dexpert_out, dweights);
+}
+
+} // extern "C"

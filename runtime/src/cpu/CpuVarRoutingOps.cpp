@@ -1,0 +1,342 @@
+//===- CpuVarRoutingOps.cpp - dropless dispatch / combine on the CPU ------===//
+//
+// Variable-count routing: only routed tokens travel. Dispatch exchanges
+// every rank's per-expert counts first (an all-gather of E integers, so
+// that every rank knows every rank's load and all of them fail together,
+// with the same message, when one exceeds the bound — no rank is left
+// waiting), then moves the rows with an all-to-all-v whose counts follow
+// from those. Combine and the vjps need no counts exchange: the expert side
+// knows what it received (the `rows` tensor, E_l x G) and the token side
+// what it sent (its own indices). Layouts: kernels/VarRouting.h. Sizes
+// are read when the stream runs the tasks, as the data is.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuOps.h"
+#include "CpuTasks.h"
+
+#include "../CollectivePlan.h"
+#include "../mpi/MpiCollectives.h"
+#include "kernels/Expert.h"
+#include "kernels/VarRouting.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moe_rt::cpu {
+namespace {
+namespace k = moe_rt::kernels;
+using coll::PeerPlan;
+using Var = VarRouteShape;
+
+/// What the tasks of one op share: the token side's packed rows, the
+/// counts, the plan of each all-to-all-v, the buffers and a deferred error
+/// (reported in the op's last task, after its collectives). The op's last
+/// task holds it, so the buffers outlive every collective that reads them.
+struct VarState {
+  std::vector<int64_t> pos, mine, all;
+  std::vector<float> tokens, experts; // T k x M packed; E_l R x M received
+  std::vector<float> dtokens, dexperts; // the same, for combine's vjp
+  std::shared_ptr<PeerPlan> toExperts = std::make_shared<PeerPlan>(),
+                            toTokens = std::make_shared<PeerPlan>();
+  std::string error;
+
+  VarState(const Var &r)
+      : pos(r.T * r.k), mine(r.E), all(r.G * r.E),
+        tokens(r.T * r.k * r.M), experts(r.El * r.R * r.M) {}
+
+  /// Token-side packed rows of `idx` and this rank's per-expert counts.
+  void route(const Var &r, const int64_t *idx) {
+    k::packedRows(r.T, r.E, r.k, idx, mine.data(), pos.data());
+  }
+
+  /// The plans both ways from the token side's counts (mine: rows to each
+  /// rank's experts) and the expert side's rows (E_l x G, rows from each
+  /// rank). An inconsistent plan (a bad `rows` tensor) becomes an error and
+  /// an empty exchange.
+  void plan(const Var &r, const int64_t *rows) {
+    if (int64_t l = k::firstOverBound(r.G, r.El, r.R, rows); l >= 0)
+      return fail(r, "rows of local expert " + std::to_string(l) +
+                         " exceed the bound " + std::to_string(r.R));
+    std::vector<int64_t> toRank(r.G, 0), fromRank(r.G, 0);
+    for (int64_t j = 0; j < r.G; ++j)
+      for (int64_t l = 0; l < r.El; ++l) {
+        toRank[j] += mine[j * r.El + l];
+        fromRank[j] += rows[l * r.G + j];
+      }
+    std::string why = coll::planAllToAllV(
+        int(r.G), toRank.data(), fromRank.data(), r.M, r.T * r.k, r.M,
+        r.El * r.R, *toExperts);
+    if (why.empty())
+      why = coll::planAllToAllV(int(r.G), fromRank.data(), toRank.data(), r.M,
+                                r.El * r.R, r.M, r.T * r.k, *toTokens);
+    if (!why.empty())
+      fail(r, "the routing counts do not match the rows tensor: " + why);
+  }
+
+  /// Records the first error; both exchanges then move nothing, on every
+  /// rank that found it.
+  void fail(const Var &r, const std::string &why) {
+    if (error.empty())
+      error = why;
+    std::vector<int64_t> zero(r.G, 0);
+    for (PeerPlan *p : {toExperts.get(), toTokens.get()})
+      p->sendCount = p->sendOffset = p->recvCount = p->recvOffset = zero;
+  }
+};
+
+/// "" when every local expert of every rank receives at most R rows, else
+/// the message (the same on every rank: `all` is every rank's counts).
+std::string overBound(const Var &r, const std::vector<int64_t> &all) {
+  for (int64_t j = 0; j < r.G; ++j)
+    for (int64_t l = 0; l < r.El; ++l) {
+      int64_t e = j * r.El + l, load = 0;
+      for (int64_t g = 0; g < r.G; ++g)
+        load += all[g * r.E + e];
+      if (load > r.R)
+        return "block " + std::to_string(r.block) +
+               ": routing load over the dispatch bound: expert " +
+               std::to_string(e) + " (local expert " + std::to_string(l) +
+               " of rank " + std::to_string(j) + ") receives " +
+               std::to_string(load) + " rows, bound " + std::to_string(r.R) +
+               " (raise it: moe-flowmoe-pipeline's dropless-bound=N or "
+               "--moe-variable-dropless=bound=N; or give the gate a "
+               "capacity)";
+    }
+  return "";
+}
+
+/// The rows this rank's local experts receive from each rank (E_l x G),
+/// from every rank's counts.
+void rowsFromCounts(const Var &r, const std::vector<int64_t> &all,
+                    int64_t *rows) {
+  for (int64_t l = 0; l < r.El; ++l)
+    for (int64_t g = 0; g < r.G; ++g)
+      rows[l * r.G + g] = all[g * r.E + r.rank * r.El + l];
+}
+
+/// The op's last task: `body` unless an error was found, then the error.
+moe_rt_status finish(moe_rt_stream s, const char *call,
+                     std::shared_ptr<VarState> st, std::function<void()> body) {
+  std::string name = call;
+  return enqueue(s, [=](std::string &message) {
+    if (st->error.empty()) {
+      body();
+      return MOE_RT_OK;
+    }
+    message = name + ": " + st->error;
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm,
+                       std::shared_ptr<const PeerPlan> plan,
+                       std::vector<float> &from, std::vector<float> &to) {
+  return mpi::allToAllPlanned(s, comm, plan, from.data(), to.data());
+}
+
+/// Whether every local expert's rows fit the buffer (x's second
+/// dimension); else the message a variable expert call fails with.
+bool rowsFit(const ExpertShape &f, int64_t G, const int64_t *rows,
+             const char *call, std::string &message) {
+  int64_t l = k::firstOverBound(G, f.experts, f.slots, rows);
+  if (l < 0)
+    return true;
+  message = std::string(call) + ": rows of local expert " + std::to_string(l) +
+            " do not fit its " + std::to_string(f.slots) + " rows";
+  return false;
+}
+
+/// Combine's first half, forward and vjp alike: the token side's rows and
+/// both plans, the expert side `pe` packed by source rank, and the
+/// all-to-all-v that brings its filled rows to the tokens' ranks.
+moe_rt_status bringToTokens(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                            std::shared_ptr<VarState> st, const int64_t *idx,
+                            const int64_t *rows, float *pe) {
+  if (moe_rt_status e = task(s, [=] {
+        st->route(r, idx);
+        st->plan(r, rows);
+        if (st->error.empty())
+          k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(),
+                               pe, true);
+      }))
+    return e;
+  return exchange(s, comm, st->toTokens, st->experts, st->tokens);
+}
+
+} // namespace
+
+moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                        const moe_rt_tensor *x, const moe_rt_tensor *indices,
+                        moe_rt_tensor *out, moe_rt_tensor *rowsOut) {
+  auto st = std::make_shared<VarState>(r);
+  const int64_t *idx = i64(indices);
+  float *px = f32(x), *py = f32(out);
+  int64_t *rows = i64(rowsOut);
+  if (moe_rt_status e = task(s, [=] {
+        st->route(r, idx);
+        k::gatherRows(r.T, r.k, r.M, st->pos.data(), px, st->tokens.data());
+      }))
+    return e;
+  if (moe_rt_status e = mpi::allGatherCounts(s, comm, st->mine.data(),
+                                             st->all.data(), r.E))
+    return e;
+  if (moe_rt_status e = task(s, [=] {
+        rowsFromCounts(r, st->all, rows);
+        if (std::string why = overBound(r, st->all); !why.empty()) {
+          st->fail(r, why);
+          // What reads `rows` next sees an empty dispatch, not the load.
+          std::fill(rows, rows + r.El * r.G, 0);
+        } else {
+          st->plan(r, rows);
+        }
+      }))
+    return e;
+  if (moe_rt_status e = exchange(s, comm, st->toExperts, st->tokens,
+                                 st->experts))
+    return e;
+  return finish(s, "moe_rt_dispatch_v", st, [=] {
+    k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(), py,
+                         false);
+  });
+}
+
+moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                            const moe_rt_tensor *indices,
+                            const moe_rt_tensor *dout, moe_rt_tensor *dx) {
+  auto st = std::make_shared<VarState>(r);
+  auto rows = std::make_shared<std::vector<int64_t>>(r.El * r.G);
+  const int64_t *idx = i64(indices);
+  float *pd = f32(dout), *pdx = f32(dx);
+  if (moe_rt_status e = task(s, [=] { st->route(r, idx); }))
+    return e;
+  // The vjp's primals do not hold the forward's rows: count again.
+  if (moe_rt_status e = mpi::allGatherCounts(s, comm, st->mine.data(),
+                                             st->all.data(), r.E))
+    return e;
+  if (moe_rt_status e = task(s, [=] {
+        rowsFromCounts(r, st->all, rows->data());
+        if (std::string why = overBound(r, st->all); !why.empty())
+          st->fail(r, why);
+        else
+          st->plan(r, rows->data());
+        if (st->error.empty())
+          k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows->data(),
+                               st->experts.data(), pd, true);
+      }))
+    return e;
+  if (moe_rt_status e = exchange(s, comm, st->toTokens, st->experts,
+                                 st->tokens))
+    return e;
+  return finish(s, "moe_rt_dispatch_v_grad", st, [=] {
+    std::fill(pdx, pdx + r.T * r.M, 0.0f);
+    k::scatterAddRows(r.T, r.k, r.M, st->pos.data(), st->tokens.data(), pdx);
+  });
+}
+
+moe_rt_status combineV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                       const moe_rt_tensor *rowsIn,
+                       const moe_rt_tensor *expertOut,
+                       const moe_rt_tensor *indices,
+                       const moe_rt_tensor *weights, moe_rt_tensor *out) {
+  auto st = std::make_shared<VarState>(r);
+  const int64_t *idx = i64(indices), *rows = i64(rowsIn);
+  float *pe = f32(expertOut), *pw = f32(weights), *py = f32(out);
+  if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
+    return e;
+  return finish(s, "moe_rt_combine_v", st, [=] {
+    k::combineRows(r.T, r.k, r.M, st->pos.data(), pw, st->tokens.data(), py);
+  });
+}
+
+moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                           const moe_rt_tensor *rowsIn,
+                           const moe_rt_tensor *expertOut,
+                           const moe_rt_tensor *indices,
+                           const moe_rt_tensor *weights,
+                           const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
+                           moe_rt_tensor *dweights) {
+  auto st = std::make_shared<VarState>(r);
+  st->dtokens.resize(r.T * r.k * r.M);
+  st->dexperts.resize(r.El * r.R * r.M);
+  const int64_t *idx = i64(indices), *rows = i64(rowsIn);
+  float *pe = f32(expertOut), *pw = f32(weights), *pdy = f32(dout),
+        *pde = f32(dexpertOut), *pdw = f32(dweights);
+  // The expert outputs come to the tokens again (no state kept from the
+  // forward), as the padded combine's vjp does.
+  if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
+    return e;
+  if (moe_rt_status e = task(s, [=] {
+        if (st->error.empty())
+          k::combineRowsBackward(r.T, r.k, r.M, st->pos.data(), pw,
+                                 st->tokens.data(), pdy, st->dtokens.data(),
+                                 pdw);
+      }))
+    return e;
+  if (moe_rt_status e =
+          exchange(s, comm, st->toExperts, st->dtokens, st->dexperts))
+    return e;
+  return finish(s, "moe_rt_combine_v_grad", st, [=] {
+    k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->dexperts.data(), pde,
+                         false);
+  });
+}
+
+moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
+                      const ExpertShape &f, const moe_rt_tensor *rowsIn,
+                      const moe_rt_tensor *x, const moe_rt_tensor *up,
+                      const moe_rt_tensor *gate, const moe_rt_tensor *down,
+                      moe_rt_tensor *out) {
+  const int64_t *rows = i64(rowsIn);
+  int64_t G = rowsIn->shape[1];
+  float *px = f32(x), *pu = f32(up), *pg = f32(gate), *pd = f32(down),
+        *py = f32(out);
+  return enqueue(s, [=](std::string &message) {
+    int64_t R = f.slots, m = f.m, h = f.h;
+    if (!rowsFit(f, G, rows, "moe_rt_expert_v", message))
+      return MOE_RT_INVALID_ARGUMENT;
+    for (int64_t l = 0; l < f.experts; ++l) {
+      int64_t n = k::filledRows(G, l, rows);
+      float *y = py + l * R * m;
+      if (n > 0)
+        k::expertForward(k::Activation(act), 1, n, m, h, px + l * R * m,
+                       pu + l * m * h, pg ? pg + l * m * h : nullptr,
+                       pd + l * h * m, y);
+      std::fill(y + n * m, y + R * m, 0.0f);
+    }
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
+                          const ExpertShape &f, const moe_rt_tensor *rowsIn,
+                          const moe_rt_tensor *x, const moe_rt_tensor *up,
+                          const moe_rt_tensor *gate, const moe_rt_tensor *down,
+                          const moe_rt_tensor *dout, moe_rt_tensor *dx,
+                          moe_rt_tensor *dup, moe_rt_tensor *dgate,
+                          moe_rt_tensor *ddown) {
+  const int64_t *rows = i64(rowsIn);
+  int64_t G = rowsIn->shape[1];
+  float *px = f32(x), *pu = f32(up), *pg = f32(gate), *pd = f32(down),
+        *pdy = f32(dout), *pdx = f32(dx), *pdu = f32(dup),
+        *pdg = gate ? f32(dgate) : nullptr, *pdd = f32(ddown);
+  return enqueue(s, [=](std::string &message) {
+    for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
+      zero(g);
+    if (!rowsFit(f, G, rows, "moe_rt_expert_v_grad", message))
+      return MOE_RT_INVALID_ARGUMENT;
+    int64_t R = f.slots, m = f.m, h = f.h;
+    for (int64_t l = 0; l < f.experts; ++l) {
+      int64_t n = k::filledRows(G, l, rows);
+      int64_t w = l * m * h, a = l * R * m;
+      if (n > 0)
+        k::expertBackward(k::Activation(act), 1, n, m, h, px + a, pu + w,
+                        pg ? pg + w : nullptr, pd + w, pdy + a, pdx + a,
+                        pdu + w, pdg ? pdg + w : nullptr, pdd + w);
+    }
+    return MOE_RT_OK;
+  });
+}
+
+} // namespace moe_rt::cpu

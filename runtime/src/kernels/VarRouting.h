@@ -1,0 +1,147 @@
+//===- VarRouting.h - dropless (variable-count) routing layouts -*- C++ -*-===//
+//
+// The token and expert sides of dropless dispatch / combine when only the
+// routed tokens travel (all-to-all-v), with no capacity slots:
+//  - token side: rows packed expert-major, expert e's tokens from row
+//    offset[e] = sum of counts[e' < e], in GShard order inside an expert
+//    (routeTokens with no capacity), so that the rows for rank j (its E_l
+//    experts) are one contiguous run;
+//  - expert side: moe.dispatch's E_l x R x M result, local expert l's rows
+//    packed from row 0, source ranks in order: rows[l][g] rows from rank
+//    g; rows past the filled ones are zero. R is the buffer's bound.
+// The received buffer of the all-to-all-v is source-rank-major: from rank
+// g, its rows for local expert 0, then 1, ...
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_KERNELS_VARROUTING_H
+#define MOE_RT_KERNELS_VARROUTING_H
+
+#include "Routing.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace moe_rt::kernels {
+
+/// Tokens per expert (counts, E) and each (token, choice)'s packed row
+/// (pos, T x k): offset of its expert + its GShard slot.
+inline void packedRows(int64_t tokens, int64_t experts, int64_t k,
+                       const int64_t *indices, int64_t *counts,
+                       int64_t *pos) {
+  routeTokens(tokens, experts, k, tokens * k + 1, indices, pos);
+  std::fill(counts, counts + experts, 0);
+  for (int64_t i = 0; i < tokens * k; ++i)
+    ++counts[indices[i]];
+  std::vector<int64_t> offset(experts, 0);
+  for (int64_t e = 1; e < experts; ++e)
+    offset[e] = offset[e - 1] + counts[e - 1];
+  for (int64_t i = 0; i < tokens * k; ++i)
+    pos[i] += offset[indices[i]];
+}
+
+/// send[pos[t, j]] = x[t] (each routed row written once).
+template <typename T>
+void gatherRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
+                const T *x, T *send) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      std::copy(x + t * m, x + (t + 1) * m, send + pos[t * k + j] * m);
+}
+
+/// Adjoint of gatherRows: dx[t] += sum over j of d[pos[t, j]].
+template <typename T>
+void scatterAddRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
+                    const T *d, T *dx) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const T *src = d + pos[t * k + j] * m;
+      for (int64_t i = 0; i < m; ++i)
+        dx[t * m + i] += src[i];
+    }
+}
+
+/// y[t] = sum over j of w[t, j] recv[pos[t, j]].
+template <typename T>
+void combineRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
+                 const T *weights, const T *recv, T *y) {
+  std::fill(y, y + tokens * m, T(0));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const T *src = recv + pos[t * k + j] * m;
+      T w = weights[t * k + j];
+      for (int64_t i = 0; i < m; ++i)
+        y[t * m + i] += w * src[i];
+    }
+}
+
+/// Adjoint of combineRows: drecv[pos] = w dy[t]; dweights[t, j] =
+/// <dy[t], recv[pos]> (both overwritten: every packed row is one choice).
+template <typename T>
+void combineRowsBackward(int64_t tokens, int64_t k, int64_t m,
+                         const int64_t *pos, const T *weights, const T *recv,
+                         const T *dy, T *drecv, T *dweights) {
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t base = pos[t * k + j] * m;
+      double d = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        drecv[base + i] = weights[t * k + j] * dy[t * m + i];
+        d += dy[t * m + i] * recv[base + i];
+      }
+      dweights[t * k + j] = T(d);
+    }
+}
+
+/// Filled rows of local expert l: sum over g of rows[l][g].
+inline int64_t filledRows(int64_t ranks, int64_t l, const int64_t *rows) {
+  int64_t n = 0;
+  for (int64_t g = 0; g < ranks; ++g)
+    n += rows[l * ranks + g];
+  return n;
+}
+
+/// The first local expert whose rows exceed `bound` (or are negative), or
+/// -1: what a `rows` tensor must satisfy before any layout reads it.
+inline int64_t firstOverBound(int64_t ranks, int64_t local, int64_t bound,
+                              const int64_t *rows) {
+  for (int64_t l = 0; l < local; ++l) {
+    int64_t n = 0;
+    for (int64_t g = 0; g < ranks; ++g) {
+      if (rows[l * ranks + g] < 0)
+        return l;
+      n += rows[l * ranks + g];
+    }
+    if (n > bound)
+      return l;
+  }
+  return -1;
+}
+
+/// The received (source-rank-major) buffer -> E_l x bound x m, tail rows
+/// zero; `toRecv` runs it backwards (expert side -> send buffer).
+template <typename T>
+void recvToExpertMajor(int64_t ranks, int64_t local, int64_t bound, int64_t m,
+                       const int64_t *rows, T *recv, T *out, bool toRecv) {
+  int64_t at = 0; // rows into recv
+  std::vector<int64_t> filled(local, 0);
+  for (int64_t g = 0; g < ranks; ++g)
+    for (int64_t l = 0; l < local; ++l) {
+      int64_t n = rows[l * ranks + g];
+      T *e = out + (l * bound + filled[l]) * m;
+      if (toRecv)
+        std::copy(e, e + n * m, recv + at * m);
+      else
+        std::copy(recv + at * m, recv + (at + n) * m, e);
+      filled[l] += n;
+      at += n;
+    }
+  if (!toRecv)
+    for (int64_t l = 0; l < local; ++l)
+      std::fill(out + (l * bound + filled[l]) * m, out + (l + 1) * bound * m,
+                T(0));
+}
+
+} // namespace moe_rt::kernels
+
+#endif // MOE_RT_KERNELS_VARROUTING_H
