@@ -102,7 +102,7 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
                    "(use moe-microbatch degree=1)");
   MoeLayer layer;
   layer.dispatch = d;
-  layer.groups = cast<ShapedType>(d.getType()).getDimSize(1) / *capacity;
+  layer.groups = cast<ShapedType>(d.getResult().getType()).getDimSize(1) / *capacity;
   layer.expert = forwardUserOf<ExpertOp>(d.getResult());
   layer.expertVjp = vjpUserOf<ExpertOp>(d.getResult());
   if (!layer.expert || !layer.expertVjp ||
@@ -145,7 +145,7 @@ void restrictToWindow(Operation *op, Window w, int64_t groups,
   if (auto d = dyn_cast<DispatchOp>(op)) {
     if (!whole)
       d.setSlotsAttr(b.getDenseI64ArrayAttr({w.first, w.count}));
-    d.getResult().setType(withDim(d.getType(), 1, groups * w.count));
+    d.getResult().setType(withDim(d.getResult().getType(), 1, groups * w.count));
   } else if (auto c = dyn_cast<CombineOp>(op)) {
     if (!whole)
       c.setSlotsAttr(b.getDenseI64ArrayAttr({w.first, w.count}));
