@@ -518,10 +518,9 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
   auto axes = b.getDenseI16ArrayAttr(kAllAxes);
   RankedTensorType slotsType = tensor({el, slots, m});
   auto dispatch = DispatchOp::create(b, at(index, OpSite::dispatch, loc),
-                                    slotsType, /*rows=*/Type(), x,
-                                    gate.getIndices(), gate.getCounts(),
-                                    gridRef, axes, b.getI64IntegerAttr(e),
-                                    capacity, /*bound=*/nullptr);
+                                    slotsType, x, gate.getIndices(),
+                                    gate.getCounts(), gridRef, axes,
+                                    b.getI64IntegerAttr(e), capacity);
 
   FailureOr<Value> up = param(p + "experts.up", {e, m, h}, loc);
   FailureOr<Value> gproj = Value();
@@ -539,8 +538,7 @@ FailureOr<Value> ModuleBuilder::buildMoe(int64_t index, const MoeLayerSpec &s,
       CombineOp::create(b, at(index, OpSite::combine, loc), x.getType(),
                         expert.getResult(),
                         gate.getIndices(), gate.getWeights(), gate.getCounts(),
-                        /*rows=*/Value(), gridRef, axes,
-                        b.getI64IntegerAttr(e), capacity)
+                        gridRef, axes, b.getI64IntegerAttr(e), capacity)
           .getResult();
   if (s.sharedHidden > 0) {
     // DeepSeek: the shared experts see every token; their output joins the
