@@ -22,6 +22,8 @@
 #ifndef MOE_RT_CHECKPOINT_FILE_H
 #define MOE_RT_CHECKPOINT_FILE_H
 
+#include "moe_rt/params_file.h"
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -90,14 +92,9 @@ struct Manifest {
   std::vector<LayoutEntry> tensors;
 };
 
-inline std::string formatShape(const std::vector<int64_t> &shape) {
-  if (shape.empty())
-    return "-";
-  std::string s;
-  for (size_t d = 0; d < shape.size(); ++d)
-    s += (d ? "x" : "") + std::to_string(shape[d]);
-  return s;
-}
+// Shapes are spelt as in the parameter file ("4x8", "-" for a scalar).
+using params_file::formatShape;
+using params_file::parseShape;
 
 inline const char *roleName(Role r) {
   return r == Role::param ? "param" : "state";
@@ -324,22 +321,6 @@ inline std::string encodeManifest(const Manifest &m) {
   return o.str();
 }
 
-namespace detail {
-inline bool parseDims(const std::string &text, std::vector<int64_t> &dims) {
-  dims.clear();
-  if (text == "-")
-    return true;
-  std::istringstream in(text);
-  std::string part;
-  while (std::getline(in, part, 'x')) {
-    if (part.empty() || part.size() > 12 ||
-        part.find_first_not_of("0123456789") != std::string::npos)
-      return false;
-    dims.push_back(std::stoll(part));
-  }
-  return !dims.empty();
-}
-} // namespace detail
 
 inline bool decodeManifest(const std::string &text, const std::string &file,
                            Manifest &m, std::string &error) {
@@ -374,7 +355,7 @@ inline bool decodeManifest(const std::string &text, const std::string &file,
   {
     std::istringstream ls = next("grid");
     std::string dims;
-    if (!(ls >> dims) || !detail::parseDims(dims, m.grid))
+    if (!(ls >> dims) || !parseShape(dims, m.grid))
       return bad("bad grid line");
   }
   {
@@ -416,7 +397,7 @@ inline bool decodeManifest(const std::string &text, const std::string &file,
     if (!(ls >> e.name >> role >> layout >> dims) ||
         (role != "param" && role != "state") ||
         (layout != "replicated" && layout != "experts") ||
-        !detail::parseDims(dims, e.localShape))
+        !parseShape(dims, e.localShape))
       return bad("bad tensor line '" + line.substr(0, 80) + "'");
     e.role = role == "param" ? Role::param : Role::state;
     e.layout = layout == "experts" ? Layout::experts : Layout::replicated;

@@ -53,6 +53,27 @@ inline std::string formatShape(const std::vector<int64_t> &shape) {
   return s;
 }
 
+/// The inverse of formatShape; false for anything it does not write
+/// (an empty or non-numeric dimension, one over 12 digits, "4x").
+inline bool parseShape(const std::string &text, std::vector<int64_t> &shape) {
+  shape.clear();
+  if (text == "-")
+    return true;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('x', pos);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string dim = text.substr(pos, end - pos);
+    if (dim.empty() || dim.find_first_not_of("0123456789") != std::string::npos ||
+        dim.size() > 12)
+      return false;
+    shape.push_back(std::stoll(dim));
+    pos = end + 1;
+  }
+  return !shape.empty();
+}
+
 /*--- Writing ---------------------------------------------------------------*/
 
 inline void writeHeader(std::FILE *f, int ranks, int parameters) {
@@ -78,24 +99,6 @@ inline void writeTensor(std::FILE *f, const std::string &name,
 
 namespace detail {
 
-inline bool parseShape(const std::string &text, std::vector<int64_t> &shape) {
-  shape.clear();
-  if (text == "-")
-    return true;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = text.find('x', pos);
-    if (end == std::string::npos)
-      end = text.size();
-    std::string dim = text.substr(pos, end - pos);
-    if (dim.empty() || dim.find_first_not_of("0123456789") != std::string::npos ||
-        dim.size() > 12)
-      return false;
-    shape.push_back(std::stoll(dim));
-    pos = end + 1;
-  }
-  return !shape.empty();
-}
 
 /// One "<name> <shape> values..." line.
 inline bool parseTensor(const std::string &line, Tensor &t,
