@@ -425,6 +425,33 @@ int main(int argc, char **argv) {
            "dispatch refuses a buffer without G C slots");
   }
 
+  // Ending the signature checks after a first step (moe-run, generated
+  // steps): on the world and every group split from it, before or after.
+  expect(moe_rt_comm_checks_shapes(world) == 1 &&
+             moe_rt_comm_checks_shapes(half) == 1,
+         "signature checks on while the first step runs");
+  ok(moe_rt_comm_end_shape_checks(world), "end shape checks");
+  moe_rt_comm later;
+  ok(moe_rt_comm_split(world, rank % 2, &later), "split after the checks");
+  expect(moe_rt_comm_checks_shapes(world) == 0 &&
+             moe_rt_comm_checks_shapes(half) == 0 &&
+             moe_rt_comm_checks_shapes(later) == 0,
+         "signature checks off on the world and its groups");
+  moe_rt_tensor unchecked = make({6});
+  for (int i = 0; i < 6; ++i)
+    f(unchecked)[i] = float(rank + i);
+  ok(moe_rt_all_reduce(pool, later, &unchecked, 0, -1), "unchecked reduce");
+  ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize unchecked");
+  {
+    int n = moe_rt_comm_size(later);
+    float ranks = 0; // the sum of the group's ranks (world numbering)
+    for (int r = rank % 2; r < size; r += 2)
+      ranks += float(r);
+    expect(f(unchecked)[5] == ranks + 5.0f * float(n),
+           "unchecked all-reduce still sums");
+  }
+  moe_rt_comm_destroy(later);
+
   std::printf("rank %d: %d checks passed\n", rank, checks);
   std::fflush(stdout);
   moe_rt_comm_destroy(half);
