@@ -227,7 +227,9 @@ class Bench:
         log(f"\n{model.name}: MPI time per step on rank 0 (MEASURED with "
             "bench/mpi_time_shim.c, one extra run per policy) against the "
             "simulator's collectives")
-        log("\n| policy | all-to-alls: n x ms | all-reduces: n x ms | shape-check "
+        # All-gathers: the variable-count exchanges' counts, the routing
+        # statistics, and (on the first step only) the signature checks.
+        log("\n| policy | all-to-alls: n x ms | all-reduces: n x ms | "
             "all-gathers: n x ms | communicator set-up ms | simulated "
             "all-to-alls: n x ms | simulated all-reduces: n x ms |")
         log("|---|---|---|---|---|---|---|")
