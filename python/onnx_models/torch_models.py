@@ -31,8 +31,11 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             err-partialrotary: rotary over 8 of 16 head dims
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
+                  [--hf-config config.json]
 
---expect writes what the importer must find. --loss exports the mean
+--expect writes what the importer must find; --hf-config (gpt2-pos,
+bert-postnorm) the Hugging Face config.json of the same model, for
+--import-hf-config. --loss exports the mean
 cross-entropy against a `labels` input instead of the logits. --fold exports
 with constant folding (torch then renames transposed weights onnx::MatMul_*).
 """
@@ -698,11 +701,38 @@ def edit(style, path):
     onnx.save(model, path)
 
 
+def hf_config(style, ex):
+    """The Hugging Face config.json describing a GPT-2 / BERT-style model
+    (gpt2-pos, bert-postnorm) for --import-hf-config: its sizes, eps 1e-5
+    (torch's LayerNorm default), an untied LM head, and the routing of
+    MixtralMoe (renormalised top-k, dropless)."""
+    if style not in ("gpt2-pos", "bert-postnorm"):
+        raise SystemExit(f"torch_models.py: --hf-config: no config for "
+                         f"'{style}' (gpt2-pos, bert-postnorm)")
+    cfg = {"vocab_size": ex["vocab"], "num_experts": ex["experts"],
+           "num_experts_per_tok": ex["k"], "norm_topk_prob": True,
+           "capacity_factor": "dropless", "tie_word_embeddings": False}
+    if style == "gpt2-pos":
+        cfg.update(model_type="gpt2", n_layer=ex["blocks"], n_embd=ex["M"],
+                   n_head=ex["heads"], n_inner=ex["H"],
+                   n_positions=ex["positions"], activation_function="gelu",
+                   layer_norm_epsilon=1e-5)
+    else:
+        cfg.update(model_type="bert", num_hidden_layers=ex["blocks"],
+                   hidden_size=ex["M"], num_attention_heads=ex["heads"],
+                   intermediate_size=ex["H"],
+                   max_position_embeddings=ex["positions"], hidden_act="gelu",
+                   layer_norm_eps=1e-5, is_decoder=False)
+    return cfg
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("style", choices=STYLES + list(EDITS))
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--expect")
+    ap.add_argument("--hf-config", help="write the model's Hugging Face "
+                    "config.json (gpt2-pos, bert-postnorm)")
     ap.add_argument("--loss", action="store_true",
                     help="export the cross-entropy loss (labels input)")
     ap.add_argument("--fold", action="store_true",
@@ -727,6 +757,9 @@ def main():
     if args.expect:
         with open(args.expect, "w") as f:
             json.dump(ex, f, indent=1, sort_keys=True)
+    if args.hf_config:
+        with open(args.hf_config, "w") as f:
+            json.dump(hf_config(args.style, ex), f, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":
