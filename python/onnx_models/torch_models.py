@@ -468,6 +468,16 @@ class Model(nn.Module):
 
 def build(style, loss):
     """Returns (model, B, N, expect dict)."""
+    if style == "gpt2-nobias":
+        # gpt2-pos with torch >= 2.1's nn.LayerNorm(bias=False) (DBRX's
+        # norms): the bias None, exported as LayerNormalization with an
+        # empty bias input.
+        model, B, N, ex = build("gpt2-pos", loss)
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.bias = None
+        ex["style"] = style
+        return model, B, N, ex
     torch.manual_seed(0)
     B, N = 2, 16
     ex = {"style": style, "B": B, "N": N, "blocks": 2}
@@ -636,11 +646,11 @@ def build(style, loss):
 # deepseek-wfirst (the same with shared experts), mha-bias
 # (nn.MultiheadAttention with bias), gpt2-pos (learned positions),
 # bert-postnorm (post-norm blocks), qwen-bias (Qwen2-style q/k/v biases,
-# rotary base 1e6).
+# rotary base 1e6), gpt2-nobias (gpt2-pos's LayerNorms without bias).
 ISSUE_STYLES = ["llama-issue", "llama-wfirst", "llama-wlast",
                 "llama-winside", "llama-interleaved",
                 "deepseek-issue", "deepseek-wfirst", "mha-bias", "gpt2-pos",
-                "bert-postnorm", "qwen-bias"]
+                "bert-postnorm", "qwen-bias", "gpt2-nobias"]
 
 STYLES = ISSUE_STYLES + ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",
