@@ -28,6 +28,11 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             Softsign activation), capacity (capacity from a graph input);
             err-seqcapacity: Switch counting positions per sequence;
             err-posoffset: gpt2-pos with position ids 1..N;
+            err-embnorm / err-tokentype: bert-postnorm with BERT's
+            embedding LayerNorm / token-type embeddings; err-qbias:
+            qwen-bias with a bias on Q only; err-gelutanh: gpt2-pos with
+            GELU's tanh approximation; gpt2-nobias: gpt2-pos's
+            LayerNorms without bias (torch 2.1's bias=False);
             err-partialrotary: rotary over 8 of 16 head dims
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
@@ -446,6 +451,9 @@ class Model(nn.Module):
         # GPT-2 / BERT: learned absolute position embeddings added to the
         # token embeddings (wpe); 0: none.
         self.wpe = nn.Embedding(positions, m) if positions else None
+        # BERT's token-type embeddings and embedding LayerNorm, for the
+        # models the importer must refuse (derive): None here.
+        self.token_type = self.emb_norm = None
         # The negative checks' variant: the table kept, its Add dropped.
         self.drop_positions = False
         self.blocks = nn.ModuleList(blocks)
@@ -457,6 +465,10 @@ class Model(nn.Module):
         x = self.embed(tokens)
         if self.wpe is not None and not self.drop_positions:
             x = x + self.wpe(torch.arange(tokens.shape[1]))[None]
+        if self.token_type is not None:
+            x = x + self.token_type(torch.zeros_like(tokens))
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
         for blk in self.blocks:
             x = blk(x)
         logits = self.lm_head(self.norm(x))
@@ -468,16 +480,8 @@ class Model(nn.Module):
 
 def build(style, loss):
     """Returns (model, B, N, expect dict)."""
-    if style == "gpt2-nobias":
-        # gpt2-pos with torch >= 2.1's nn.LayerNorm(bias=False) (DBRX's
-        # norms): the bias None, exported as LayerNormalization with an
-        # empty bias input.
-        model, B, N, ex = build("gpt2-pos", loss)
-        for mod in model.modules():
-            if isinstance(mod, nn.LayerNorm):
-                mod.bias = None
-        ex["style"] = style
-        return model, B, N, ex
+    if style in DERIVED:
+        return derive(style, loss)
     torch.manual_seed(0)
     B, N = 2, 16
     ex = {"style": style, "B": B, "N": N, "blocks": 2}
@@ -638,6 +642,37 @@ def build(style, loss):
     return model.eval(), B, N, ex
 
 
+def derive(style, loss):
+    """A model of another style with one thing changed (DERIVED)."""
+    model, B, N, ex = build(DERIVED[style], loss)
+    ex["style"] = style
+    M = ex["M"]
+    if style == "gpt2-nobias":
+        # torch >= 2.1's nn.LayerNorm(bias=False) (DBRX's norms): the bias
+        # None, exported as LayerNormalization with an empty bias input.
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.bias = None
+    elif style == "err-embnorm":  # BERT's LayerNorm of the embeddings
+        model.emb_norm = make_norm("layer", M)
+    elif style == "err-tokentype":  # BERT's token-type embeddings (ids 0)
+        model.token_type = nn.Embedding(2, M)
+    elif style == "err-qbias":  # a bias on Q only
+        for blk in model.blocks:
+            blk.attn.k_proj.bias = blk.attn.v_proj.bias = None
+    elif style == "err-gelutanh":  # GELU's tanh approximation
+        for blk in model.blocks:
+            for mlp in blk.ffn.experts:
+                mlp.act = ACTS["gelu_tanh"]
+    return model, B, N, ex
+
+
+# Models of another style with one thing changed: what the importer must
+# represent (gpt2-nobias) or refuse by name (err-*).
+DERIVED = {"gpt2-nobias": "gpt2-pos", "err-embnorm": "bert-postnorm",
+           "err-tokentype": "bert-postnorm", "err-qbias": "qwen-bias",
+           "err-gelutanh": "gpt2-pos"}
+
 # Issue 10's models: llama-issue (weight-first RMSNorm + interleaved
 # rotary), llama-wfirst (weight-first RMSNorm, rotate-half rotary),
 # llama-wlast (llama-wfirst's gains after the normalisation: the same
@@ -646,11 +681,11 @@ def build(style, loss):
 # deepseek-wfirst (the same with shared experts), mha-bias
 # (nn.MultiheadAttention with bias), gpt2-pos (learned positions),
 # bert-postnorm (post-norm blocks), qwen-bias (Qwen2-style q/k/v biases,
-# rotary base 1e6), gpt2-nobias (gpt2-pos's LayerNorms without bias).
+# rotary base 1e6).
 ISSUE_STYLES = ["llama-issue", "llama-wfirst", "llama-wlast",
                 "llama-winside", "llama-interleaved",
                 "deepseek-issue", "deepseek-wfirst", "mha-bias", "gpt2-pos",
-                "bert-postnorm", "qwen-bias", "gpt2-nobias"]
+                "bert-postnorm", "qwen-bias"]
 
 STYLES = ISSUE_STYLES + ["mixtral", "mixtral-reversed", "gshard", "switch", "deepseek",
           "deepseek-v3",
@@ -738,7 +773,7 @@ def hf_config(style, ex):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("style", choices=STYLES + list(EDITS))
+    ap.add_argument("style", choices=STYLES + list(EDITS) + list(DERIVED))
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--expect")
     ap.add_argument("--hf-config", help="write the model's Hugging Face "
