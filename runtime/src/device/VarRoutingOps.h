@@ -111,41 +111,27 @@ struct GatherRows {
   }
 };
 
-/// dx[t] = sum over j of d[pos[t, j]], in order (kernels::scatterAddRows
-/// on a zeroed dx).
-struct ScatterAddRows {
+/// out[t] = sum over j of (w[t, j]) src[pos[t, j]], in order: combine's
+/// kernels::combineRows, or with w null dispatch's adjoint
+/// kernels::scatterAddRows (on a zeroed dx).
+struct SumRows {
   int64_t k, M;
   const int64_t *pos;
-  const float *d;
-  float *dx;
+  const float *weights, *src; // weights may be null
+  float *out;
   MOE_HD void operator()(int64_t i) const {
     int64_t t = i / M, col = i % M;
     float acc = 0;
     for (int64_t j = 0; j < k; ++j) {
       int64_t p = pos[t * k + j];
-      if (p >= 0)
-        acc += d[p * M + col];
+      if (p < 0)
+        continue;
+      if (weights)
+        acc += weights[t * k + j] * src[p * M + col];
+      else
+        acc += src[p * M + col];
     }
-    dx[i] = acc;
-  }
-};
-
-/// y[t] = sum over j of w[t, j] recv[pos[t, j]], in order
-/// (kernels::combineRows).
-struct CombineRows {
-  int64_t k, M;
-  const int64_t *pos;
-  const float *weights, *recv;
-  float *y;
-  MOE_HD void operator()(int64_t i) const {
-    int64_t t = i / M, col = i % M;
-    float acc = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t p = pos[t * k + j];
-      if (p >= 0)
-        acc += weights[t * k + j] * recv[p * M + col];
-    }
-    y[i] = acc;
+    out[i] = acc;
   }
 };
 
@@ -409,7 +395,7 @@ moe_rt_status dispatchVGrad(X &ex, L &link, const VarRouteShape &r,
                                         recv, r.T * r.k, n.toRank.data(), r.M))
     return st;
   return later.report(ex.forEach(
-      r.T * r.M, varrouting::ScatterAddRows{r.k, r.M, pos, recv, dx}));
+      r.T * r.M, varrouting::SumRows{r.k, r.M, pos, nullptr, recv, dx}));
 }
 
 namespace varrouting {
@@ -456,7 +442,7 @@ moe_rt_status combineV(X &ex, L &link, const VarRouteShape &r,
                                     expertOut, indices, pos, tokens, n, later))
     return st;
   return later.report(ex.forEach(
-      r.T * r.M, varrouting::CombineRows{r.k, r.M, pos, weights, tokens, out}));
+      r.T * r.M, varrouting::SumRows{r.k, r.M, pos, weights, tokens, out}));
 }
 
 /// moe_rt_combine_v_grad: dexpertOut (E_l x R x M) and dweights (T x k)
