@@ -299,20 +299,29 @@ moe_rt_status countRoutes(X &ex, L &link, const VarRouteShape &r,
   return MOE_RT_OK;
 }
 
-/// The rows each way from the gathered counts (dispatch and its vjp): the
-/// over-bound check first, identical on every rank.
-inline moe_rt_status planFromCounts(const char *call, const VarRouteShape &r,
-                                    const std::vector<int64_t> &all,
-                                    std::vector<int64_t> &rows,
-                                    varplan::RankRows &n) {
-  rows.assign(r.El * r.G, 0);
+/// Dispatch's and its vjp's first half: the packed rows, every rank's
+/// counts, the over-bound check (identical on every rank: they decide from
+/// the same counts), the rows each way, and the `rows` table written to
+/// `rowsDevice` (zeroed when over the bound, so that nothing reads a load).
+template <class X, class L>
+moe_rt_status routeAndPlan(X &ex, L &link, const char *call,
+                           const VarRouteShape &r, const int64_t *indices,
+                           int64_t *pos, int64_t *rowsDevice,
+                           varplan::RankRows &n, Deferred &later) {
+  std::vector<int64_t> all;
+  if (moe_rt_status st =
+          countRoutes(ex, link, r, indices, pos, true, all, later))
+    return st;
+  std::vector<int64_t> rows(r.El * r.G, 0);
   varplan::rowsFromCounts(r, all.data(), rows.data());
   std::string why = varplan::overBound(r, all.data());
   if (why.empty())
     why = varplan::rowsPerRank(r, all.data() + r.rank * r.E, rows.data(), n);
-  if (!why.empty())
+  if (!why.empty()) {
+    ex.zero(rowsDevice, sizeof(int64_t) * rows.size());
     return fail(MOE_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
-  return MOE_RT_OK;
+  }
+  return link.toDevice(rowsDevice, rows.data(), sizeof(int64_t) * rows.size());
 }
 
 /// Combine's plan: this rank's counts and the expert side's `rows`
@@ -339,27 +348,17 @@ moe_rt_status planFromRows(const char *call, L &link, const VarRouteShape &r,
 template <class X, class L>
 moe_rt_status dispatchV(X &ex, L &link, const VarRouteShape &r, const float *x,
                         const int64_t *indices, float *out, int64_t *rowsOut) {
-  const char *call = "moe_rt_dispatch_v";
   int64_t *pos = ex.scratchI64(r.T * r.k);
   float *send = ex.scratchF32(r.T * r.k * r.M),
         *recv = ex.scratchF32(r.El * r.R * r.M);
   if (ex.status())
     return ex.status();
   varrouting::Deferred later;
-  std::vector<int64_t> all, rows;
-  if (moe_rt_status st =
-          varrouting::countRoutes(ex, link, r, indices, pos, true, all, later))
+  varplan::RankRows n;
+  if (moe_rt_status st = varrouting::routeAndPlan(
+          ex, link, "moe_rt_dispatch_v", r, indices, pos, rowsOut, n, later))
     return st;
   ex.forEach(r.T * r.k * r.M, varrouting::GatherRows{r.k, r.M, pos, x, send});
-  varplan::RankRows n;
-  if (moe_rt_status st = varrouting::planFromCounts(call, r, all, rows, n)) {
-    std::string why = moe_rt_last_error();
-    ex.zero(rowsOut, sizeof(int64_t) * r.El * r.G);
-    return fail(st, why);
-  }
-  if (moe_rt_status st =
-          link.toDevice(rowsOut, rows.data(), sizeof(int64_t) * rows.size()))
-    return st;
   if (moe_rt_status st = link.allToAllV(send, r.T * r.k, n.toRank.data(), recv,
                                         r.El * r.R, n.fromRank.data(), r.M))
     return st;
@@ -372,7 +371,6 @@ template <class X, class L>
 moe_rt_status dispatchVGrad(X &ex, L &link, const VarRouteShape &r,
                             const int64_t *indices, const float *dout,
                             float *dx) {
-  const char *call = "moe_rt_dispatch_v_grad";
   int64_t *pos = ex.scratchI64(r.T * r.k),
           *rowsDevice = ex.scratchI64(r.El * r.G);
   float *send = ex.scratchF32(r.El * r.R * r.M),
@@ -380,15 +378,10 @@ moe_rt_status dispatchVGrad(X &ex, L &link, const VarRouteShape &r,
   if (ex.status())
     return ex.status();
   varrouting::Deferred later;
-  std::vector<int64_t> all, rows;
-  if (moe_rt_status st =
-          varrouting::countRoutes(ex, link, r, indices, pos, true, all, later))
-    return st;
   varplan::RankRows n;
-  if (moe_rt_status st = varrouting::planFromCounts(call, r, all, rows, n))
-    return st;
   if (moe_rt_status st =
-          link.toDevice(rowsDevice, rows.data(), sizeof(int64_t) * rows.size()))
+          varrouting::routeAndPlan(ex, link, "moe_rt_dispatch_v_grad", r,
+                                   indices, pos, rowsDevice, n, later))
     return st;
   expertMajor(ex, r, rowsDevice, dout, send, true);
   if (moe_rt_status st = link.allToAllV(send, r.El * r.R, n.fromRank.data(),
