@@ -7,8 +7,11 @@ weights (the ONNX file's, which PyTorch builds from the same seed), the same
 data (moe-run --data's byte windows of examples/data/moe-notes.txt), the
 same ranks and learning rate, three ways:
 
-  moe-run     the ONNX file imported (--onnx-grid 1xP --moe-bound-dropless),
-              scheduled (FlowMoE pipeline), run by moe-run --profile;
+  moe-run     the ONNX file imported (--onnx-grid 1xP), scheduled (FlowMoE
+              pipeline: dropless routing with variable counts, only the
+              routed rows travel and are computed; --routing padded imports
+              with --moe-bound-dropless instead, capacity B*N per expert),
+              run by moe-run --profile;
   generated   the same schedule compiled to C++ (moe_compile_model, the
               example trainer's CMake project), its driver with
               MOE_RT_PROFILE=1;
@@ -26,6 +29,7 @@ weights and data). OMP/OpenBLAS threads = 1 everywhere.
 
   bench/vs_pytorch.py [--build build] [--ranks 1,2,4] [--rounds 3]
                       [--steps 12] [--models trainer,trainer-4x]
+                      [--routing variable|padded]
 """
 import argparse
 import os
@@ -54,11 +58,11 @@ def run(cmd, **kw):
     return r
 
 
-def prepare(build, work, model, ranks):
+def prepare(build, work, model, ranks, routing):
     """The ONNX file, moe-run's step and the generated trainer of one
     configuration; returns the commands that run them."""
     m, h = MODELS[model]
-    d = os.path.join(work, f"{model}-p{ranks}")
+    d = os.path.join(work, f"{model}-p{ranks}-{routing}")
     os.makedirs(d, exist_ok=True)
     onnx = os.path.join(d, "byte-moe.onnx")
     if not os.path.exists(onnx):
@@ -66,8 +70,8 @@ def prepare(build, work, model, ranks):
              "-o", onnx, "--m", str(m), "--h", str(h)])
     moe_opt = os.path.join(build, "bin", "moe-opt")
     imported, step = os.path.join(d, "byte-moe.mlir"), os.path.join(d, "step.mlir")
-    run([moe_opt, onnx, f"--onnx-grid=1x{ranks}", "--moe-bound-dropless",
-         "-o", imported])
+    bound = ["--moe-bound-dropless"] if routing == "padded" else []
+    run([moe_opt, onnx, f"--onnx-grid=1x{ranks}"] + bound + ["-o", imported])
     run([moe_opt, imported, f"--moe-flowmoe-pipeline={PIPELINE}", "-o", step])
     gen = os.path.join(d, "generated")
     cuda = "ON" if os.path.exists(
@@ -124,6 +128,10 @@ def main():
     ap.add_argument("--models", default="trainer,trainer-4x")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--routing", choices=["variable", "padded"],
+                    default="variable",
+                    help="dropless routing: variable counts (default) or "
+                         "padded to the bound B*N (--moe-bound-dropless)")
     args = ap.parse_args()
     if args.steps < 3:
         ap.error("--steps must be at least 3 (steps 1 and 2 are warm-up)")
@@ -136,7 +144,7 @@ def main():
     commands = {}
     for c in configs:
         print(f"preparing {c[0]} on {c[1]} rank(s)", file=sys.stderr, flush=True)
-        commands[c] = prepare(args.build, work, *c)
+        commands[c] = prepare(args.build, work, *c, args.routing)
     systems = ["pytorch", "moe-run", "generated"]
     times = {(c, s): [] for c in configs for s in systems}
     losses = {}
@@ -151,7 +159,7 @@ def main():
                   file=sys.stderr, flush=True)
     print(f"# median step time (ms, rank 0, steps 3..{args.steps} of "
           f"{args.rounds} interleaved rounds); ratio = ours / PyTorch "
-          "(< 1: faster than PyTorch)")
+          f"(< 1: faster than PyTorch); routing {args.routing}")
     print(f"{'model':<11} {'P':>2} {'pytorch':>8} {'moe-run':>8} "
           f"{'generated':>9} {'run/pt':>7} {'gen/pt':>7} {'gen/run':>7}  "
           "step-1 loss (pt, run, gen)")

@@ -10,6 +10,7 @@
 #ifndef MOE_RT_TESTS_HOSTEXECUTOR_H
 #define MOE_RT_TESTS_HOSTEXECUTOR_H
 
+#include "../src/Error.h"
 #include "../src/device/Device.h"
 
 #include "moe_rt/moe_rt.h"
@@ -101,6 +102,8 @@ private:
       message_ = word_ > 0 && size_t(word_) <= messages_.size()
                      ? messages_[word_ - 1]
                      : "unknown device error " + std::to_string(word_);
+      // As a CUDA stream's synchronize reports a raised code.
+      moe_rt::fail(failed_, message_);
     }
     return failed_;
   }

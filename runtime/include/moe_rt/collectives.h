@@ -62,6 +62,9 @@ int moe_rt_comm_checks_shapes(moe_rt_comm comm);
 moe_rt_status moe_rt_comm_destroy(moe_rt_comm comm);
 int moe_rt_comm_rank(moe_rt_comm comm);
 int moe_rt_comm_size(moe_rt_comm comm);
+/* The timeout the group was created with (<= 0: none): what a host wait
+ * on its collectives' results is bounded by. */
+double moe_rt_comm_timeout(moe_rt_comm comm);
 /* This process's rank among the group's processes on its node, and their
  * number (MPI_Comm_split_type SHARED): which GPU a rank takes
  * (moe_rt_cuda_select_device). Collective over the group. */

@@ -17,6 +17,7 @@
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaDenseOps.h"
 #include "../cuda/CudaRoutingOps.h"
+#include "../cuda/CudaVarRoutingOps.h"
 #endif
 
 #include <cmath>
@@ -608,10 +609,7 @@ static Check expertVChecks(const char *call, moe_rt_stream s,
     return c;
   c.that(x->rank == 3 && up->rank == 3,
          "x must be E_l x R x M with 3-D weights")
-      .that(dim(rows, 0) == f.experts, "rows must be E_l x G")
-      .that(c.backend != MOE_RT_CUDA,
-            "variable-count (dropless) experts are not implemented on CUDA "
-            "streams yet; bound them with moe-opt --moe-bound-dropless");
+      .that(dim(rows, 0) == f.experts, "rows must be E_l x G");
   return c;
 }
 
@@ -625,6 +623,8 @@ moe_rt_status moe_rt_expert_v(moe_rt_stream s, moe_rt_activation act,
   c.tensor(out, "out", MOE_RT_F32, 1).sizeOf(out, "out", x);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::expertV(s, act, f, dim(rows, 1), i64(rows), f32(x),
+                                  f32(up), f32(gate), f32(down), f32(out)));
   return cpu::expertV(s, act, f, rows, x, up, gate, down, out);
 }
 
@@ -639,6 +639,10 @@ moe_rt_status moe_rt_expert_v_grad(
   expertGradChecks(c, x, up, gate, down, dout, dx, dup, dgate, ddown);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s,
+                 cuda::expertVGrad(s, act, f, dim(rows, 1), i64(rows), f32(x),
+                                   f32(up), f32(gate), f32(down), f32(dout),
+                                   f32(dx), f32(dup), f32(dgate), f32(ddown)));
   return cpu::expertVGrad(s, act, f, rows, x, up, gate, down, dout, dx, dup,
                           dgate, ddown);
 }

@@ -2,14 +2,17 @@
 //
 // moe_rt_dispatch_v / moe_rt_combine_v and their vjps (ops.h): each checks
 // its arguments, reads the sizes into a VarRouteShape and hands the op to
-// the CPU backend (src/cpu/CpuVarRoutingOps.cpp). The CUDA backend has no
-// variable-count routing yet: on a CUDA stream they fail with a message.
+// the CPU backend (src/cpu/CpuVarRoutingOps.cpp) or, on a CUDA stream, the
+// CUDA one (src/cuda/CudaVarRoutingOps.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "OpChecks.h"
 
 #include "../cpu/CpuOps.h"
+#if MOE_RT_HAVE_CUDA
+#include "../cuda/CudaVarRoutingOps.h"
+#endif
 
 #include <algorithm>
 #include <string>
@@ -35,10 +38,6 @@ Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
               /*optional=*/std::string(call) == "moe_rt_dispatch_v_grad");
   if (c.status)
     return c;
-  if (c.backend == MOE_RT_CUDA)
-    return c.that(false, "variable-count (dropless) routing is not "
-                         "implemented on CUDA streams yet; bound it with "
-                         "moe-opt --moe-bound-dropless");
   r.G = moe_rt_comm_size(comm);
   r.rank = moe_rt_comm_rank(comm);
   r.E = experts;
@@ -75,6 +74,8 @@ moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
                       out, x, rows, r);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::dispatchV(s, comm, r, f32(x), i64(indices), f32(out),
+                                    i64(rows)));
   return cpu::dispatchV(s, comm, r, x, indices, out, rows);
 }
 
@@ -88,6 +89,8 @@ moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
                       indices, dout, dx, nullptr, r);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(
+      s, cuda::dispatchVGrad(s, comm, r, i64(indices), f32(dout), f32(dx)));
   return cpu::dispatchVGrad(s, comm, r, indices, dout, dx);
 }
 
@@ -103,6 +106,8 @@ moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
   c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineV(s, comm, r, i64(rows), f32(expert_out),
+                                   i64(indices), f32(weights), f32(out)));
   return cpu::combineV(s, comm, r, rows, expert_out, indices, weights, out);
 }
 
@@ -123,6 +128,9 @@ moe_rt_status moe_rt_combine_v_grad(
       .sizeOf(dexpert_out, "dexpert_out", expert_out);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineVGrad(s, comm, r, i64(rows), f32(expert_out),
+                                       i64(indices), f32(weights), f32(dout),
+                                       f32(dexpert_out), f32(dweights)));
   return cpu::combineVGrad(s, comm, r, rows, expert_out, indices, weights,
                            dout, dexpert_out, dweights);
 }

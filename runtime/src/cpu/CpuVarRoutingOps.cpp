@@ -7,8 +7,10 @@
 // waiting), then moves the rows with an all-to-all-v whose counts follow
 // from those. Combine and the vjps need no counts exchange: the expert side
 // knows what it received (the `rows` tensor, E_l x G) and the token side
-// what it sent (its own indices). Layouts: kernels/VarRouting.h. Sizes
-// are read when the stream runs the tasks, as the data is.
+// what it sent (its own indices). Layouts: kernels/VarRouting.h; counts,
+// offsets and the over-bound message: src/VarRoutePlan.h (shared with the
+// CUDA backend). Sizes are read when the stream runs the tasks, as the
+// data is.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +18,7 @@
 #include "CpuTasks.h"
 
 #include "../CollectivePlan.h"
+#include "../VarRoutePlan.h"
 #include "../mpi/MpiCollectives.h"
 #include "kernels/Expert.h"
 #include "kernels/VarRouting.h"
@@ -56,23 +59,12 @@ struct VarState {
   /// rank). An inconsistent plan (a bad `rows` tensor) becomes an error and
   /// an empty exchange.
   void plan(const Var &r, const int64_t *rows) {
-    if (int64_t l = k::firstOverBound(r.G, r.El, r.R, rows); l >= 0)
-      return fail(r, "rows of local expert " + std::to_string(l) +
-                         " exceed the bound " + std::to_string(r.R));
-    std::vector<int64_t> toRank(r.G, 0), fromRank(r.G, 0);
-    for (int64_t j = 0; j < r.G; ++j)
-      for (int64_t l = 0; l < r.El; ++l) {
-        toRank[j] += mine[j * r.El + l];
-        fromRank[j] += rows[l * r.G + j];
-      }
-    std::string why = coll::planAllToAllV(
-        int(r.G), toRank.data(), fromRank.data(), r.M, r.T * r.k, r.M,
-        r.El * r.R, *toExperts);
+    varplan::RankRows n;
+    std::string why = varplan::rowsPerRank(r, mine.data(), rows, n);
     if (why.empty())
-      why = coll::planAllToAllV(int(r.G), fromRank.data(), toRank.data(), r.M,
-                                r.El * r.R, r.M, r.T * r.k, *toTokens);
+      why = varplan::planExchanges(r, n, *toExperts, *toTokens);
     if (!why.empty())
-      fail(r, "the routing counts do not match the rows tensor: " + why);
+      fail(r, why);
   }
 
   /// Records the first error; both exchanges then move nothing, on every
@@ -85,36 +77,6 @@ struct VarState {
       p->sendCount = p->sendOffset = p->recvCount = p->recvOffset = zero;
   }
 };
-
-/// "" when every local expert of every rank receives at most R rows, else
-/// the message (the same on every rank: `all` is every rank's counts).
-std::string overBound(const Var &r, const std::vector<int64_t> &all) {
-  for (int64_t j = 0; j < r.G; ++j)
-    for (int64_t l = 0; l < r.El; ++l) {
-      int64_t e = j * r.El + l, load = 0;
-      for (int64_t g = 0; g < r.G; ++g)
-        load += all[g * r.E + e];
-      if (load > r.R)
-        return "block " + std::to_string(r.block) +
-               ": routing load over the dispatch bound: expert " +
-               std::to_string(e) + " (local expert " + std::to_string(l) +
-               " of rank " + std::to_string(j) + ") receives " +
-               std::to_string(load) + " rows, bound " + std::to_string(r.R) +
-               " (raise it: moe-flowmoe-pipeline's dropless-bound=N or "
-               "--moe-variable-dropless=bound=N; or give the gate a "
-               "capacity)";
-    }
-  return "";
-}
-
-/// The rows this rank's local experts receive from each rank (E_l x G),
-/// from every rank's counts.
-void rowsFromCounts(const Var &r, const std::vector<int64_t> &all,
-                    int64_t *rows) {
-  for (int64_t l = 0; l < r.El; ++l)
-    for (int64_t g = 0; g < r.G; ++g)
-      rows[l * r.G + g] = all[g * r.E + r.rank * r.El + l];
-}
 
 /// The op's last task: `body` unless an error was found, then the error.
 moe_rt_status finish(moe_rt_stream s, const char *call,
@@ -140,12 +102,10 @@ moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm,
 /// dimension); else the message a variable expert call fails with.
 bool rowsFit(const ExpertShape &f, int64_t G, const int64_t *rows,
              const char *call, std::string &message) {
-  int64_t l = k::firstOverBound(G, f.experts, f.slots, rows);
-  if (l < 0)
-    return true;
-  message = std::string(call) + ": rows of local expert " + std::to_string(l) +
-            " do not fit its " + std::to_string(f.slots) + " rows";
-  return false;
+  std::string why = varplan::expertRowsFit(G, f.experts, f.slots, rows);
+  if (!why.empty())
+    message = std::string(call) + ": " + why;
+  return why.empty();
 }
 
 /// Combine's first half, forward and vjp alike: the token side's rows and
@@ -183,8 +143,9 @@ moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
                                              st->all.data(), r.E))
     return e;
   if (moe_rt_status e = task(s, [=] {
-        rowsFromCounts(r, st->all, rows);
-        if (std::string why = overBound(r, st->all); !why.empty()) {
+        varplan::rowsFromCounts(r, st->all.data(), rows);
+        if (std::string why = varplan::overBound(r, st->all.data());
+            !why.empty()) {
           st->fail(r, why);
           // What reads `rows` next sees an empty dispatch, not the load.
           std::fill(rows, rows + r.El * r.G, 0);
@@ -216,8 +177,9 @@ moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
                                              st->all.data(), r.E))
     return e;
   if (moe_rt_status e = task(s, [=] {
-        rowsFromCounts(r, st->all, rows->data());
-        if (std::string why = overBound(r, st->all); !why.empty())
+        varplan::rowsFromCounts(r, st->all.data(), rows->data());
+        if (std::string why = varplan::overBound(r, st->all.data());
+            !why.empty())
           st->fail(r, why);
         else
           st->plan(r, rows->data());
@@ -297,7 +259,7 @@ moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
     if (!rowsFit(f, G, rows, "moe_rt_expert_v", message))
       return MOE_RT_INVALID_ARGUMENT;
     for (int64_t l = 0; l < f.experts; ++l) {
-      int64_t n = k::filledRows(G, l, rows);
+      int64_t n = varplan::filledRows(G, l, rows);
       float *y = py + l * R * m;
       if (n > 0)
         k::expertForward(k::Activation(act), 1, n, m, h, px + l * R * m,
@@ -328,7 +290,7 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
       return MOE_RT_INVALID_ARGUMENT;
     int64_t R = f.slots, m = f.m, h = f.h;
     for (int64_t l = 0; l < f.experts; ++l) {
-      int64_t n = k::filledRows(G, l, rows);
+      int64_t n = varplan::filledRows(G, l, rows);
       int64_t w = l * m * h, a = l * R * m;
       if (n > 0)
         k::expertBackward(k::Activation(act), 1, n, m, h, px + a, pu + w,

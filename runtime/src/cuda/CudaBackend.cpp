@@ -77,13 +77,33 @@ public:
   virtual cudaStream_t streamFor(bool lowPriority) = 0;
 
   moe_rt_status synchronize(double timeoutSeconds) override {
+    return waitMarked([&](cudaEvent_t marker) { return recordMarker(marker); },
+                      timeoutSeconds);
+  }
+
+  /// Like synchronize, for the work queued so far on one of its CUDA
+  /// streams only (a pool's all-reduces may go on while the host reads
+  /// what its high-priority stream computed).
+  moe_rt_status waitOne(bool lowPriority, double timeoutSeconds) {
+    return waitMarked(
+        [&](cudaEvent_t marker) {
+          if (cudaError_t err = cudaEventRecord(marker, streamFor(lowPriority)))
+            return cudaFail("cudaEventRecord", err);
+          return MOE_RT_OK;
+        },
+        timeoutSeconds);
+  }
+
+  /// Records a marker with `record`, then polls it to the timeout.
+  template <class Record>
+  moe_rt_status waitMarked(const Record &record, double timeoutSeconds) {
     // CUDA has no timed stream wait; poll a marker that completes after
     // everything queued so far, so a hung peer cannot hang us.
     cudaEvent_t marker;
     if (cudaError_t err =
             cudaEventCreateWithFlags(&marker, cudaEventDisableTiming))
       return cudaFail("cudaEventCreate", err);
-    moe_rt_status status = recordMarker(marker);
+    moe_rt_status status = record(marker);
     if (status == MOE_RT_OK)
       status = pollEvent(marker, timeoutSeconds);
     cudaEventDestroy(marker);
@@ -427,6 +447,14 @@ cudaStream_t streamOf(moe_rt_stream s, bool lowPriority) {
   // A plain stream ignores the priority; a pool picks its stream.
   auto *cudaStream = cudaStreamOf(s);
   return cudaStream ? cudaStream->streamFor(lowPriority) : nullptr;
+}
+
+moe_rt_status waitStream(moe_rt_stream s, bool lowPriority,
+                         double timeoutSeconds) {
+  auto *cudaStream = cudaStreamOf(s);
+  if (!cudaStream)
+    return fail(MOE_RT_INVALID_ARGUMENT, "not a CUDA stream");
+  return cudaStream->waitOne(lowPriority, timeoutSeconds);
 }
 
 int32_t *errorWordOf(moe_rt_stream s) {

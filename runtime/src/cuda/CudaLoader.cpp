@@ -28,8 +28,14 @@ moe_rt_status hostFail(moe_rt_status status, std::string message) {
 }
 moe_rt_status hostOk() { return moe_rt::ok(); }
 
-const CudaHostServices services = {kModuleAbiVersion, hostFail, hostOk,
-                                   moe_rt_all_to_all, moe_rt_all_to_all_v};
+const CudaHostServices services = {kModuleAbiVersion,
+                                   hostFail,
+                                   hostOk,
+                                   moe_rt_all_to_all,
+                                   moe_rt_all_to_all_v,
+                                   moe_rt_all_gather,
+                                   moe_rt_comm_timeout,
+                                   moe_rt_last_error};
 
 struct Loaded {
   const CudaModuleTable *table = nullptr;

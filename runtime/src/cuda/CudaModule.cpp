@@ -4,7 +4,8 @@
 // (CMake's visibility preset) except moe_rt_cuda_module_open, so its
 // definitions never interpose on the core's forwarding stubs of the same
 // names. What the backend calls in the core (fail/ok, the all-to-alls)
-// goes through the services the core handed over.
+// goes through the services the core handed over (the all-to-alls,
+// the all-gather, the group's timeout, the last error's text).
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,6 +39,21 @@ moe_rt_all_to_all_v(moe_rt_stream stream, moe_rt_comm comm,
                     moe_rt_tensor *recv, const int64_t *recv_rows) {
   return moe_rt::host->allToAllV(stream, comm, send, send_rows, recv,
                                  recv_rows);
+}
+
+extern "C" moe_rt_status moe_rt_all_gather(moe_rt_stream stream,
+                                           moe_rt_comm comm,
+                                           const moe_rt_tensor *send,
+                                           moe_rt_tensor *recv) {
+  return moe_rt::host->allGather(stream, comm, send, recv);
+}
+
+extern "C" double moe_rt_comm_timeout(moe_rt_comm comm) {
+  return moe_rt::host->commTimeout(comm);
+}
+
+extern "C" const char *moe_rt_last_error(void) {
+  return moe_rt::host->lastError();
 }
 
 extern "C" __attribute__((visibility("default")))

@@ -12,7 +12,7 @@
 // CudaEntryPoints.def: the module hands the core a CudaModuleTable (its
 // entry points), and the core hands the module CudaHostServices (what the
 // backend calls back into the core: the thread's last-error message lives
-// in the core, and the CUDA dispatch/combine run the core's all-to-all).
+// in the core, and the CUDA dispatch/combine run the core's collectives).
 //
 // Where the module is: $MOE_RT_CUDA_MODULE if set, else the path the build
 // wrote it to (MOE_RT_CUDA_MODULE_PATH), else the dynamic linker's search
@@ -27,6 +27,7 @@
 #include "CudaDenseOps.h"
 #include "CudaOptimizerOps.h"
 #include "CudaRoutingOps.h"
+#include "CudaVarRoutingOps.h"
 #include "NcclCollectives.h"
 
 #include <memory>
@@ -36,7 +37,7 @@ namespace moe_rt::cuda {
 
 /// Bumped whenever either table changes, so that a stale module from an
 /// older build is refused by name rather than called with the wrong layout.
-constexpr int kModuleAbiVersion = 1;
+constexpr int kModuleAbiVersion = 2;
 
 struct CudaModuleTable {
   int abiVersion;
@@ -55,6 +56,12 @@ struct CudaHostServices {
                              const moe_rt_tensor *send,
                              const int64_t *sendRows, moe_rt_tensor *recv,
                              const int64_t *recvRows);
+  // The dropless ops (CudaVarRoutingOps.cu): counts all-gathered, the
+  // group's timeout for the host's read of them, a deferred error's text.
+  moe_rt_status (*allGather)(moe_rt_stream stream, moe_rt_comm comm,
+                             const moe_rt_tensor *send, moe_rt_tensor *recv);
+  double (*commTimeout)(moe_rt_comm comm);
+  const char *(*lastError)();
 };
 
 } // namespace moe_rt::cuda

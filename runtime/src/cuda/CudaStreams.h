@@ -19,6 +19,13 @@ namespace moe_rt::cuda {
 /// low-priority one (all-reduce chunks). nullptr if `s` is not CUDA.
 cudaStream_t streamOf(moe_rt_stream s, bool lowPriority = false);
 
+/// Waits for the work queued so far on the CUDA stream streamOf(s,
+/// lowPriority) (not a pool's other stream), polling the communicators the
+/// stream waits on, to timeoutSeconds (<= 0: no limit); then reports a
+/// raised error code, as moe_rt_stream_synchronize does.
+moe_rt_status waitStream(moe_rt_stream s, bool lowPriority,
+                         double timeoutSeconds);
+
 /// The stream's error word (mapped pinned memory, device pointer) and the
 /// message a code stands for: a kernel raises a code, the stream's
 /// synchronize reports its message (sticky, as a failed CPU task is).

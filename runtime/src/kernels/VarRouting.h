@@ -93,31 +93,6 @@ void combineRowsBackward(int64_t tokens, int64_t k, int64_t m,
     }
 }
 
-/// Filled rows of local expert l: sum over g of rows[l][g].
-inline int64_t filledRows(int64_t ranks, int64_t l, const int64_t *rows) {
-  int64_t n = 0;
-  for (int64_t g = 0; g < ranks; ++g)
-    n += rows[l * ranks + g];
-  return n;
-}
-
-/// The first local expert whose rows exceed `bound` (or are negative), or
-/// -1: what a `rows` tensor must satisfy before any layout reads it.
-inline int64_t firstOverBound(int64_t ranks, int64_t local, int64_t bound,
-                              const int64_t *rows) {
-  for (int64_t l = 0; l < local; ++l) {
-    int64_t n = 0;
-    for (int64_t g = 0; g < ranks; ++g) {
-      if (rows[l * ranks + g] < 0)
-        return l;
-      n += rows[l * ranks + g];
-    }
-    if (n > bound)
-      return l;
-  }
-  return -1;
-}
-
 /// The received (source-rank-major) buffer -> E_l x bound x m, tail rows
 /// zero; `toRecv` runs it backwards (expert side -> send buffer).
 template <typename T>

@@ -171,6 +171,9 @@ extern "C" int moe_rt_comm_rank(moe_rt_comm comm) {
 extern "C" int moe_rt_comm_size(moe_rt_comm comm) {
   return comm ? comm->size : 0;
 }
+extern "C" double moe_rt_comm_timeout(moe_rt_comm comm) {
+  return comm ? comm->timeoutSeconds : 0;
+}
 
 extern "C" moe_rt_status moe_rt_comm_node_rank(moe_rt_comm comm,
                                                int *local_rank,

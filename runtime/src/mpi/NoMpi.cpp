@@ -43,6 +43,7 @@ moe_rt_status moe_rt_comm_node_rank(moe_rt_comm, int *, int *) {
 }
 int moe_rt_comm_rank(moe_rt_comm) { return -1; }
 int moe_rt_comm_size(moe_rt_comm) { return 0; }
+double moe_rt_comm_timeout(moe_rt_comm) { return 0; }
 moe_rt_status moe_rt_all_reduce(moe_rt_stream, moe_rt_comm, moe_rt_tensor *,
                                 int64_t, int64_t) {
   return unavailable("moe_rt_all_reduce");

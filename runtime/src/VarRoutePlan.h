@@ -1,0 +1,142 @@
+//===- VarRoutePlan.h - dropless routing's counts and offsets ---*- C++ -*-===//
+//
+// The host-side bookkeeping of variable-count (dropless) dispatch / combine
+// that the CPU backend (src/cpu/CpuVarRoutingOps.cpp) and the CUDA backend
+// (src/device/VarRoutingOps.h) share, so that both move the same rows and
+// fail with the same words:
+//  - `all` is every rank's per-expert counts, G x E (rank g's row: how many
+//    of its (token, choice) pairs pick each expert), all-gathered;
+//  - `rows` is the expert side's E_l x G table: rows[l][g] rows of local
+//    expert l come from rank g (moe.dispatch's second result);
+//  - the exchanges move rows per rank: to rank j, this rank's rows for j's
+//    E_l experts (one contiguous run, kernels/VarRouting.h); from rank g,
+//    sum over l of rows[l][g].
+// Plain C++ (no MPI, no CUDA): tests/VarRoutePlanTest.cpp checks it on
+// cases with known answers. Functions return "" or the reason; callers
+// prefix the public call's name.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_SRC_VARROUTEPLAN_H
+#define MOE_RT_SRC_VARROUTEPLAN_H
+
+#include "CollectivePlan.h"
+#include "OpShapes.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moe_rt::varplan {
+
+/// Filled rows of local expert l: the sum over g of rows[l][g].
+inline int64_t filledRows(int64_t ranks, int64_t l, const int64_t *rows) {
+  int64_t n = 0;
+  for (int64_t g = 0; g < ranks; ++g)
+    n += rows[l * ranks + g];
+  return n;
+}
+
+/// The first local expert whose rows exceed `bound` (or are negative), or
+/// -1: what a `rows` tensor must satisfy before any layout reads it.
+inline int64_t firstOverBound(int64_t ranks, int64_t local, int64_t bound,
+                              const int64_t *rows) {
+  for (int64_t l = 0; l < local; ++l) {
+    int64_t n = 0;
+    for (int64_t g = 0; g < ranks; ++g) {
+      if (rows[l * ranks + g] < 0)
+        return l;
+      n += rows[l * ranks + g];
+    }
+    if (n > bound)
+      return l;
+  }
+  return -1;
+}
+
+/// The rows this rank's local experts receive from each rank (E_l x G),
+/// from every rank's counts.
+inline void rowsFromCounts(const VarRouteShape &r, const int64_t *all,
+                           int64_t *rows) {
+  for (int64_t l = 0; l < r.El; ++l)
+    for (int64_t g = 0; g < r.G; ++g)
+      rows[l * r.G + g] = all[g * r.E + r.rank * r.El + l];
+}
+
+/// "" when every local expert of every rank receives at most R rows, else
+/// the message naming the block, the first such expert and its load. Every
+/// rank computes it from the same `all`, so all of them fail together,
+/// with the same words, and none is left waiting in an exchange.
+inline std::string overBound(const VarRouteShape &r, const int64_t *all) {
+  for (int64_t j = 0; j < r.G; ++j)
+    for (int64_t l = 0; l < r.El; ++l) {
+      int64_t e = j * r.El + l, load = 0;
+      for (int64_t g = 0; g < r.G; ++g)
+        load += all[g * r.E + e];
+      if (load > r.R)
+        return "block " + std::to_string(r.block) +
+               ": routing load over the dispatch bound: expert " +
+               std::to_string(e) + " (local expert " + std::to_string(l) +
+               " of rank " + std::to_string(j) + ") receives " +
+               std::to_string(load) + " rows, bound " + std::to_string(r.R) +
+               " (raise it: moe-flowmoe-pipeline's dropless-bound=N or "
+               "--moe-variable-dropless=bound=N; or give the gate a "
+               "capacity)";
+    }
+  return "";
+}
+
+/// Rows each way of one dropless op: toRank[j] token-side rows this rank
+/// sends to rank j's experts, fromRank[g] expert-side rows that came from
+/// rank g (combine sends them back the other way).
+struct RankRows {
+  std::vector<int64_t> toRank, fromRank;
+};
+
+/// The rows per rank from this rank's counts (`mine`, E) and the expert
+/// side's `rows` (E_l x G); refuses a `rows` table over the bound R.
+inline std::string rowsPerRank(const VarRouteShape &r, const int64_t *mine,
+                               const int64_t *rows, RankRows &out) {
+  if (int64_t l = firstOverBound(r.G, r.El, r.R, rows); l >= 0)
+    return "rows of local expert " + std::to_string(l) + " exceed the bound " +
+           std::to_string(r.R);
+  out.toRank.assign(r.G, 0);
+  out.fromRank.assign(r.G, 0);
+  for (int64_t j = 0; j < r.G; ++j)
+    for (int64_t l = 0; l < r.El; ++l) {
+      out.toRank[j] += mine[j * r.El + l];
+      out.fromRank[j] += rows[l * r.G + j];
+    }
+  return "";
+}
+
+/// The all-to-all-v plans both ways (in floats, M per row) over the token
+/// side's T k rows and the expert side's E_l R rows; "" or why the counts
+/// do not fit (a `rows` tensor that does not match the routing).
+inline std::string planExchanges(const VarRouteShape &r, const RankRows &n,
+                                 coll::PeerPlan &toExperts,
+                                 coll::PeerPlan &toTokens) {
+  std::string why =
+      coll::planAllToAllV(int(r.G), n.toRank.data(), n.fromRank.data(), r.M,
+                          r.T * r.k, r.M, r.El * r.R, toExperts);
+  if (why.empty())
+    why = coll::planAllToAllV(int(r.G), n.fromRank.data(), n.toRank.data(), r.M,
+                              r.El * r.R, r.M, r.T * r.k, toTokens);
+  return why.empty()
+             ? ""
+             : "the routing counts do not match the rows tensor: " + why;
+}
+
+/// "" when every local expert's rows fit the expert buffer (`slots` rows
+/// each, moe_rt_expert_v's x), else why not.
+inline std::string expertRowsFit(int64_t ranks, int64_t experts, int64_t slots,
+                                 const int64_t *rows) {
+  int64_t l = firstOverBound(ranks, experts, slots, rows);
+  if (l < 0)
+    return "";
+  return "rows of local expert " + std::to_string(l) + " do not fit its " +
+         std::to_string(slots) + " rows";
+}
+
+} // namespace moe_rt::varplan
+
+#endif // MOE_RT_SRC_VARROUTEPLAN_H

@@ -1,0 +1,60 @@
+//===- CudaVarRoutingOps.h - dropless routing and experts on CUDA -*- C++
+//-*-===//
+//
+// What src/api/VarRoutingOps.cpp and DenseOps.cpp call for moe_rt_dispatch_v,
+// moe_rt_combine_v, moe_rt_expert_v and their vjps when the stream is a CUDA
+// one, after their own checks (pointers: device memory of the stream's
+// device). The ops are src/device/VarRoutingOps.h's templates on a
+// CudaExecutor and an NCCL link (CudaVarRoutingOps.cu); each waits for its
+// stream once, to read the counts it sizes its exchanges and GEMMs by.
+//
+// Plain C++ (no CUDA headers): the C API's files include it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_SRC_CUDA_CUDAVARROUTINGOPS_H
+#define MOE_RT_SRC_CUDA_CUDAVARROUTINGOPS_H
+
+#include "../OpShapes.h"
+
+#include "moe_rt/collectives.h"
+#include "moe_rt/ops.h"
+
+namespace moe_rt::cuda {
+
+/// moe_rt_dispatch_v: x T x M, indices T x k -> out E_l x R x M, rows
+/// E_l x G (both overwritten).
+moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm,
+                        const VarRouteShape &r, const float *x,
+                        const int64_t *indices, float *out, int64_t *rows);
+/// moe_rt_dispatch_v_grad: dout E_l x R x M -> dx T x M (overwritten).
+moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm,
+                            const VarRouteShape &r, const int64_t *indices,
+                            const float *dout, float *dx);
+/// moe_rt_combine_v: expert_out E_l x R x M -> out T x M.
+moe_rt_status combineV(moe_rt_stream s, moe_rt_comm comm,
+                       const VarRouteShape &r, const int64_t *rows,
+                       const float *expertOut, const int64_t *indices,
+                       const float *weights, float *out);
+/// moe_rt_combine_v_grad: dexpert_out and dweights overwritten.
+moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm,
+                           const VarRouteShape &r, const int64_t *rows,
+                           const float *expertOut, const int64_t *indices,
+                           const float *weights, const float *dout,
+                           float *dexpertOut, float *dweights);
+/// moe_rt_expert_v: rows E_l x G (G = `ranks`); out overwritten.
+moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
+                      const ExpertShape &f, int64_t ranks, const int64_t *rows,
+                      const float *x, const float *up, const float *gate,
+                      const float *down, float *out);
+/// moe_rt_expert_v_grad: dx, dup, dgate (null iff gate is), ddown
+/// overwritten.
+moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
+                          const ExpertShape &f, int64_t ranks,
+                          const int64_t *rows, const float *x, const float *up,
+                          const float *gate, const float *down,
+                          const float *dout, float *dx, float *dup,
+                          float *dgate, float *ddown);
+
+} // namespace moe_rt::cuda
+
+#endif // MOE_RT_SRC_CUDA_CUDAVARROUTINGOPS_H

@@ -1,0 +1,620 @@
+//===- DeviceVarRoutingTest.cpp - CUDA dropless ops, run on the host ------===//
+//
+// The CUDA backend's variable-count ops (src/device/VarRoutingOps.h) run
+// whole — device phases, host plan, exchanges — for G simulated ranks, one
+// thread each, on the HostExecutor and an in-memory link (SimLink: the
+// all-gather and the all-to-all-v that NCCL does on a GPU). References:
+// dispatch / combine and their vjps by brute force from the routing's
+// definition (rank g's pairs in GShard order, every token's first choice
+// before any second one, land in their expert's rows after those of
+// ranks < g); the experts against the CPU op moe_rt_expert_v(_grad).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CheckedExecutor.h"
+#include "TestTensor.h"
+
+#include "../src/device/VarRoutingOps.h"
+#ifdef MOE_RT_HAVE_CUDA
+#include "../src/cuda/CudaVarRoutingOps.h"
+#endif
+
+#include "moe_rt/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+namespace dev = moe_rt::device;
+using moe_rt::VarRouteShape;
+using moe_rt_test::CheckedExecutor;
+using moe_rt_test::Tensor;
+
+//===--- an in-memory group of threads ------------------------------------===//
+
+/// What the ranks of one simulated group share: a barrier and one posted
+/// buffer per rank.
+struct SimGroup {
+  explicit SimGroup(int64_t G) : G(G), posted(G), postedRows(G) {}
+
+  /// A rank left waiting is what NCCL would hang on: it ends the test
+  /// binary with a message instead of hanging it.
+  void barrier() {
+    std::unique_lock<std::mutex> lock(mutex);
+    int64_t gen = generation;
+    if (++arrived == G) {
+      arrived = 0;
+      ++generation;
+      cv.notify_all();
+    } else if (!cv.wait_for(lock, std::chrono::seconds(20),
+                            [&] { return generation != gen; })) {
+      std::fprintf(stderr, "SimGroup: a rank was left waiting in a "
+                           "collective (the others never came)\n");
+      std::abort();
+    }
+  }
+
+  int64_t G;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int64_t arrived = 0, generation = 0;
+  std::vector<const void *> posted;
+  std::vector<std::vector<int64_t>> postedRows;
+  int64_t exchanges = 0, hostReads = 0; // counted by rank 0's link
+};
+
+/// VarRoutingOps.h's link over a SimGroup; counts what rank 0 does.
+class SimLink {
+public:
+  SimLink(SimGroup &g, int64_t rank) : g(g), rank(rank) {}
+
+  moe_rt_status allGather(const int64_t *mine, int64_t *all, int64_t n) {
+    g.posted[rank] = mine;
+    g.barrier();
+    for (int64_t p = 0; p < g.G; ++p)
+      std::memcpy(all + p * n, g.posted[p], sizeof(int64_t) * n);
+    g.barrier();
+    return MOE_RT_OK;
+  }
+  moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    if (rank == 0)
+      ++g.hostReads;
+    return MOE_RT_OK;
+  }
+  moe_rt_status toDevice(void *dst, const void *src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return MOE_RT_OK;
+  }
+  /// Rank p's rows for this rank start after its rows for ranks < this one;
+  /// what arrives must be what this rank expects (else NCCL would hang).
+  moe_rt_status allToAllV(const float *send, int64_t sendCapacity,
+                          const int64_t *sendRows, float *recv,
+                          int64_t recvCapacity, const int64_t *recvRows,
+                          int64_t m) {
+    g.posted[rank] = send;
+    g.postedRows[rank].assign(sendRows, sendRows + g.G);
+    g.barrier();
+    int64_t at = 0, sent = 0;
+    for (int64_t p = 0; p < g.G; ++p)
+      sent += sendRows[p];
+    EXPECT_LE(sent, sendCapacity);
+    for (int64_t p = 0; p < g.G; ++p) {
+      const std::vector<int64_t> &theirs = g.postedRows[p];
+      int64_t from = 0;
+      for (int64_t q = 0; q < rank; ++q)
+        from += theirs[q];
+      EXPECT_EQ(theirs[rank], recvRows[p]) << "rank " << p << " -> " << rank;
+      EXPECT_LE(at + recvRows[p], recvCapacity);
+      std::memcpy(recv + at * m,
+                  static_cast<const float *>(g.posted[p]) + from * m,
+                  sizeof(float) * recvRows[p] * m);
+      at += recvRows[p];
+    }
+    g.barrier();
+    if (rank == 0)
+      ++g.exchanges;
+    return MOE_RT_OK;
+  }
+
+private:
+  SimGroup &g;
+  int64_t rank;
+};
+
+/// Runs body(rank) on G threads; each gets its own executor.
+void runRanks(int64_t G, const std::function<void(int64_t)> &body) {
+  std::vector<std::thread> threads;
+  for (int64_t g = 0; g < G; ++g)
+    threads.emplace_back(body, g);
+  for (std::thread &t : threads)
+    t.join();
+}
+
+//===--- the routing by its definition ------------------------------------===//
+
+std::vector<float> randomVec(int64_t n, unsigned seed, float scale = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, scale);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = d(rng);
+  return v;
+}
+
+/// Where (rank g, token t, choice j) lands: rank `to`, local expert l, row.
+struct Slot {
+  int64_t to, l, row;
+};
+
+/// G ranks' routing: indices (T x k, distinct experts per token, skewed
+/// towards low experts so loads differ), data, and the brute-force slots.
+struct Case {
+  VarRouteShape r;
+  std::vector<std::vector<int64_t>> idx;
+  std::vector<std::vector<Slot>> slot;    // per rank, T x k
+  std::vector<std::vector<int64_t>> rows; // per rank, E_l x G
+  std::vector<int64_t> load;              // per expert
+
+  Case(int64_t G, int64_t El, int64_t T, int64_t k, int64_t M, unsigned seed,
+       int64_t R = -1) {
+    r.T = T;
+    r.k = k;
+    r.G = G;
+    r.El = El;
+    r.E = G * El;
+    r.M = M;
+    r.block = 3;
+    std::mt19937 rng(seed);
+    for (int64_t g = 0; g < G; ++g) {
+      std::vector<int64_t> v(T * k);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          int64_t e;
+          bool taken;
+          do {
+            double u = std::uniform_real_distribution<double>(0, 1)(rng);
+            e = int64_t(u * u * double(r.E)); // skewed: low experts busier
+            taken = false;
+            for (int64_t q = 0; q < j; ++q)
+              taken |= v[t * k + q] == e;
+          } while (taken);
+          v[t * k + j] = e;
+        }
+      idx.push_back(v);
+    }
+    // GShard order inside a rank: choice-major, then rank order.
+    load.assign(r.E, 0);
+    rows.assign(G, std::vector<int64_t>(El * G, 0));
+    slot.assign(G, std::vector<Slot>(T * k));
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < k; ++j)
+        for (int64_t t = 0; t < T; ++t) {
+          int64_t e = idx[g][t * k + j];
+          slot[g][t * k + j] = {e / El, e % El, load[e]++};
+          ++rows[e / El][(e % El) * G + g];
+        }
+    int64_t most = 0;
+    for (int64_t n : load)
+      most = std::max(most, n);
+    r.R = R < 0 ? most + 2 : R; // two spare rows: the tails must be zero
+  }
+  VarRouteShape on(int64_t rank) const {
+    VarRouteShape s = r;
+    s.rank = rank;
+    return s;
+  }
+  int64_t expertSide() const { return r.El * r.R * r.M; }
+};
+
+void expectSame(const std::vector<float> &got, const std::vector<float> &want,
+                const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i]) {
+      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", expected "
+                    << want[i];
+      return;
+    }
+}
+
+double maxAbs(const std::vector<float> &v) {
+  double m = 0;
+  for (float x : v)
+    m = std::max(m, std::fabs(double(x)));
+  return m;
+}
+
+struct Shape {
+  int64_t G, El, T, k;
+};
+
+std::vector<Shape> shapes() {
+  return {{1, 4, 7, 2}, {2, 1, 6, 1}, {2, 3, 9, 2}, {4, 2, 5, 2}, {4, 1, 8, 3}};
+}
+
+std::string name(const Shape &s) {
+  return "G=" + std::to_string(s.G) + " El=" + std::to_string(s.El) +
+         " T=" + std::to_string(s.T) + " k=" + std::to_string(s.k);
+}
+
+//===--- dispatch and combine ---------------------------------------------===//
+
+TEST(DeviceVarRouting, DispatchAndItsGradMoveExactlyTheRoutedRows) {
+  const int64_t M = 3;
+  for (Shape sh : shapes()) {
+    SCOPED_TRACE(name(sh));
+    Case c(sh.G, sh.El, sh.T, sh.k, M, unsigned(sh.G * 31 + sh.El));
+    const VarRouteShape &r = c.r;
+    std::vector<std::vector<float>> x(r.G), dout(r.G), out(r.G), dx(r.G);
+    std::vector<std::vector<int64_t>> rows(r.G);
+    for (int64_t g = 0; g < r.G; ++g) {
+      x[g] = randomVec(r.T * M, 10 + unsigned(g));
+      dout[g] = randomVec(c.expertSide(), 20 + unsigned(g));
+      out[g].assign(c.expertSide(), 7.0f); // stale values must go
+      dx[g].assign(r.T * M, 7.0f);
+      rows[g].assign(r.El * r.G, -9);
+    }
+    SimGroup group(r.G);
+    runRanks(r.G, [&](int64_t g) {
+      CheckedExecutor ex;
+      SimLink link(group, g);
+      EXPECT_EQ(dev::dispatchV(ex, link, c.on(g), x[g].data(), c.idx[g].data(),
+                               out[g].data(), rows[g].data()),
+                MOE_RT_OK)
+          << moe_rt_last_error();
+      CheckedExecutor bx;
+      EXPECT_EQ(dev::dispatchVGrad(bx, link, c.on(g), c.idx[g].data(),
+                                   dout[g].data(), dx[g].data()),
+                MOE_RT_OK)
+          << moe_rt_last_error();
+    });
+    // One host read (the gathered counts) and one exchange per op.
+    EXPECT_EQ(group.hostReads, 2);
+    EXPECT_EQ(group.exchanges, 2);
+    std::vector<std::vector<float>> want(r.G,
+                                         std::vector<float>(c.expertSide()));
+    std::vector<std::vector<float>> wantDx(r.G, std::vector<float>(r.T * M, 0));
+    for (int64_t g = 0; g < r.G; ++g)
+      for (int64_t t = 0; t < r.T; ++t)
+        for (int64_t j = 0; j < r.k; ++j) {
+          Slot s = c.slot[g][t * r.k + j];
+          int64_t at = (s.l * r.R + s.row) * M;
+          for (int64_t col = 0; col < M; ++col) {
+            want[s.to][at + col] = x[g][t * M + col];
+            wantDx[g][t * M + col] += dout[s.to][at + col];
+          }
+        }
+    for (int64_t g = 0; g < r.G; ++g) {
+      EXPECT_EQ(rows[g], c.rows[g]) << "rows of rank " << g;
+      expectSame(out[g], want[g], "dispatch out of rank " + std::to_string(g));
+      expectSame(dx[g], wantDx[g], "dispatch dx of rank " + std::to_string(g));
+      EXPECT_GT(maxAbs(out[g]), 0);
+    }
+  }
+}
+
+TEST(DeviceVarRouting, CombineAndItsGradMatchTheRoutingsDefinition) {
+  const int64_t M = 4;
+  for (Shape sh : shapes()) {
+    SCOPED_TRACE(name(sh));
+    Case c(sh.G, sh.El, sh.T, sh.k, M, unsigned(sh.G * 17 + sh.T));
+    const VarRouteShape &r = c.r;
+    std::vector<std::vector<float>> eo(r.G), w(r.G), dy(r.G), out(r.G),
+        deo(r.G), dw(r.G);
+    for (int64_t g = 0; g < r.G; ++g) {
+      eo[g] = randomVec(c.expertSide(), 40 + unsigned(g));
+      w[g] = randomVec(r.T * r.k, 50 + unsigned(g));
+      dy[g] = randomVec(r.T * M, 60 + unsigned(g));
+      out[g].assign(r.T * M, 7.0f);
+      deo[g].assign(c.expertSide(), 7.0f);
+      dw[g].assign(r.T * r.k, 7.0f);
+    }
+    SimGroup group(r.G);
+    runRanks(r.G, [&](int64_t g) {
+      CheckedExecutor ex;
+      SimLink link(group, g);
+      EXPECT_EQ(dev::combineV(ex, link, c.on(g), c.rows[g].data(), eo[g].data(),
+                              c.idx[g].data(), w[g].data(), out[g].data()),
+                MOE_RT_OK)
+          << moe_rt_last_error();
+      CheckedExecutor bx;
+      EXPECT_EQ(dev::combineVGrad(bx, link, c.on(g), c.rows[g].data(),
+                                  eo[g].data(), c.idx[g].data(), w[g].data(),
+                                  dy[g].data(), deo[g].data(), dw[g].data()),
+                MOE_RT_OK)
+          << moe_rt_last_error();
+    });
+    EXPECT_EQ(group.exchanges, 3); // combine 1, its vjp 2
+    std::vector<std::vector<float>> want(r.G, std::vector<float>(r.T * M, 0)),
+        wantDeo(r.G, std::vector<float>(c.expertSide(), 0)),
+        wantDw(r.G, std::vector<float>(r.T * r.k));
+    for (int64_t g = 0; g < r.G; ++g)
+      for (int64_t t = 0; t < r.T; ++t)
+        for (int64_t j = 0; j < r.k; ++j) {
+          Slot s = c.slot[g][t * r.k + j];
+          const float *e = eo[s.to].data() + (s.l * r.R + s.row) * M;
+          float wt = w[g][t * r.k + j];
+          double d = 0;
+          for (int64_t col = 0; col < M; ++col) {
+            want[g][t * M + col] += wt * e[col];
+            wantDeo[s.to][(s.l * r.R + s.row) * M + col] =
+                wt * dy[g][t * M + col];
+            float prod = dy[g][t * M + col] * e[col];
+            d += prod;
+          }
+          wantDw[g][t * r.k + j] = float(d);
+        }
+    for (int64_t g = 0; g < r.G; ++g) {
+      expectSame(out[g], want[g], "combine out of rank " + std::to_string(g));
+      expectSame(deo[g], wantDeo[g],
+                 "combine dexpert_out of rank " + std::to_string(g));
+      expectSame(dw[g], wantDw[g],
+                 "combine dweights of rank " + std::to_string(g));
+      EXPECT_GT(maxAbs(out[g]), 0);
+    }
+  }
+}
+
+TEST(DeviceVarRouting, ALoadOverTheBoundFailsEveryRankAlikeAndMovesNothing) {
+  Case c(4, 2, 8, 2, 3, 99, /*R=*/0);
+  // The busiest expert's load, one row over the bound.
+  int64_t busiest = 0;
+  for (int64_t e = 0; e < c.r.E; ++e)
+    if (c.load[e] > c.load[busiest])
+      busiest = e;
+  c.r.R = c.load[busiest] - 1;
+  ASSERT_GT(c.r.R, 0);
+  std::vector<std::string> messages(c.r.G);
+  std::vector<moe_rt_status> status(c.r.G);
+  std::vector<std::vector<int64_t>> rows(
+      c.r.G, std::vector<int64_t>(c.r.El * c.r.G, 5));
+  SimGroup group(c.r.G);
+  runRanks(c.r.G, [&](int64_t g) {
+    std::vector<float> x = randomVec(c.r.T * c.r.M, 7), out(c.expertSide());
+    CheckedExecutor ex;
+    SimLink link(group, g);
+    status[g] = dev::dispatchV(ex, link, c.on(g), x.data(), c.idx[g].data(),
+                               out.data(), rows[g].data());
+    messages[g] = moe_rt_last_error();
+  });
+  EXPECT_EQ(group.exchanges, 0);
+  int64_t first = -1; // the first expert over the bound, in expert order
+  for (int64_t e = 0; e < c.r.E && first < 0; ++e)
+    if (c.load[e] > c.r.R)
+      first = e;
+  std::string expected = "expert " + std::to_string(first) + " (local expert " +
+                         std::to_string(first % c.r.El) + " of rank " +
+                         std::to_string(first / c.r.El) + ") receives " +
+                         std::to_string(c.load[first]) + " rows, bound " +
+                         std::to_string(c.r.R);
+  for (int64_t g = 0; g < c.r.G; ++g) {
+    EXPECT_EQ(status[g], MOE_RT_INVALID_ARGUMENT);
+    EXPECT_EQ(messages[g], messages[0]);
+    EXPECT_NE(messages[g].find("moe_rt_dispatch_v: block 3: routing load "
+                               "over the dispatch bound"),
+              std::string::npos)
+        << messages[g];
+    EXPECT_NE(messages[g].find(expected), std::string::npos) << messages[g];
+    EXPECT_EQ(rows[g], std::vector<int64_t>(c.r.El * c.r.G, 0));
+  }
+}
+
+TEST(DeviceVarRouting, ABadIndexFailsItsRankAfterTheExchanges) {
+  Case c(2, 2, 4, 2, 3, 5);
+  c.idx[1][3] = c.r.E; // rank 1 names an expert that does not exist
+  std::vector<moe_rt_status> status(2);
+  std::vector<std::string> messages(2);
+  SimGroup group(2);
+  runRanks(2, [&](int64_t g) {
+    std::vector<float> x = randomVec(c.r.T * c.r.M, 3), out(c.expertSide());
+    std::vector<int64_t> rows(c.r.El * c.r.G);
+    CheckedExecutor ex;
+    SimLink link(group, g);
+    status[g] = dev::dispatchV(ex, link, c.on(g), x.data(), c.idx[g].data(),
+                               out.data(), rows.data());
+    messages[g] = moe_rt_last_error();
+  });
+  // Both ranks took part in the exchange (neither left the other waiting).
+  EXPECT_EQ(group.exchanges, 1);
+  EXPECT_EQ(status[0], MOE_RT_OK);
+  EXPECT_EQ(status[1], MOE_RT_BACKEND_ERROR);
+  EXPECT_NE(messages[1].find("outside [0, E)"), std::string::npos)
+      << messages[1];
+}
+
+/// A SimLink whose host read fails as a CUDA stream's does when a kernel
+/// raised an error code (the host executor cannot defer one).
+class FailingReadLink : public SimLink {
+public:
+  using SimLink::SimLink;
+  moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
+    SimLink::toHost(dst, src, bytes);
+    return moe_rt::fail(MOE_RT_BACKEND_ERROR, "a kernel raised an error");
+  }
+};
+
+TEST(DeviceVarRouting, AStreamErrorAtTheHostReadIsReportedAfterTheExchanges) {
+  Case c(2, 2, 4, 2, 3, 8);
+  std::vector<moe_rt_status> status(2);
+  std::vector<std::string> messages(2);
+  std::vector<std::vector<float>> out(2, std::vector<float>(c.expertSide()));
+  SimGroup group(2);
+  runRanks(2, [&](int64_t g) {
+    std::vector<float> x = randomVec(c.r.T * c.r.M, 3);
+    std::vector<int64_t> rows(c.r.El * c.r.G);
+    CheckedExecutor ex;
+    SimLink plain(group, g);
+    FailingReadLink failing(group, g);
+    status[g] =
+        g == 1 ? dev::dispatchV(ex, failing, c.on(g), x.data(), c.idx[g].data(),
+                                out[g].data(), rows.data())
+               : dev::dispatchV(ex, plain, c.on(g), x.data(), c.idx[g].data(),
+                                out[g].data(), rows.data());
+    messages[g] = moe_rt_last_error();
+  });
+  EXPECT_EQ(group.exchanges, 1); // rank 1 still took part
+  EXPECT_EQ(status[0], MOE_RT_OK);
+  EXPECT_GT(maxAbs(out[0]) + maxAbs(out[1]), 0);
+  EXPECT_EQ(status[1], MOE_RT_BACKEND_ERROR);
+  EXPECT_EQ(messages[1], "a kernel raised an error");
+}
+
+//===--- experts over their filled rows -----------------------------------===//
+
+/// rows-only link: the expert ops read `rows` and nothing else.
+struct HostReads {
+  int64_t reads = 0;
+  moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    ++reads;
+    return MOE_RT_OK;
+  }
+};
+
+TEST(DeviceVarExpert, FilledRowsMatchTheCpuOpsAndTailsAreZero) {
+  const int64_t El = 3, G = 2, R = 6, M = 5, H = 7;
+  // Expert 0 full, expert 1 empty, expert 2 with one row.
+  Tensor rows({El, G}, MOE_RT_I64);
+  const int64_t filled[] = {4, 2, 0, 0, 0, 1};
+  std::copy(filled, filled + El * G, rows.i());
+  for (moe_rt_activation act : {MOE_RT_RELU, MOE_RT_GELU, MOE_RT_SILU})
+    for (bool gated : {false, true}) {
+      SCOPED_TRACE("act=" + std::to_string(int(act)) + (gated ? " gated" : ""));
+      Tensor x({El, R, M}), up({El, M, H}), gate({El, M, H}), down({El, H, M}),
+          dout({El, R, M}), out({El, R, M}), dx({El, R, M}), dup({El, M, H}),
+          dgate({El, M, H}), ddown({El, H, M});
+      unsigned seed = 700 + unsigned(act) * 10 + gated;
+      moe_rt_test::fillRandom(x, seed);
+      moe_rt_test::fillRandom(up, seed + 1, 0.5f);
+      moe_rt_test::fillRandom(gate, seed + 2, 0.5f);
+      moe_rt_test::fillRandom(down, seed + 3, 0.5f);
+      moe_rt_test::fillRandom(dout, seed + 4);
+      moe_rt_stream s = nullptr;
+      ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
+      ASSERT_EQ(moe_rt_expert_v(s, act, &rows, &x, &up, gated ? &gate : nullptr,
+                                &down, &out),
+                MOE_RT_OK);
+      ASSERT_EQ(moe_rt_expert_v_grad(s, act, &rows, &x, &up,
+                                     gated ? &gate : nullptr, &down, &dout, &dx,
+                                     &dup, gated ? &dgate : nullptr, &ddown),
+                MOE_RT_OK);
+      ASSERT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
+      moe_rt_stream_destroy(s);
+
+      dev::ExpertShape f;
+      f.experts = El;
+      f.slots = R;
+      f.m = M;
+      f.h = H;
+      auto stale = [](Tensor &t) { return std::vector<float>(t.n(), 9.0f); };
+      std::vector<float> y = stale(out), gx = stale(dx), gup = stale(dup),
+                         ggate = stale(dgate), gdown = stale(ddown);
+      CheckedExecutor ex, bx;
+      HostReads link;
+      ASSERT_EQ(dev::expertV(ex, link, act, f, G, rows.i(), x.f(), up.f(),
+                             gated ? gate.f() : nullptr, down.f(), y.data()),
+                MOE_RT_OK);
+      ASSERT_EQ(dev::expertVGrad(bx, link, act, f, G, rows.i(), x.f(), up.f(),
+                                 gated ? gate.f() : nullptr, down.f(), dout.f(),
+                                 gx.data(), gup.data(),
+                                 gated ? ggate.data() : nullptr, gdown.data()),
+                MOE_RT_OK);
+      EXPECT_EQ(link.reads, 2);
+      // One GEMM per expert with rows (two of three), per projection.
+      EXPECT_EQ(ex.gemms(), 2 * (gated ? 3 : 2));
+      auto close = [](const std::vector<float> &got, Tensor &want,
+                      const char *what) {
+        for (int64_t i = 0; i < want.n(); ++i)
+          if (!(std::fabs(double(got[i]) - want.f()[i]) <=
+                1e-4 * (1 + std::fabs(double(want.f()[i]))))) {
+            ADD_FAILURE() << what << "[" << i << "] = " << got[i]
+                          << ", expected " << want.f()[i];
+            return;
+          }
+      };
+      close(y, out, "y");
+      close(gx, dx, "dx");
+      close(gup, dup, "dup");
+      close(gdown, ddown, "ddown");
+      if (gated)
+        close(ggate, dgate, "dgate");
+      // Expert 2 has 1 row: its rows 1..5 and all of expert 1 are zero.
+      for (int64_t i = (2 * R + 1) * M; i < 3 * R * M; ++i)
+        ASSERT_EQ(y[i], 0.0f) << i;
+      for (int64_t i = R * M; i < 2 * R * M; ++i)
+        ASSERT_EQ(y[i], 0.0f) << i;
+      EXPECT_GT(maxAbs(y), 1e-3);
+    }
+}
+
+TEST(DeviceVarExpert, RowsOverTheBufferAreRefusedByName) {
+  dev::ExpertShape f;
+  f.experts = 2;
+  f.slots = 3;
+  f.m = f.h = 2;
+  std::vector<int64_t> rows = {1, 1, 2, 2}; // expert 1: 4 rows > 3
+  std::vector<float> w(16), y(12);
+  CheckedExecutor ex;
+  HostReads link;
+  EXPECT_EQ(dev::expertV(ex, link, MOE_RT_RELU, f, 2, rows.data(), w.data(),
+                         w.data(), nullptr, w.data(), y.data()),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_STREQ(moe_rt_last_error(),
+               "moe_rt_expert_v: rows of local expert 1 do not fit its 3 rows");
+}
+
+//===--- the CUDA entry points --------------------------------------------===//
+
+#ifdef MOE_RT_HAVE_CUDA
+// Without a GPU the entry points still link and, handed a CPU stream,
+// refuse it before reading a pointer or the group (both null here).
+TEST(DeviceVarRoutingCuda, EntryPointsRefuseACpuStream) {
+  moe_rt_stream s = nullptr;
+  ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
+  namespace cu = moe_rt::cuda;
+  float *f = nullptr;
+  int64_t *ids = nullptr;
+  VarRouteShape r;
+  r.T = 4;
+  r.E = r.El = 2;
+  r.R = 4;
+  r.M = 3;
+  dev::ExpertShape e;
+  e.experts = 2;
+  e.slots = 4;
+  e.m = 3;
+  e.h = 5;
+  std::vector<std::pair<const char *, moe_rt_status>> calls = {
+      {"dispatchV", cu::dispatchV(s, nullptr, r, f, ids, f, ids)},
+      {"dispatchVGrad", cu::dispatchVGrad(s, nullptr, r, ids, f, f)},
+      {"combineV", cu::combineV(s, nullptr, r, ids, f, ids, f, f)},
+      {"combineVGrad",
+       cu::combineVGrad(s, nullptr, r, ids, f, ids, f, f, f, f)},
+      {"expertV", cu::expertV(s, MOE_RT_SILU, e, 1, ids, f, f, f, f, f)},
+      {"expertVGrad", cu::expertVGrad(s, MOE_RT_SILU, e, 1, ids, f, f, nullptr,
+                                      f, f, f, f, nullptr, f)}};
+  for (auto &[what, st] : calls) {
+    EXPECT_EQ(st, MOE_RT_INVALID_ARGUMENT) << what;
+  }
+  EXPECT_NE(std::string(moe_rt_last_error()).find("not a CUDA stream"),
+            std::string::npos)
+      << moe_rt_last_error();
+  moe_rt_stream_destroy(s);
+}
+#endif
+
+} // namespace

@@ -1,0 +1,119 @@
+//===- VarRoutePlanTest.cpp - dropless routing's shared bookkeeping -------===//
+//
+// src/VarRoutePlan.h, which the CPU and the CUDA dropless ops both plan
+// with: rows from the gathered counts, the over-bound message, rows per
+// rank both ways and the all-to-all-v plans, on a case worked by hand.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../src/VarRoutePlan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+using namespace moe_rt;
+namespace vp = moe_rt::varplan;
+
+namespace {
+
+/// G = 2 ranks, E = 4 experts (E_l = 2), this is rank 1, T = 3 tokens with
+/// k = 2 choices, M = 3, bound R = 5, block 7. Every rank's counts (G x E):
+///   rank 0: 1 0 3 2   (6 = T k pairs)
+///   rank 1: 0 2 1 3
+/// Rank 1 holds experts 2 and 3: expert 2 gets 3 + 1 rows, expert 3 2 + 3.
+VarRouteShape shape() {
+  VarRouteShape r;
+  r.T = 3;
+  r.k = 2;
+  r.E = 4;
+  r.G = 2;
+  r.El = 2;
+  r.R = 5;
+  r.M = 3;
+  r.rank = 1;
+  r.block = 7;
+  return r;
+}
+const std::vector<int64_t> kAll = {1, 0, 3, 2, 0, 2, 1, 3};
+
+TEST(VarRoutePlan, RowsComeFromEveryRanksCountsOfTheLocalExperts) {
+  VarRouteShape r = shape();
+  std::vector<int64_t> rows(r.El * r.G, -1);
+  vp::rowsFromCounts(r, kAll.data(), rows.data());
+  // rows[l][g]: expert 2 from ranks 0, 1; expert 3 from ranks 0, 1.
+  EXPECT_EQ(rows, (std::vector<int64_t>{3, 1, 2, 3}));
+  EXPECT_EQ(vp::filledRows(r.G, 0, rows.data()), 4);
+  EXPECT_EQ(vp::filledRows(r.G, 1, rows.data()), 5);
+  r.rank = 0;
+  vp::rowsFromCounts(r, kAll.data(), rows.data());
+  EXPECT_EQ(rows, (std::vector<int64_t>{1, 0, 0, 2}));
+}
+
+TEST(VarRoutePlan, OverTheBoundNamesBlockExpertAndLoad) {
+  VarRouteShape r = shape();
+  EXPECT_EQ(vp::overBound(r, kAll.data()), ""); // loads 1, 2, 4, 5 <= 5
+  r.R = 4; // expert 3 (5 rows) is over; expert 2 (4) is not
+  std::string why = vp::overBound(r, kAll.data());
+  EXPECT_NE(why.find("block 7:"), std::string::npos) << why;
+  EXPECT_NE(why.find("expert 3 (local expert 1 of rank 1) receives 5 rows, "
+                     "bound 4"),
+            std::string::npos)
+      << why;
+  // The same words on every rank: the message depends on `all` only.
+  VarRouteShape other = r;
+  other.rank = 0;
+  EXPECT_EQ(vp::overBound(other, kAll.data()), why);
+  r.R = 1; // the first expert over the bound is named: expert 1 (2 rows)
+  EXPECT_NE(vp::overBound(r, kAll.data())
+                .find("expert 1 (local expert 1 of "
+                      "rank 0) receives 2 rows"),
+            std::string::npos);
+}
+
+TEST(VarRoutePlan, RowsPerRankAndPlansBothWays) {
+  VarRouteShape r = shape();
+  std::vector<int64_t> rows(r.El * r.G);
+  vp::rowsFromCounts(r, kAll.data(), rows.data());
+  vp::RankRows n;
+  ASSERT_EQ(vp::rowsPerRank(r, kAll.data() + r.E, rows.data(), n), "");
+  // Rank 1 sends 0 + 2 rows to rank 0's experts, 1 + 3 to its own; it
+  // receives 3 + 2 from rank 0 and 1 + 3 from itself.
+  EXPECT_EQ(n.toRank, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(n.fromRank, (std::vector<int64_t>{5, 4}));
+  coll::PeerPlan toExperts, toTokens;
+  ASSERT_EQ(vp::planExchanges(r, n, toExperts, toTokens), "");
+  EXPECT_EQ(toExperts.sendCount, (std::vector<int64_t>{6, 12}));
+  EXPECT_EQ(toExperts.sendOffset, (std::vector<int64_t>{0, 6}));
+  EXPECT_EQ(toExperts.recvCount, (std::vector<int64_t>{15, 12}));
+  EXPECT_EQ(toExperts.recvOffset, (std::vector<int64_t>{0, 15}));
+  EXPECT_EQ(toTokens.sendCount, toExperts.recvCount);
+  EXPECT_EQ(toTokens.recvOffset, toExperts.sendOffset);
+  // Combine's expert side holds 9 rows in E_l R = 10: a bound of 4 cannot.
+  r.R = 4;
+  EXPECT_EQ(vp::rowsPerRank(r, kAll.data() + r.E, rows.data(), n),
+            "rows of local expert 1 exceed the bound 4");
+}
+
+TEST(VarRoutePlan, RowsThatDoNotMatchTheRoutingAreRefused) {
+  VarRouteShape r = shape();
+  // More rows announced than the token side (T k = 6) holds.
+  std::vector<int64_t> mine = {4, 4, 0, 0}, rows = {0, 0, 0, 0};
+  vp::RankRows n;
+  ASSERT_EQ(vp::rowsPerRank(r, mine.data(), rows.data(), n), "");
+  coll::PeerPlan a, b;
+  EXPECT_NE(vp::planExchanges(r, n, a, b).find("do not match the rows tensor"),
+            std::string::npos);
+  // A negative entry is refused before any layout reads the table.
+  rows = {0, -1, 0, 0};
+  EXPECT_EQ(vp::firstOverBound(r.G, r.El, r.R, rows.data()), 0);
+}
+
+TEST(VarRoutePlan, ExpertRowsMustFitTheExpertBuffer) {
+  std::vector<int64_t> rows = {2, 1, 0, 4}; // E_l = 2 experts, G = 2
+  EXPECT_EQ(vp::expertRowsFit(2, 2, 4, rows.data()), "");
+  EXPECT_EQ(vp::expertRowsFit(2, 2, 3, rows.data()),
+            "rows of local expert 1 do not fit its 3 rows");
+}
+
+} // namespace
