@@ -4,6 +4,7 @@
 
 #include "WeightLoader.h"
 #include "moe/Frontend/TensorData.h"
+#include "moe_rt/params_file.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Path.h"
@@ -24,11 +25,10 @@ llvm::Error fail(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
+/// "4x64x32" (the parameter file's spelling; "-" for a scalar).
 std::string dims(llvm::ArrayRef<int64_t> shape) {
-  std::string s;
-  for (int64_t d : shape)
-    s += (s.empty() ? "" : "x") + std::to_string(d);
-  return s.empty() ? "scalar" : s;
+  return moe_rt::params_file::formatShape(
+      std::vector<int64_t>(shape.begin(), shape.end()));
 }
 
 int64_t product(llvm::ArrayRef<int64_t> shape) {
