@@ -44,7 +44,9 @@ namespace checkpoint {
 
 constexpr char kRankMagic[8] = {'M', 'O', 'E', 'C', 'K', 'P', 'T', '1'};
 constexpr const char *kManifestMagic = "moe-checkpoint";
-constexpr int kVersion = 1;
+// Version 2: data_position counts samples over all ranks (text_data.h);
+// version 1 counted steps, which resuming on another grid cannot use.
+constexpr int kVersion = 2;
 
 /// What a tensor of the step is: a parameter or optimizer state.
 enum class Role : uint8_t { param = 0, state = 1 };
@@ -345,7 +347,8 @@ inline bool decodeManifest(const std::string &text, const std::string &file,
     if (!(ls >> version))
       return bad("not a moe checkpoint manifest");
     if (version != kVersion)
-      return bad("version " + std::to_string(version));
+      return bad("version " + std::to_string(version) +
+                 ", this runtime reads " + std::to_string(kVersion));
   }
   {
     std::istringstream ls = next("model");
