@@ -89,16 +89,17 @@ class Model:
 MODELS = [
     Model("trainer", ("mixtral-style-2block", "--set", "vocab=256",
                       "--set", "batch=4", "--set", "seq=64"), onnx=True,
-          note="examples/trainer (ONNX, dropless bounded to C = B*N)"),
+          note="examples/trainer (ONNX, dropless)"),
     Model("mixtral-style-2block", ("mixtral-style-2block", "--set", "vocab=256"),
-          note="examples/mixtral-style-2block.mlir, vocab 256 (dropless bounded)"),
+          note="examples/mixtral-style-2block.mlir, vocab 256 (dropless)"),
     Model("gpt-moe-2block", ("gpt-moe-2block", "--set", "vocab=256"), text=False,
           note="examples/gpt-moe-2block.mlir, vocab 256 (f = 1.2)"),
     Model("large", ("mixtral-style-2block", "--set", "vocab=256", "--set", "batch=8",
                     "--set", "seq=64", "--set", "embed=256", "--set", "hidden=256",
                     "--set", "head_dim=32"),
-          note="Mixtral-style, B=8 N=64 M=H=256 (dropless bounded): compute "
-               "and communication comparable at 1 Gbit/s"),
+          note="Mixtral-style, B=8 N=64 M=H=256 (dropless): compute "
+               "and communication comparable at ~300 Mbit/s (1 Gbit/s "
+               "padded)"),
 ]
 
 EXPERTS = 8
@@ -119,6 +120,11 @@ class Bench:
         self.args, self.cluster, self.tmp = args, cluster, tmp
         self.moe_opt = os.path.join(args.build, "bin", "moe-opt")
         self.moe_run = os.path.join(args.build, "bin", "moe-run")
+        # Dropless models: variable-count exchanges of the routed tokens
+        # only (the pipeline's moe-variable-dropless), or --dropless padded:
+        # every expert padded to C = B*N slots (--moe-bound-dropless).
+        self.bound = (["--moe-bound-dropless"] if args.dropless == "padded"
+                      else [])
 
     def spec(self, model):
         """The model's generator / peer arguments for this cluster."""
@@ -133,10 +139,10 @@ class Bench:
             onnx = os.path.join(out, "byte-moe.onnx")
             cl.run([cl.SYSTEM_PYTHON, cl.MAKE_TRAINER, "-o", onnx])
             cl.run([self.moe_opt, onnx, f"--onnx-grid={self.cluster.grid}",
-                    "--moe-bound-dropless", "-o", mlir])
+                    *self.bound, "-o", mlir])
         else:
             gen = cl.run([sys.executable, cl.GEN, *self.spec(model)])
-            cl.run([self.moe_opt, "-", "--moe-bound-dropless", "-o", mlir], stdin=gen)
+            cl.run([self.moe_opt, "-", *self.bound, "-o", mlir], stdin=gen)
         return out, mlir
 
     def schedule(self, out, mlir, policy, i):
@@ -222,7 +228,9 @@ class Bench:
         log(f"\n{model.name}: MPI time per step on rank 0 (MEASURED with "
             "bench/mpi_time_shim.c, one extra run per policy) against the "
             "simulator's collectives")
-        log("\n| policy | all-to-alls: n x ms | all-reduces: n x ms | shape-check "
+        # All-gathers: the variable-count exchanges' counts, the routing
+        # statistics, and (on the first step only) the signature checks.
+        log("\n| policy | all-to-alls: n x ms | all-reduces: n x ms | "
             "all-gathers: n x ms | communicator set-up ms | simulated "
             "all-to-alls: n x ms | simulated all-reduces: n x ms |")
         log("|---|---|---|---|---|---|---|")
@@ -321,6 +329,10 @@ def main():
     ap.add_argument("--cluster", help="use this emulated cluster (up) instead "
                     "of bringing one up and down")
     ap.add_argument("--profile-max-bytes", type=int, default=4 << 20)
+    ap.add_argument("--dropless", choices=["variable", "padded"],
+                    default="variable",
+                    help="dropless models: all-to-all-v of the routed tokens "
+                         "(default) or padded to C = B*N slots")
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--explain", action="store_true",
                     help="also time each policy's MPI calls (a PMPI shim) "
@@ -353,7 +365,8 @@ def main():
             log("MEASURED: moe-run step times (median of per-step times, median "
                 f"over {args.repeats} interleaved runs of {args.steps} steps, first 2 "
                 "dropped). SIMULATED: moe-opt --moe-simulate on the profile below "
-                "(moe-profile on this cluster, at the start of this run).\n")
+                "(moe-profile on this cluster, at the start of this run). "
+                f"Dropless models: {args.dropless} exchanges.\n")
             log("```")
             log(report.strip())
             log("```")

@@ -172,11 +172,11 @@ def write(cfg):
                    w.arg(p + ".attn.bv", [kv * c.head_dim]),
                    w.arg(p + ".attn.bo", [M])] if c.attn_bias else [])
         # Pre-norm: attn_norm, moe_norm; post-norm (BERT): a norm after
-        # each residual add instead (the builder's parameter order).
+        # each residual add instead, each after its sublayer's parameters
+        # (the builder's order, and the ONNX route's: data order).
         ln1 = [] if c.postnorm else norm_params(p + ".attn_norm")
         ln2 = [] if c.postnorm else norm_params(p + ".moe_norm")
         post1 = norm_params(p + ".attn_postnorm") if c.postnorm else []
-        post2 = norm_params(p + ".ffn_postnorm") if c.postnorm else []
         # The kind's extra operand goes after the weight, as the dialect's
         # aux(...): noisy_topk's W_noise (M x E), cosine's W_proj (M x d)
         # with the weight d x E.
@@ -193,6 +193,7 @@ def write(cfg):
         up = w.arg(p + ".experts.up", [El, M, H])
         gp = w.arg(p + ".experts.gate", [El, M, H]) if c.gated else None
         down = w.arg(p + ".experts.down", [El, H, M])
+        post2 = norm_params(p + ".ffn_postnorm") if c.postnorm else []
         out = w.fresh("h")
         x = f"%x{l}"
         w.emit(f"{out} = moe.block {l} ({x} = {h} : {act}) -> {act} {{")

@@ -218,8 +218,18 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
     forward = vjp.getForwardOp();
     backward = true;
   }
-  if (isa<CollectiveOpInterface>(forward))
-    return collectiveCost(op, forward);
+  if (isa<CollectiveOpInterface>(forward)) {
+    FailureOr<TaskCost> c = collectiveCost(op, forward);
+    // The runtime's combine vjp exchanges twice (moe_rt_combine_grad,
+    // moe_rt_combine_v_grad): the expert outputs come to the tokens again,
+    // for the gate weights' gradient, then the gradient goes to the
+    // experts -- two all-to-alls of the forward's size.
+    if (succeeded(c) && backward && isa<CombineOp>(forward)) {
+      c->us *= 2;
+      c->bytes *= 2;
+    }
+    return c;
+  }
   if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(forward)) {
     auto group = groupShape(
         op, forward->getAttrOfType<FlatSymbolRefAttr>("grid"),

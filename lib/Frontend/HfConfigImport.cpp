@@ -241,6 +241,33 @@ Family pickFamily(const Config &cfg) {
   return Family::Generic;
 }
 
+/// Families whose models the dialect cannot represent, refused at their
+/// `model_type` as the ONNX route refuses their exports (onnx-hf.test),
+/// rather than read as a generic transformer: Jamba's Mamba layers, DBRX's
+/// Q/K/V clamp and fused experts, encoder-decoder models. (Switch's
+/// encoder stack imports, noted, as before.)
+void refuseFamily(const Config &cfg) {
+  std::string type =
+      llvm::StringRef(cfg.getString({"model_type"}).value_or("")).lower();
+  static const std::pair<const char *, const char *> refused[] = {
+      {"jamba", "Jamba interleaves Mamba (state-space) layers with "
+                "attention; the moe dialect has no Mamba layer"},
+      {"dbrx", "DBRX clamps Q, K and V (attn_config.clip_qkv) and keeps its "
+               "experts in one fused parameter; moe.attention does not clip "
+               "Q, K or V"},
+      {"nllb", "an encoder-decoder model; the importer takes one "
+               "decoder-only or encoder-only stack"},
+      {"gptsan", "a prefix-LM with Switch layers exported by no supported "
+                 "torch; not represented"}};
+  for (const auto &[prefix, why] : refused)
+    if (llvm::StringRef(type).starts_with(prefix))
+      cfg.failKey("model_type", "is '" + type + "': " + why);
+  if (cfg.has("mamba_d_state") || cfg.has("mamba_expand"))
+    cfg.failKey(cfg.has("mamba_d_state") ? "mamba_d_state" : "mamba_expand",
+                "configures Mamba layers, which the moe dialect does not "
+                "have");
+}
+
 Activation parseActivation(const Config &cfg, const std::string &key,
                            const std::string &name) {
   std::string n = llvm::StringRef(name).lower();
@@ -597,6 +624,7 @@ BlockSpec makeBlock(const Config &cfg, const HfFields &f, int64_t i,
 ModelSpec readSpec(const Config &cfg, const ImportOptions &opts,
                    std::vector<std::string> &notes) {
   HfFields f(notes);
+  refuseFamily(cfg);
   f.family = pickFamily(cfg);
   f.llamaLike = f.family == Family::Mixtral || f.family == Family::Qwen2Moe ||
                 f.family == Family::DeepSeek || f.family == Family::Llama;

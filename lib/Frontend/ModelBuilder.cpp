@@ -796,12 +796,17 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
       add(prefix + ".gate", shape(m, h));
     add(prefix + ".down", shape(h, m));
   };
-  if (blk.postnorm) {
+  // Post-norms (BERT) each after its sublayer's parameters: data order,
+  // the order the ONNX route finds them in.
+  if (blk.postnorm)
     addNorm(p + "attn_postnorm", *blk.postnorm);
-    addNorm(p + "ffn_postnorm", *blk.postnorm);
-  }
+  auto addFfnPostnorm = [&] {
+    if (blk.postnorm)
+      addNorm(p + "ffn_postnorm", *blk.postnorm);
+  };
   if (!blk.moe) {
     addFfn(p + "shared", {}, blk.denseHidden, blk.denseGated);
+    addFfnPostnorm();
     return;
   }
   const MoeLayerSpec &moe = *blk.moe;
@@ -818,6 +823,7 @@ void appendBlockParams(const ModelSpec &spec, int64_t i, const BlockSpec &blk,
     addFfn(p + "shared", {}, moe.sharedHidden, moe.gated);
   if (moe.sharedHidden > 0 && moe.sharedGate)
     add(p + "shared.out_gate", {m, 1});
+  addFfnPostnorm();
 }
 
 } // namespace

@@ -6,13 +6,25 @@ opset 17, of a module taking (input_ids, labels) and returning the loss.
   hf_models.py <family> -o out.onnx [--expect out.json]
 
 Families: mixtral (MixtralForCausalLM), qwen2-moe (Qwen2MoeForCausalLM),
-jamba (JambaForCausalLM: Mamba layers, refused at its Conv). DBRX, the
-other MoE family of transformers 4.40, is left out: its modeling code
-needs torch >= 2.1 (LayerNorm(bias=...)), and the project's torch is 1.13. Configs are tiny (2
-layers, M=64, 4 experts) with rope_theta 10000 unless --theta says
-otherwise; weights are the model's random init with norm gains pushed far
-from 1 and biases far from 0 (HF initialises them to 0), so that every
-op matters. Needs transformers from .pydeps/
+the ones the importer refuses by name: jamba (JambaForCausalLM: Mamba
+layers), dbrx (DbrxForCausalLM: clip_qkv, fused Wqkv and expert
+parameters), dbrx-ffn (Mixtral with DBRX's FFN in place of its own: the
+fused expert parameters behind DBRX's attention), nllb-moe
+(NllbMoeForConditionalGeneration: encoder-decoder; exported with
+(input_ids, decoder_input_ids, labels)). SwitchTransformers and GPTSan
+(the other MoE families of transformers 4.40) cannot be exported by torch
+1.13 (its ONNX exporter asserts on their boolean-mask index_put), so they
+are not here (docs/frontend/onnx-import.md).
+
+DBRX's modeling code builds nn.LayerNorm(bias=False), which needs
+torch >= 2.1; the project's torch is 1.13, so build() constructs it with
+a LayerNorm whose bias is None, which is what torch 2.1's bias=False is
+(F.layer_norm with weight only).
+
+Configs are tiny (2 layers, M=64, 4 experts) with rope_theta 10000 unless
+--theta says otherwise; weights are the model's random init with norm
+gains pushed far from 1 and biases far from 0 (HF initialises them to 0),
+so that every op matters. Needs transformers from .pydeps/
 (scripts/setup.sh); run with /usr/bin/python3 (Debian's torch 1.13).
 """
 import argparse
@@ -56,10 +68,71 @@ def config(family, theta):
                               use_mamba_kernels=False,
                               **{k: v for k, v in common.items()
                                  if k != "rope_theta"}), tf.JambaForCausalLM
+    if family in ("dbrx", "dbrx-ffn"):
+        # DBRX as published (clip_qkv 8; HF 4.40's attention cannot run
+        # without it: clamp(None, None) raises).
+        return tf.DbrxConfig(d_model=64, n_heads=4, n_layers=2,
+                             max_seq_len=64, vocab_size=VOCAB,
+                             attn_config=dict(kv_n_heads=2, clip_qkv=8.0,
+                                              rope_theta=theta),
+                             ffn_config=dict(ffn_hidden_size=48,
+                                             moe_num_experts=4, moe_top_k=2),
+                             attn_implementation="eager",
+                             use_cache=False), tf.DbrxForCausalLM
+    if family == "nllb-moe":
+        return tf.NllbMoeConfig(vocab_size=VOCAB, d_model=64,
+                                encoder_layers=2, decoder_layers=2,
+                                encoder_attention_heads=4,
+                                decoder_attention_heads=4,
+                                encoder_ffn_dim=96, decoder_ffn_dim=96,
+                                num_experts=4, expert_capacity=16,
+                                max_position_embeddings=64,
+                                use_cache=False), \
+            tf.NllbMoeForConditionalGeneration
     raise SystemExit(f"hf_models.py: unknown family '{family}'")
 
 
-FAMILIES = ["mixtral", "qwen2-moe", "jamba"]
+FAMILIES = ["mixtral", "qwen2-moe", "jamba", "dbrx", "dbrx-ffn", "nllb-moe"]
+
+
+class LayerNormBiasOptional(nn.LayerNorm):
+    """torch 2.1's nn.LayerNorm(..., bias=False) on torch 1.13: the bias
+    parameter is None, so F.layer_norm applies the weight only."""
+
+    def __init__(self, shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 **kw):
+        super().__init__(shape, eps, elementwise_affine, **kw)
+        if not bias:
+            self.bias = None
+
+
+def construct(cls, cfg):
+    """cls(cfg), with LayerNorm(bias=False) available while it builds."""
+    plain = nn.LayerNorm
+    nn.LayerNorm = LayerNormBiasOptional
+    try:
+        return cls(cfg)
+    finally:
+        nn.LayerNorm = plain
+
+
+def with_dbrx_ffn(lm, family, theta):
+    """Mixtral with each sparse block replaced by DBRX's FFN (router with
+    moe_normalize_expert_weights = 1, experts in fused w1 / v1 / w2)."""
+    from transformers.models.dbrx.modeling_dbrx import DbrxFFN
+    dcfg = config("dbrx", theta)[0]
+
+    class Ffn(nn.Module):  # DbrxFFN returns (out, router weights)
+        def __init__(self):
+            super().__init__()
+            self.ffn = DbrxFFN(dcfg)
+
+        def forward(self, x):
+            return self.ffn(x)
+
+    for layer in lm.model.layers:
+        layer.block_sparse_moe = Ffn()
+    return lm
 
 
 class WithLoss(nn.Module):
@@ -77,10 +150,28 @@ class WithLoss(nn.Module):
             logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
+class Seq2SeqWithLoss(nn.Module):
+    """(input_ids, decoder_input_ids, labels) -> the same loss, for an
+    encoder-decoder model."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids, decoder_input_ids, labels):
+        logits = self.lm(input_ids=input_ids,
+                         decoder_input_ids=decoder_input_ids).logits
+        return nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
 def build(family, theta=10000.0):
     torch.manual_seed(0)
-    cfg, cls = config(family, theta)
-    lm = cls(cfg).eval()
+    cfg, cls = config("mixtral" if family == "dbrx-ffn" else family, theta)
+    lm = construct(cls, cfg)
+    if family == "dbrx-ffn":
+        lm = with_dbrx_ffn(lm, family, theta)
+    lm.eval()
     with torch.no_grad():
         for name, p in lm.named_parameters():
             if "norm" in name and p.dim() == 1:
@@ -89,7 +180,8 @@ def build(family, theta=10000.0):
                 p.normal_(0.0, 0.5)
             elif p.dim() >= 2:
                 p.normal_(0.0, 0.08)
-    return WithLoss(lm).eval(), cfg
+    wrap = Seq2SeqWithLoss if family == "nllb-moe" else WithLoss
+    return wrap(lm).eval(), cfg
 
 
 def main():
@@ -102,9 +194,13 @@ def main():
     model, cfg = build(args.family, args.theta)
     ids = torch.randint(0, VOCAB, (B, N))
     labels = torch.randint(0, VOCAB, (B, N))
+    inputs, names = (ids, labels), ["input_ids", "labels"]
+    if isinstance(model, Seq2SeqWithLoss):
+        inputs = (ids, torch.randint(0, VOCAB, (B, N)), labels)
+        names = ["input_ids", "decoder_input_ids", "labels"]
     with torch.no_grad():
-        torch.onnx.export(model, (ids, labels), args.output, opset_version=17,
-                          input_names=["input_ids", "labels"],
+        torch.onnx.export(model, inputs, args.output, opset_version=17,
+                          input_names=names,
                           output_names=["loss"], do_constant_folding=False)
     if args.expect:
         with open(args.expect, "w") as f:

@@ -28,11 +28,19 @@ torch.onnx.export (torch 1.13, opset 17) really produces:
             Softsign activation), capacity (capacity from a graph input);
             err-seqcapacity: Switch counting positions per sequence;
             err-posoffset: gpt2-pos with position ids 1..N;
+            err-embnorm / err-tokentype: bert-postnorm with BERT's
+            embedding LayerNorm / token-type embeddings; err-qbias:
+            qwen-bias with a bias on Q only; err-gelutanh: gpt2-pos with
+            GELU's tanh approximation; gpt2-nobias: gpt2-pos's
+            LayerNorms without bias (torch 2.1's bias=False);
             err-partialrotary: rotary over 8 of 16 head dims
 
   torch_models.py <style> -o out.onnx [--expect out.json] [--loss] [--fold]
+                  [--hf-config config.json]
 
---expect writes what the importer must find. --loss exports the mean
+--expect writes what the importer must find; --hf-config (gpt2-pos,
+bert-postnorm) the Hugging Face config.json of the same model, for
+--import-hf-config. --loss exports the mean
 cross-entropy against a `labels` input instead of the logits. --fold exports
 with constant folding (torch then renames transposed weights onnx::MatMul_*).
 """
@@ -443,6 +451,9 @@ class Model(nn.Module):
         # GPT-2 / BERT: learned absolute position embeddings added to the
         # token embeddings (wpe); 0: none.
         self.wpe = nn.Embedding(positions, m) if positions else None
+        # BERT's token-type embeddings and embedding LayerNorm, for the
+        # models the importer must refuse (derive): None here.
+        self.token_type = self.emb_norm = None
         # The negative checks' variant: the table kept, its Add dropped.
         self.drop_positions = False
         self.blocks = nn.ModuleList(blocks)
@@ -454,6 +465,10 @@ class Model(nn.Module):
         x = self.embed(tokens)
         if self.wpe is not None and not self.drop_positions:
             x = x + self.wpe(torch.arange(tokens.shape[1]))[None]
+        if self.token_type is not None:
+            x = x + self.token_type(torch.zeros_like(tokens))
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
         for blk in self.blocks:
             x = blk(x)
         logits = self.lm_head(self.norm(x))
@@ -465,6 +480,8 @@ class Model(nn.Module):
 
 def build(style, loss):
     """Returns (model, B, N, expect dict)."""
+    if style in DERIVED:
+        return derive(style, loss)
     torch.manual_seed(0)
     B, N = 2, 16
     ex = {"style": style, "B": B, "N": N, "blocks": 2}
@@ -625,6 +642,37 @@ def build(style, loss):
     return model.eval(), B, N, ex
 
 
+def derive(style, loss):
+    """A model of another style with one thing changed (DERIVED)."""
+    model, B, N, ex = build(DERIVED[style], loss)
+    ex["style"] = style
+    M = ex["M"]
+    if style == "gpt2-nobias":
+        # torch >= 2.1's nn.LayerNorm(bias=False) (DBRX's norms): the bias
+        # None, exported as LayerNormalization with an empty bias input.
+        for mod in model.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.bias = None
+    elif style == "err-embnorm":  # BERT's LayerNorm of the embeddings
+        model.emb_norm = make_norm("layer", M)
+    elif style == "err-tokentype":  # BERT's token-type embeddings (ids 0)
+        model.token_type = nn.Embedding(2, M)
+    elif style == "err-qbias":  # a bias on Q only
+        for blk in model.blocks:
+            blk.attn.k_proj.bias = blk.attn.v_proj.bias = None
+    elif style == "err-gelutanh":  # GELU's tanh approximation
+        for blk in model.blocks:
+            for mlp in blk.ffn.experts:
+                mlp.act = ACTS["gelu_tanh"]
+    return model, B, N, ex
+
+
+# Models of another style with one thing changed: what the importer must
+# represent (gpt2-nobias) or refuse by name (err-*).
+DERIVED = {"gpt2-nobias": "gpt2-pos", "err-embnorm": "bert-postnorm",
+           "err-tokentype": "bert-postnorm", "err-qbias": "qwen-bias",
+           "err-gelutanh": "gpt2-pos"}
+
 # Issue 10's models: llama-issue (weight-first RMSNorm + interleaved
 # rotary), llama-wfirst (weight-first RMSNorm, rotate-half rotary),
 # llama-wlast (llama-wfirst's gains after the normalisation: the same
@@ -698,11 +746,38 @@ def edit(style, path):
     onnx.save(model, path)
 
 
+def hf_config(style, ex):
+    """The Hugging Face config.json describing a GPT-2 / BERT-style model
+    (gpt2-pos, bert-postnorm) for --import-hf-config: its sizes, eps 1e-5
+    (torch's LayerNorm default), an untied LM head, and the routing of
+    MixtralMoe (renormalised top-k, dropless)."""
+    if style not in ("gpt2-pos", "bert-postnorm"):
+        raise SystemExit(f"torch_models.py: --hf-config: no config for "
+                         f"'{style}' (gpt2-pos, bert-postnorm)")
+    cfg = {"vocab_size": ex["vocab"], "num_experts": ex["experts"],
+           "num_experts_per_tok": ex["k"], "norm_topk_prob": True,
+           "capacity_factor": "dropless", "tie_word_embeddings": False}
+    if style == "gpt2-pos":
+        cfg.update(model_type="gpt2", n_layer=ex["blocks"], n_embd=ex["M"],
+                   n_head=ex["heads"], n_inner=ex["H"],
+                   n_positions=ex["positions"], activation_function="gelu",
+                   layer_norm_epsilon=1e-5)
+    else:
+        cfg.update(model_type="bert", num_hidden_layers=ex["blocks"],
+                   hidden_size=ex["M"], num_attention_heads=ex["heads"],
+                   intermediate_size=ex["H"],
+                   max_position_embeddings=ex["positions"], hidden_act="gelu",
+                   layer_norm_eps=1e-5, is_decoder=False)
+    return cfg
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("style", choices=STYLES + list(EDITS))
+    ap.add_argument("style", choices=STYLES + list(EDITS) + list(DERIVED))
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--expect")
+    ap.add_argument("--hf-config", help="write the model's Hugging Face "
+                    "config.json (gpt2-pos, bert-postnorm)")
     ap.add_argument("--loss", action="store_true",
                     help="export the cross-entropy loss (labels input)")
     ap.add_argument("--fold", action="store_true",
@@ -727,6 +802,9 @@ def main():
     if args.expect:
         with open(args.expect, "w") as f:
             json.dump(ex, f, indent=1, sort_keys=True)
+    if args.hf_config:
+        with open(args.hf_config, "w") as f:
+            json.dump(hf_config(args.style, ex), f, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -85,8 +85,19 @@ class OrtModel:
 
     def __init__(self, path):
         self.model = onnx.load(path)
+        # ONNX Runtime (1.19) crashes on a LayerNormalization whose absent
+        # bias is spelled as an empty input name, as torch exports
+        # nn.LayerNorm(bias=False) (microsoft/onnxruntime#18967). A
+        # trailing empty name means the same as no input (ONNX IR spec,
+        # optional inputs), so such files run with those names dropped.
+        edited = False
+        for n in self.model.graph.node:
+            while len(n.input) > 0 and n.input[-1] == "":
+                n.input.pop()
+                edited = True
         self.session = ort.InferenceSession(
-            path, providers=["CPUExecutionProvider"])
+            self.model.SerializeToString() if edited else path,
+            providers=["CPUExecutionProvider"])
         inits = {i.name for i in self.model.graph.initializer}
         self.inputs = [i for i in self.session.get_inputs()
                        if i.name not in inits]

@@ -65,6 +65,9 @@ struct Options {
   int saveEvery = 0;
   std::string checkpointDir, resumeDir;
   bool randomWeights = false, profile = false;
+  // --check-collectives every-step: signatures exchanged before every
+  // collective of every step, not only the first step's.
+  bool checkEveryStep = false;
   double timeout = 60;
 };
 
@@ -112,6 +115,12 @@ Options parseOptions(int argc, char **argv) {
       o.randomWeights = true;
     } else if (a == "--dump-inputs") {
       o.dumpInputs = value();
+    } else if (a == "--check-collectives") {
+      std::string v = value();
+      if (v != "first-step" && v != "every-step")
+        die("--check-collectives needs 'first-step' or 'every-step', got '" +
+            v + "'");
+      o.checkEveryStep = v == "every-step";
     } else if (a == "--timeout") {
       std::string v = value();
       std::optional<double> t = moe_rt::options::nonNegativeNumber(v);
@@ -123,6 +132,7 @@ Options parseOptions(int argc, char **argv) {
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
                   "[--dump-inputs FILE] [--routing-trace FILE] "
                   "[--timeout SECONDS] [--profile] "
+                  "[--check-collectives first-step|every-step] "
                   "[--save-every N --checkpoint DIR] [--resume DIR]\n");
       moe_rt_mpi_finalize();
       std::exit(0);
@@ -347,7 +357,8 @@ int main(int argc, char **argv) {
     resumed = std::move(*state);
   }
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log});
+  Interpreter run(loaded->func,
+                  {rank, world, start.seed, o.timeout, log, o.checkEveryStep});
   check(run.prepare());
   int fromSource = initArguments(run, !o.randomWeights, o.input);
   if (resumed) {

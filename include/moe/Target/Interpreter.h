@@ -59,6 +59,10 @@ public:
     /// Where moe.routing_counts hands each step's counts (moe-run
     /// --routing-trace and its balance line); null: nowhere.
     moe_rt_routing_log *routingLog = nullptr;
+    /// Exchange every collective's signature on every step (moe-run
+    /// --check-collectives=every-step); false: on the first step only,
+    /// which proves a static step's signatures for the later ones.
+    bool checkCollectivesEveryStep = false;
   };
 
   Interpreter(FunctionOpInterface step, Options options);

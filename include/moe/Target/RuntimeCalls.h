@@ -576,11 +576,20 @@ template <> struct RuntimeCall<AllReduceOp> {
       offset = (*bytes)[0];
       size = (*bytes)[1];
     }
+    // Several tensors: one collective of them packed (the cost model's one
+    // alpha per task), not one each.
+    bool group = op.getInputs().size() > 1;
+    if (group &&
+        failed(v.call(MOE_RT_FN(moe_rt_all_reduce_group_begin), v.stream())))
+      return failure();
     for (auto [src, dst] : llvm::zip(op.getInputs(), op.getResults()))
       if (failed(v.call(MOE_RT_FN(moe_rt_all_reduce_into), v.stream(),
                         v.comm(op), v.in(src), v.out(dst), v.i64(offset),
                         v.i64(size))))
         return failure();
+    if (group &&
+        failed(v.call(MOE_RT_FN(moe_rt_all_reduce_group_end), v.stream())))
+      return failure();
     return success();
   }
 };

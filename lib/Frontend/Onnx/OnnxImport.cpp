@@ -224,9 +224,47 @@ InFlightDiagnostic Importer::unsupported(const onnx::NodeProto &n) const {
   return d;
 }
 
+/// Gathers on an initializer that read an integer graph input, directly
+/// or through views (Reshape, Flatten, ...).
+std::vector<const onnx::NodeProto *> tableGathers(const OnnxGraph &g) {
+  std::vector<const onnx::NodeProto *> out;
+  for (const auto &vi : g.graph().input()) {
+    int32_t et = vi.type().tensor_type().elem_type();
+    if (g.constant(vi.name()) || (et != onnx::TensorProto::INT64 &&
+                                  et != onnx::TensorProto::INT32))
+      continue;
+    std::vector<std::string> values{vi.name()};
+    for (size_t i = 0; i < values.size() && i < 16; ++i)
+      for (const onnx::NodeProto *c : g.consumers(values[i])) {
+        if (isOp(*c, "Gather") && c->input_size() == 2 &&
+            c->input(1) == values[i] && g.isInitializer(c->input(0)))
+          out.push_back(c);
+        else if (isView(*c))
+          values.push_back(c->output(0));
+      }
+  }
+  return out;
+}
+
+/// Two embedding lookups of token inputs are an encoder and a decoder
+/// (T5 / SwitchTransformers, NLLB-MoE): refused, naming both.
+LogicalResult refuseEncoderDecoder(const OnnxGraph &g) {
+  auto gathers = tableGathers(g);
+  if (gathers.size() < 2)
+    return success();
+  g.error(*gathers[1]) << "embeds token inputs a second time (the first: '"
+                       << g.nodeName(*gathers[0])
+                       << "'): an encoder-decoder model (NLLB-MoE, "
+                          "SwitchTransformers); the importer takes one "
+                          "decoder-only or encoder-only stack";
+  return failure();
+}
+
 /// The token input is the integer graph input read by a Gather on a
 /// constant table (the embedding). B and N come from its shape.
 LogicalResult Importer::findEmbedding(std::string &stream) {
+  if (failed(refuseEncoderDecoder(g)))
+    return failure();
   const onnx::ValueInfoProto *tokens = nullptr;
   for (const auto &vi : g.graph().input()) {
     if (g.constant(vi.name()))

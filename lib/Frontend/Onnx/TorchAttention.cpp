@@ -556,6 +556,31 @@ LogicalResult assignProjections(AttnCtx &c) {
   return success();
 }
 
+/// A packed Q/K/V projection that is not Slice-d into its roles. Names
+/// what the model does to it instead: a clamp (DBRX's clip_qkv), a Split
+/// (DBRX's Wqkv.split), or neither.
+LogicalResult refuseUnslicedPacked(AttnCtx &c, const WeightUse *w) {
+  const std::string &name = w->source.initializers[0];
+  for (const NodeProto *u : c.rv.users(c.projOut(w))) {
+    if (u->op_type() == "Clip") {
+      c.g.error(*u) << "clamps the packed Q/K/V projection '" << name
+                    << "' (DBRX's clip_qkv); moe.attention does not clip "
+                       "Q, K or V";
+      return failure();
+    }
+    if (u->op_type() == "Split") {
+      c.g.error(*u) << "splits the packed Q/K/V projection '" << name
+                    << "' with Split (DBRX's fused Wqkv); packed projections "
+                       "are imported when Slice-d (nn.MultiheadAttention's "
+                       "in_proj)";
+      return failure();
+    }
+  }
+  c.g.error(*w->node) << "packed projection '" << name
+                      << "' is used for several of Q, K, V without slicing";
+  return failure();
+}
+
 /// A role's weight; nn.MultiheadAttention's packed in_proj is sliced.
 LogicalResult roleSource(AttnCtx &c, const WeightUse *w,
                          llvm::StringRef consumerValue, WeightSource &s,
@@ -570,11 +595,8 @@ LogicalResult roleSource(AttnCtx &c, const WeightUse *w,
            consumerValue, [&](const NodeProto &m) { return c.isProj(m); }))
     if (n->op_type() == "Slice" && c.projAt(n->input(0)) == w)
       slice = n;
-  if (!slice) {
-    c.g.error(*w->node) << "packed projection '" << s.initializers[0]
-                        << "' is used for several of Q, K, V without slicing";
-    return failure();
-  }
+  if (!slice)
+    return refuseUnslicedPacked(c, w);
   int64_t rows = w->shape[1];
   std::vector<const NodeProto *> slices;
   for (const NodeProto *u : c.rv.users(c.projOut(w)))

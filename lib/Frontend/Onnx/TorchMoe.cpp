@@ -313,6 +313,47 @@ LogicalResult orderExperts(MoeCtx &c) {
 /// weights), the rest shared experts' (DeepSeek's fused shared_experts:
 /// exactly one FFN, with the routed experts' activation). Activations by
 /// evaluation (probeActivation).
+/// The initializer a constant-valued operand is computed from (first
+/// found walking back through its producers), else empty.
+std::string sourceInitializer(const OnnxGraph &g, const std::string &value) {
+  std::vector<std::string> todo{value};
+  for (size_t i = 0; i < todo.size() && i < 64; ++i) {
+    if (g.isInitializer(todo[i]))
+      return todo[i];
+    if (const NodeProto *p = g.producer(todo[i]))
+      todo.insert(todo.end(), p->input().begin(), p->input().end());
+  }
+  return "";
+}
+
+/// No routed product has a weight initializer as operand. When one reads a
+/// weight computed from an initializer instead (DBRX's experts view and
+/// chunk one fused w1 / v1 / w2 parameter for all experts), name it.
+LogicalResult refuseNoExpertWeights(MoeCtx &c,
+                                    const std::unordered_set<std::string> &routed) {
+  for (const NodeProto *n : c.r.nodes) {
+    if ((n->op_type() != "MatMul" && n->op_type() != "Gemm") ||
+        n->input_size() < 2)
+      continue;
+    int k = routed.count(n->input(0)) ? 1 : 0;
+    if (!routed.count(n->input(1 - k)) ||
+        !isConstantValue(c.g, n->input(k)))
+      continue;
+    std::string init = sourceInitializer(c.g, n->input(k));
+    if (init.empty())
+      continue;
+    c.g.error(*n) << "expert weight computed from initializer '" << init
+                  << "' by " << c.g.nodeName(*c.g.producer(n->input(k)))
+                  << " (one fused parameter sliced per expert, as DBRX's "
+                     "w1 / v1 / w2); expert weights are imported as one "
+                     "initializer per expert or one stacked [E, in, out] "
+                     "initializer";
+    return failure();
+  }
+  c.g.error(*c.sel) << "no expert weight projections downstream of the router";
+  return failure();
+}
+
 LogicalResult groupExperts(MoeCtx &c) {
   const OnnxGraph &g = c.g;
   auto routed = c.rv.forwardCone({c.routerNode->output(0)});
@@ -323,10 +364,8 @@ LogicalResult groupExperts(MoeCtx &c) {
     if (auto w = weightUse(g, *n))
       (routed.count(w->data) ? routedProjs : sharedProjs).push_back(*w);
   }
-  if (routedProjs.empty()) {
-    g.error(*c.sel) << "no expert weight projections downstream of the router";
-    return failure();
-  }
+  if (routedProjs.empty())
+    return refuseNoExpertWeights(c, routed);
   auto ffns = groupFfns(c.rv, routedProjs);
   if (failed(ffns))
     return failure();

@@ -371,6 +371,11 @@ llvm::Error Interpreter::Impl::run(int64_t stepNumber) {
                                                          : 0) != MOE_RT_OK)
       return error("rank " + std::to_string(options.rank) + ": " +
                    moe_rt_last_error());
+  // Every rank is past its first step here: later steps repeat its
+  // collectives (moe_rt_comm_end_shape_checks).
+  if (!options.checkCollectivesEveryStep &&
+      moe_rt_comm_end_shape_checks(worldComm) != MOE_RT_OK)
+    return error(moe_rt_last_error());
   return llvm::Error::success();
 }
 

@@ -50,6 +50,15 @@ moe_rt_status moe_rt_comm_create_world(double timeout_s, int check_shapes,
 /* Ranks with the same color form a group (MPI_Comm_split), ordered by rank.*/
 moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
                                 moe_rt_comm *out);
+/* Ends the signature exchange on `comm` and on every group split from it
+ * (before or after this call). A compiled step issues the same collectives
+ * with the same sizes every step, so the first step's checks prove later
+ * steps' signatures; moe-run and generated steps call this after the first
+ * step unless asked to check every step (docs/runtime/collectives.md).
+ * Every rank must call it at the same step boundary. */
+moe_rt_status moe_rt_comm_end_shape_checks(moe_rt_comm comm);
+/* 1 while `comm` exchanges signatures before its collectives. */
+int moe_rt_comm_checks_shapes(moe_rt_comm comm);
 moe_rt_status moe_rt_comm_destroy(moe_rt_comm comm);
 int moe_rt_comm_rank(moe_rt_comm comm);
 int moe_rt_comm_size(moe_rt_comm comm);

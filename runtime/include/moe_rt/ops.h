@@ -380,6 +380,13 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *src,
                                      moe_rt_tensor *out, int64_t offset_bytes,
                                      int64_t size_bytes);
+/* The moe_rt_all_reduce_into calls made on a CPU stream between these two
+ * run as one all-reduce of their ranges packed together (one collective
+ * start-up for moe.all_reduce of several gradients, as the cost model
+ * charges). Every call of a group must use the same comm. On a CUDA
+ * stream both are no-ops: each all-reduce is issued as it comes. */
+moe_rt_status moe_rt_all_reduce_group_begin(moe_rt_stream s);
+moe_rt_status moe_rt_all_reduce_group_end(moe_rt_stream s);
 
 /* Optimizers (docs/optimizers.md). lr: an F32 scalar tensor (the step's
  * "lr" input), step: an I64 scalar (the 1-based update count), scale: the

@@ -12,6 +12,7 @@
 #include "../Error.h"
 #include "../TensorAccess.h"
 #include "../cpu/CpuOps.h"
+#include "AllReduceGroups.h"
 #include "OnCuda.h"
 
 #if MOE_RT_HAVE_CUDA
@@ -279,6 +280,8 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
     return moe_rt_all_reduce(s, comm, out, offset_bytes, size_bytes);
   }
 #endif
+  if (deferToGroup(s, comm, src, out, offset_bytes, size_bytes))
+    return ok(); // runs at moe_rt_all_reduce_group_end, packed with others
   // The copy joins the all-reduce in the pool's low-priority queue, so that
   // a wait before this op gates both.
   if (moe_rt_status st = cpu::copy(s, src, 0, out, 0, n, /*lowPriority=*/true))

@@ -47,7 +47,7 @@ public:
       start = Clock::now();
       if (failedEarlier(c, message, status))
         return true;
-      if (c->checkShapes) {
+      if (c->checkShapes()) {
         mine[0] = kind;
         mine[1] = bytes;
         all.resize(2 * c->size);

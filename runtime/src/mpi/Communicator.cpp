@@ -60,7 +60,8 @@ moe_rt_status mpi::refuseIfFailed(moe_rt_comm_impl &c) {
 
 namespace {
 
-moe_rt_status commFromMpi(MPI_Comm base, double timeout, bool checks,
+moe_rt_status commFromMpi(MPI_Comm base, double timeout,
+                          std::shared_ptr<std::atomic<bool>> checks,
                           moe_rt_comm *out) {
   auto c = std::make_unique<moe_rt_comm_impl>();
   for (MPI_Comm *dup : {&c->a2a, &c->ar, &c->probe, &c->p2p})
@@ -71,7 +72,7 @@ moe_rt_status commFromMpi(MPI_Comm base, double timeout, bool checks,
   MPI_Comm_rank(c->a2a, &c->rank);
   MPI_Comm_size(c->a2a, &c->size);
   c->timeoutSeconds = timeout;
-  c->checkShapes = checks;
+  c->checkShapesFlag = std::move(checks);
   *out = c.release();
   return ok();
 }
@@ -126,7 +127,9 @@ moe_rt_comm_create_world(double timeout_s, int check_shapes, moe_rt_comm *out) {
     return fail(MOE_RT_UNAVAILABLE,
                 "moe_rt_comm_create_world: call moe_rt_mpi_init first");
   openWorldLiveness();
-  return commFromMpi(MPI_COMM_WORLD, timeout_s, check_shapes != 0, out);
+  return commFromMpi(MPI_COMM_WORLD, timeout_s,
+                     std::make_shared<std::atomic<bool>>(check_shapes != 0),
+                     out);
 }
 
 extern "C" moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
@@ -139,9 +142,20 @@ extern "C" moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
       rc != MPI_SUCCESS)
     return fail(MOE_RT_BACKEND_ERROR, "MPI_Comm_split: " + mpiError(rc));
   moe_rt_status s =
-      commFromMpi(split, parent->timeoutSeconds, parent->checkShapes, out);
+      commFromMpi(split, parent->timeoutSeconds, parent->checkShapesFlag, out);
   MPI_Comm_free(&split);
   return s;
+}
+
+extern "C" moe_rt_status moe_rt_comm_end_shape_checks(moe_rt_comm comm) {
+  if (!comm)
+    return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_comm_end_shape_checks: NULL");
+  comm->checkShapesFlag->store(false);
+  return ok();
+}
+
+extern "C" int moe_rt_comm_checks_shapes(moe_rt_comm comm) {
+  return comm && comm->checkShapes() ? 1 : 0;
 }
 
 extern "C" moe_rt_status moe_rt_comm_destroy(moe_rt_comm comm) {

@@ -16,6 +16,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -33,7 +34,13 @@ struct moe_rt_comm_impl {
            p2p = MPI_COMM_NULL;
   int rank = 0, size = 1;
   double timeoutSeconds = 0;
-  bool checkShapes = false;
+  /// Whether collectives exchange their (kind, size) signature first. One
+  /// flag shared by a group and every group split from it, so that
+  /// moe_rt_comm_end_shape_checks on the world ends them everywhere at the
+  /// same step boundary.
+  std::shared_ptr<std::atomic<bool>> checkShapesFlag =
+      std::make_shared<std::atomic<bool>>(false);
+  bool checkShapes() const { return checkShapesFlag->load(); }
   std::mutex mutex;
   std::string failed; // set once a collective timed out
   /// Buffers of point-to-point requests that timed out and may still be

@@ -178,7 +178,7 @@ static moe_rt_status ncclOf(moe_rt_comm c, CommClass cls,
 /// With shape checks on: every rank's (kind, bytes), exchanged over MPI
 /// when the call is made (NCCL itself would hang or corrupt memory).
 static moe_rt_status checkSignature(moe_rt_comm c, int64_t kind, int64_t bytes) {
-  if (!c->checkShapes)
+  if (!c->checkShapes())
     return MOE_RT_OK;
   int64_t mine[2] = {kind, bytes};
   std::vector<int64_t> all(2 * c->size);
@@ -283,7 +283,7 @@ moe_rt_status runNcclP2P(moe_rt_stream stream, moe_rt_comm c,
                          std::shared_ptr<P2PTransfer> t) {
   if (moe_rt_status st = refuseIfFailed(*c))
     return st;
-  if (c->checkShapes) {
+  if (c->checkShapes()) {
     if (int rc = t->postHeaders(c->p2p); rc != MPI_SUCCESS)
       return fail(MOE_RT_BACKEND_ERROR,
                   "shape check of " + t->what() + ": " + mpiError(rc));

@@ -34,6 +34,10 @@ moe_rt_status moe_rt_comm_split(moe_rt_comm, int, moe_rt_comm *) {
 moe_rt_status moe_rt_comm_destroy(moe_rt_comm) {
   return unavailable("moe_rt_comm_destroy");
 }
+moe_rt_status moe_rt_comm_end_shape_checks(moe_rt_comm) {
+  return unavailable("moe_rt_comm_end_shape_checks");
+}
+int moe_rt_comm_checks_shapes(moe_rt_comm) { return 0; }
 moe_rt_status moe_rt_comm_node_rank(moe_rt_comm, int *, int *) {
   return unavailable("moe_rt_comm_node_rank");
 }

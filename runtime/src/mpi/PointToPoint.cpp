@@ -24,7 +24,7 @@ public:
       start = Clock::now();
       if (failedEarlier(c, message, status))
         return true;
-      if (c->checkShapes) {
+      if (c->checkShapes()) {
         if (int rc = t->postHeaders(c->p2p); rc != MPI_SUCCESS)
           return mpiFailed(rc, message, status);
         state = Checking;

@@ -66,6 +66,9 @@ struct moe_step {
   moe_rt_backend backend = MOE_RT_CPU;
   int rank = 0, world = 1;
   moe_rt_comm worldComm = nullptr;
+  /// MOE_STEP_CHECK_COLLECTIVES=every-step: signatures exchanged on every
+  /// step, not only the first (moe-run's --check-collectives).
+  bool checkCollectivesEveryStep = false;
   /// moe_step_global_loss's stream and world group, made with the step:
   /// creating a communicator is a collective without a timeout, which a
   /// rank that stops between two steps would leave the others waiting in.
@@ -130,6 +133,13 @@ moe_step *moe_step_create_on(double timeout_s, moe_rt_backend backend) {
   s->backend = backend;
   if (const char *p = std::getenv("MOE_RT_PROFILE"); p && *p && *p != '0')
     moe_rt_profile_enable(1);
+  if (const char *p = std::getenv("MOE_STEP_CHECK_COLLECTIVES"); p && *p) {
+    std::string v = p;
+    if (v != "first-step" && v != "every-step")
+      fail(s.get(), "MOE_STEP_CHECK_COLLECTIVES must be 'first-step' or "
+                    "'every-step', not '" + v + "'");
+    s->checkCollectivesEveryStep = v == "every-step";
+  }
   // Shape checks on, as moe-run: a mismatched collective is reported, not a
   // hang or corrupted memory.
   check(s.get(), moe_rt_comm_create_world(timeout_s, 1, &s->worldComm),
@@ -434,6 +444,11 @@ void moe_step_end(moe_step *s) {
           "the step");
   check(s, moe_rt_routing_log_end_step(s->routingLog, s->stepsBegun),
         "the routing statistics");
+  // Later steps repeat the first one's collectives: its signature checks
+  // prove theirs (moe_rt_comm_end_shape_checks), unless
+  // MOE_STEP_CHECK_COLLECTIVES=every-step.
+  if (!s->checkCollectivesEveryStep)
+    check(s, moe_rt_comm_end_shape_checks(s->worldComm), "the step");
   moe_rt_profile_step_end(stderr, s->rank, s->stepsBegun);
 }
 

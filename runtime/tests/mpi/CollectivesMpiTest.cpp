@@ -425,6 +425,73 @@ int main(int argc, char **argv) {
            "dispatch refuses a buffer without G C slots");
   }
 
+  // A group of all-reduces (moe.all_reduce of several gradients): one
+  // collective of the ranges packed; the same sums as one at a time, the
+  // bytes outside a chunk's range copied, not summed.
+  {
+    moe_rt_tensor g1 = make({5}), g2 = make({2, 3}), g3 = make({4});
+    moe_rt_tensor o1 = make({5}), o2 = make({2, 3}), o3 = make({4});
+    for (int i = 0; i < 5; ++i)
+      f(g1)[i] = float(rank + 1) * float(i);
+    for (int i = 0; i < 6; ++i)
+      f(g2)[i] = float(rank) + 10.0f * float(i);
+    for (int i = 0; i < 4; ++i)
+      f(g3)[i] = 1.0f;
+    ok(moe_rt_all_reduce_group_begin(pool), "group begin");
+    expect(moe_rt_all_reduce_group_begin(pool) == MOE_RT_INVALID_ARGUMENT,
+           "a second open group on one stream is refused");
+    ok(moe_rt_all_reduce_into(pool, world, &g1, &o1, 0, -1), "group member 1");
+    ok(moe_rt_all_reduce_into(pool, world, &g2, &o2, 8, 12), "group member 2");
+    ok(moe_rt_all_reduce_into(pool, world, &g3, &o3, 0, -1), "group member 3");
+    ok(moe_rt_all_reduce_group_end(pool), "group end");
+    ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize group");
+    float ranks = float(size) * float(size - 1) / 2; // sum of ranks
+    bool same = true;
+    for (int i = 0; i < 5; ++i)
+      same &= f(o1)[i] == float(size) * float(size + 1) / 2 * float(i);
+    for (int i = 0; i < 6; ++i) // elements 2..4 summed, the rest copied
+      same &= f(o2)[i] == (i >= 2 && i < 5
+                               ? ranks + float(size) * 10.0f * float(i)
+                               : float(rank) + 10.0f * float(i));
+    for (int i = 0; i < 4; ++i)
+      same &= f(o3)[i] == float(size);
+    expect(same, "grouped all-reduce equals one at a time");
+    expect(moe_rt_all_reduce_group_end(pool) == MOE_RT_INVALID_ARGUMENT,
+           "ending a group that is not open is refused");
+    ok(moe_rt_all_reduce_group_begin(pool), "group begin 2");
+    ok(moe_rt_all_reduce_into(pool, world, &g1, &o1, 0, -1), "member");
+    ok(moe_rt_all_reduce_into(pool, half, &g3, &o3, 0, -1), "other group");
+    expect(moe_rt_all_reduce_group_end(pool) == MOE_RT_INVALID_ARGUMENT,
+           "a group over two groups of ranks is refused");
+  }
+
+  // Ending the signature checks after a first step (moe-run, generated
+  // steps): on the world and every group split from it, before or after.
+  expect(moe_rt_comm_checks_shapes(world) == 1 &&
+             moe_rt_comm_checks_shapes(half) == 1,
+         "signature checks on while the first step runs");
+  ok(moe_rt_comm_end_shape_checks(world), "end shape checks");
+  moe_rt_comm later;
+  ok(moe_rt_comm_split(world, rank % 2, &later), "split after the checks");
+  expect(moe_rt_comm_checks_shapes(world) == 0 &&
+             moe_rt_comm_checks_shapes(half) == 0 &&
+             moe_rt_comm_checks_shapes(later) == 0,
+         "signature checks off on the world and its groups");
+  moe_rt_tensor unchecked = make({6});
+  for (int i = 0; i < 6; ++i)
+    f(unchecked)[i] = float(rank + i);
+  ok(moe_rt_all_reduce(pool, later, &unchecked, 0, -1), "unchecked reduce");
+  ok(moe_rt_stream_synchronize(pool, 60.0), "synchronize unchecked");
+  {
+    int n = moe_rt_comm_size(later);
+    float ranks = 0; // the sum of the group's ranks (world numbering)
+    for (int r = rank % 2; r < size; r += 2)
+      ranks += float(r);
+    expect(f(unchecked)[5] == ranks + 5.0f * float(n),
+           "unchecked all-reduce still sums");
+  }
+  moe_rt_comm_destroy(later);
+
   std::printf("rank %d: %d checks passed\n", rank, checks);
   std::fflush(stdout);
   moe_rt_comm_destroy(half);
