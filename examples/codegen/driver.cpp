@@ -123,10 +123,11 @@ static std::string findTextArguments(moe_step *s, TextArguments &out) {
   return "";
 }
 
-/// Fills this rank's token ids and labels of `step` (0 for the first) from
-/// the text, as moe-run --data does. An empty return means success.
+/// Fills this rank's token ids and labels of the step that begins at data
+/// position `position` (samples all ranks read before it) from the text,
+/// as moe-run --data does. An empty return means success.
 static std::string fillText(moe_step *s, const TextArguments &args,
-                            const std::string &text, int step) {
+                            const std::string &text, uint64_t position) {
   for (int which : {args.tokens, args.labels}) {
     moe_rt_tensor *arg = moe_step_argument_tensor(s, which);
     // Through a host tensor: on the CUDA backend the argument is on the GPU.
@@ -136,9 +137,8 @@ static std::string fillText(moe_step *s, const TextArguments &args,
       return moe_rt_last_error();
     std::string error;
     bool ok = moe_rt::text_data::fill(
-        text, step, moe_step_world_size(s), moe_step_rank(s), arg->shape[0],
-        arg->shape[1], which == args.labels,
-        static_cast<int64_t *>(host.data), error);
+        text, position, moe_step_rank(s), arg->shape[0], arg->shape[1],
+        which == args.labels, static_cast<int64_t *>(host.data), error);
     if (ok && moe_rt_tensor_copy(arg, &host) != MOE_RT_OK)
       error = moe_rt_last_error(), ok = false;
     moe_rt_tensor_destroy(&host);
@@ -293,19 +293,24 @@ int main(int argc, char **argv) {
     }
   }
   // A resumed run continues the checkpoint's update count, seed and data
-  // position (this driver reads one window per step).
+  // position (samples over all ranks: moe_rt/text_data.h), on any grid.
   int done = 0;
+  uint64_t position = 0;
   if (!resume.empty()) {
-    done = int(moe_step_resume(s, resume.c_str()));
+    position = moe_step_resume(s, resume.c_str());
+    done = int(moe_step_updates_done(s));
     if (moe_step_rank(s) == 0)
       std::fprintf(stderr, "codegen-driver: resumed from '%s' after step %d\n",
                    resume.c_str(), done);
   }
+  // Samples a rank reads per step (the token ids' first dimension).
+  int64_t samples =
+      data.empty() ? 0 : moe_step_argument_tensor(s, textArgs.tokens)->shape[0];
   auto start = std::chrono::steady_clock::now();
   for (int i = 1; i <= steps; ++i) {
     int step = done + i;
     if (!data.empty()) {
-      std::string error = fillText(s, textArgs, text, step - 1);
+      std::string error = fillText(s, textArgs, text, position);
       if (!error.empty()) // checked above; a failed host copy lands here
         return stop(s, error);
     }
@@ -325,8 +330,10 @@ int main(int argc, char **argv) {
     }
     std::fflush(stdout);
     moe_step_advance(s);
+    position = moe_rt::text_data::advance(position, moe_step_world_size(s),
+                                          samples);
     if (saveEvery && step % saveEvery == 0)
-      moe_step_save_checkpoint(s, checkpoint.c_str(), uint64_t(step));
+      moe_step_save_checkpoint(s, checkpoint.c_str(), position);
   }
   if (!dump.empty())
     moe_step_dump_results(s, (dump + rank).c_str());

@@ -6,7 +6,8 @@
 # gradient clipping and a warm-up + cosine schedule (docs/optimizers.md),
 # one loss line per step with a progress line on stderr. Halfway it saves a
 # checkpoint and stops; a second moe-run resumes from it for the remaining
-# steps, continuing bit-exactly (docs/checkpoint-format.md).
+# steps, continuing bit-exactly (docs/checkpoint-format.md), and the
+# trained weights are written back into the ONNX file (moe-export-onnx).
 #
 #   examples/trainer/train.sh [STEPS] [PIPELINE-OPTIONS]
 #   e.g. examples/trainer/train.sh 40 "degree=2 policy=flowmoe lr=0.2"
@@ -58,5 +59,12 @@ if (( STEPS > FIRST )); then
   echo "== checkpoint $(cat "$CHECKPOINTS/LATEST") saved; a new job resumes from it"
   "${MPIRUN[@]}" "$BUILD_DIR/bin/moe-run" "$OUT/byte-moe.step.mlir" \
     --data "$ROOT/examples/data/moe-notes.txt" --steps $(( STEPS - FIRST )) \
-    --timeout 120 --resume "$CHECKPOINTS"
+    --timeout 120 --resume "$CHECKPOINTS" \
+    --save-every "$STEPS" --checkpoint "$CHECKPOINTS"
 fi
+# The trained weights back into the ONNX model (every rank's experts,
+# the import's transposes undone): PyTorch and ONNX Runtime load them
+# (docs/tools/moe-export-onnx.md).
+"$BUILD_DIR/bin/moe-export-onnx" "$OUT/byte-moe.step.mlir" \
+  --checkpoint "$CHECKPOINTS" -o "$OUT/byte-moe-trained.onnx" 2> /dev/null
+echo "== trained weights of $(cat "$CHECKPOINTS/LATEST") exported to $OUT/byte-moe-trained.onnx"

@@ -327,6 +327,64 @@ TEST(CheckpointFile, ReshardsExpertsToAnotherGrid) {
   ::rmdir(root.c_str());
 }
 
+TEST(CheckpointFile, WholeModelGathersEveryRanksExpertsInOrder) {
+  // What moe-export-onnx reads: a 2x2 checkpoint with EP over the second
+  // axis (ranks 0, 2 hold experts 0-3, ranks 1, 3 experts 4-7), gathered
+  // on one rank from the step directory itself.
+  std::string root = scratchDir("whole");
+  std::vector<ckpt::RankState> states;
+  ckpt::Manifest written = expertsOn({2, 2}, nullptr);
+  written.epAxes = {1};
+  for (ckpt::LayoutEntry &e : written.tensors)
+    if (e.layout == ckpt::Layout::experts)
+      e.localShape[0] = 4;
+  written.model = ckpt::fingerprint(written);
+  for (int r = 0; r < 4; ++r) {
+    ckpt::RankState s;
+    s.rank = r;
+    s.ranks = 4;
+    s.counters = written.counters;
+    s.tensors.push_back({"gain", ckpt::Role::param, {2}, {1.5f, -2}});
+    std::vector<float> up, avg;
+    for (int64_t e = (r % 2) * 4; e < (r % 2) * 4 + 4; ++e)
+      for (int j = 0; j < 3; ++j) {
+        up.push_back(float(e * 10 + j));
+        avg.push_back(float(-e));
+      }
+    s.tensors.push_back({"up", ckpt::Role::param, {4, 3}, up});
+    s.tensors.push_back({"up.exp_avg", ckpt::Role::state, {4, 3}, avg});
+    states.push_back(s);
+  }
+  writeCheckpoint(root, written, states);
+  ckpt::Manifest whole = ckpt::wholeModel(written);
+  EXPECT_EQ(whole.ranks, 1);
+  EXPECT_EQ(whole.tensors[1].localShape, (std::vector<int64_t>{8, 3}));
+  std::string dir, error;
+  ASSERT_TRUE(ckpt::checkpointDir(root, dir, error)) << error;
+  EXPECT_EQ(dir, root + "/step-5");
+  std::string same;
+  ASSERT_TRUE(ckpt::checkpointDir(dir, same, error)) << error;
+  EXPECT_EQ(same, dir);
+  ckpt::RankState got;
+  ASSERT_TRUE(ckpt::readReshardedAt(dir, whole, 0, got, error)) << error;
+  ASSERT_EQ(got.tensors[1].values.size(), 24u);
+  for (int64_t e = 0; e < 8; ++e)
+    for (int j = 0; j < 3; ++j)
+      EXPECT_EQ(got.tensors[1].values[size_t(e * 3 + j)], float(e * 10 + j));
+  // A data-parallel copy that drifted (rank 2 holds rank 0's experts).
+  states[2].tensors[1].values[0] = 99;
+  ckpt::removeTree(dir);
+  writeCheckpoint(root, written, states);
+  EXPECT_FALSE(ckpt::readReshardedAt(dir, whole, 0, got, error));
+  EXPECT_NE(error.find("tensor 'up' differs between rank 2 and another rank "
+                       "holding the same experts"),
+            std::string::npos)
+      << error;
+  ckpt::removeTree(dir);
+  std::remove((root + "/LATEST").c_str());
+  ::rmdir(root.c_str());
+}
+
 TEST(CheckpointFile, ReshardingChecksReplicasEqual) {
   std::string root = scratchDir("replicas");
   std::vector<ckpt::RankState> states;

@@ -163,6 +163,44 @@ TEST_F(OptimizerTest, HostExecutorRunsTheCpuOpsBodies) {
   EXPECT_NEAR(sq.f()[0], want, 1e-6 * want);
 }
 
+TEST_F(OptimizerTest, HostExecutorRunsSgdMomentumAndClipBodies) {
+  // The CUDA backend's SGD-momentum and clip-coefficient templates on the
+  // host give the CPU ops' bits, with the clip scale applied (a norm over
+  // max_norm, so the coefficient is < 1 and every update uses it).
+  const int64_t n = 5000;
+  Tensor param({n}), grad({n}), buf({n});
+  fillRandom(param, 6);
+  fillRandom(grad, 7);
+  fillRandom(buf, 8, 0.1f);
+  Tensor lrT = scalarF32(0.05f), sq = scalarF32(0), coef = scalarF32(0),
+         np({n}), nb({n});
+  ASSERT_EQ(moe_rt_sum_squares(s, &grad, 0, &sq), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_clip_coef(s, &sq, 0.5, &coef), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_sgd_momentum(s, 0.9, 0.01, &lrT, &coef, &param, &grad,
+                                &buf, &np, &nb),
+            MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  ASSERT_LT(coef.f()[0], 1.0f);
+
+  moe_rt_test::CheckedExecutor ex;
+  float hcoef = 0;
+  ASSERT_EQ(moe_rt::device::clipCoef(ex, sq.f(), 0.5, &hcoef), MOE_RT_OK);
+  EXPECT_EQ(hcoef, coef.f()[0]);
+  std::vector<float> hp(n), hb(n);
+  moe_rt::device::optim::SgdMomentumBody body{
+      param.f(), grad.f(), buf.f(), lrT.f(), &hcoef,
+      0.9,       0.01,     hp.data(), hb.data()};
+  ASSERT_EQ(moe_rt::device::sgdMomentum(ex, n, body), MOE_RT_OK);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hp[i], np.f()[i]) << i;
+    ASSERT_EQ(hb[i], nb.f()[i]) << i;
+  }
+  // The scale is used: without it the update differs.
+  body.scale = nullptr;
+  ASSERT_EQ(moe_rt::device::sgdMomentum(ex, n, body), MOE_RT_OK);
+  EXPECT_NE(hb[0], nb.f()[0]);
+}
+
 TEST_F(OptimizerTest, SumSquaresAccumulatesAndClipCoefClamps) {
   Tensor a({3}, {1, 2, 2}), b({2}, {0, 3}), sq = scalarF32(123), coef({}),
       max1 = scalarF32(0), coef2({});

@@ -201,9 +201,23 @@ template <typename OpT> bool reaches(Value v) {
   return false;
 }
 
-/// Token ids and labels of `step` from a byte-level text corpus: each rank
-/// reads its own consecutive windows; labels are the next bytes.
-void loadText(Interpreter &run, const std::string &text, int step) {
+/// The samples (sequences) a rank reads per step: the token ids' first
+/// dimension; 0 for a step without token ids.
+int64_t samplesPerRank(Interpreter &run) {
+  FunctionOpInterface func = run.step();
+  for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
+    Buffer &b = *run.buffer(arg);
+    if (b.isInt && b.shape.size() == 2 && reaches<EmbeddingOp>(arg))
+      return b.shape[0];
+  }
+  return 0;
+}
+
+/// Token ids and labels of the step that begins at data position
+/// `position` (windows all ranks read before it) from a byte-level text
+/// corpus: each rank reads its own consecutive windows; labels are the
+/// next bytes.
+void loadText(Interpreter &run, const std::string &text, uint64_t position) {
   FunctionOpInterface func = run.step();
   for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
     Buffer &b = *run.buffer(arg);
@@ -220,9 +234,9 @@ void loadText(Interpreter &run, const std::string &text, int step) {
     // The windows rule is shared with the generated-step driver
     // (examples/codegen/driver.cpp --data): moe_rt/text_data.h.
     std::string error;
-    if (!moe_rt::text_data::fill(text, step, run.options().world,
-                                 run.options().rank, b.shape[0], b.shape[1],
-                                 labels, b.i.data(), error))
+    if (!moe_rt::text_data::fill(text, position, run.options().rank,
+                                 b.shape[0], b.shape[1], labels, b.i.data(),
+                                 error))
       die("--data: " + error);
   }
 }
@@ -357,13 +371,17 @@ int main(int argc, char **argv) {
                  "moe-run: %d parameters start from their ONNX source\n",
                  fromSource);
   }
+  // The data position counts samples over all ranks (text_data.h): a run
+  // resumed on another grid continues from the checkpoint's sample.
+  uint64_t position = start.dataPosition;
+  int64_t samples = samplesPerRank(run);
   std::string text;
   if (!o.dataPath.empty()) {
     std::ifstream in(o.dataPath, std::ios::binary);
     if (!in)
       die("cannot read --data '" + o.dataPath + "'");
     text.assign(std::istreambuf_iterator<char>(in), {});
-    loadText(run, text, int(start.dataPosition));
+    loadText(run, text, position);
   }
   if (!o.dumpInputs.empty())
     dumpInputs(run, o.dumpInputs + ".rank" + std::to_string(rank));
@@ -390,7 +408,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i <= o.steps; ++i) {
     int s = int(start.step) + i; // the update count, across resumes
     if (!text.empty() && i > 1)
-      loadText(run, text, int(start.dataPosition) + i - 1);
+      loadText(run, text, position);
     moe_rt_profile_step_begin();
     check(run.run(s));
     moe_rt_profile_step_end(stderr, rank, s);
@@ -408,10 +426,9 @@ int main(int argc, char **argv) {
     }
     std::fflush(stdout);
     run.advance();
+    position = moe_rt::text_data::advance(position, world, samples);
     if (o.saveEvery && s % o.saveEvery == 0) {
-      moe_rt::checkpoint::Counters at{uint64_t(s),
-                                      start.dataPosition + uint64_t(i),
-                                      start.seed};
+      moe_rt::checkpoint::Counters at{uint64_t(s), position, start.seed};
       check(run::saveCheckpoint(run, o.checkpointDir, at, agree));
       if (rank == 0)
         std::fprintf(stderr, "moe-run: checkpoint of step %d in '%s'\n", s,

@@ -44,7 +44,9 @@ namespace checkpoint {
 
 constexpr char kRankMagic[8] = {'M', 'O', 'E', 'C', 'K', 'P', 'T', '1'};
 constexpr const char *kManifestMagic = "moe-checkpoint";
-constexpr int kVersion = 1;
+// Version 2: data_position counts samples over all ranks (text_data.h);
+// version 1 counted steps, which resuming on another grid cannot use.
+constexpr int kVersion = 2;
 
 /// What a tensor of the step is: a parameter or optimizer state.
 enum class Role : uint8_t { param = 0, state = 1 };
@@ -345,7 +347,8 @@ inline bool decodeManifest(const std::string &text, const std::string &file,
     if (!(ls >> version))
       return bad("not a moe checkpoint manifest");
     if (version != kVersion)
-      return bad("version " + std::to_string(version));
+      return bad("version " + std::to_string(version) +
+                 ", this runtime reads " + std::to_string(kVersion));
   }
   {
     std::istringstream ls = next("model");
@@ -582,15 +585,25 @@ inline bool latestDir(const std::string &root, std::string &dir,
   return true;
 }
 
-/// Reads and checks the latest checkpoint under `root` for rank `rank` of
-/// a job whose manifest would be `want` (its counters are ignored):
+/// The checkpoint directory `path` names: `path` itself when it holds a
+/// manifest (DIR/step-<N>), else the one its LATEST names (DIR).
+inline bool checkpointDir(const std::string &path, std::string &dir,
+                          std::string &error) {
+  struct stat st;
+  if (::stat((path + "/manifest").c_str(), &st) == 0) {
+    dir = path;
+    return true;
+  }
+  return latestDir(path, dir, error);
+}
+
+/// Reads and checks the checkpoint in `dir` (DIR/step-<N>) for rank `rank`
+/// of a job whose manifest would be `want` (its counters are ignored):
 /// nothing is written, and on success `state` holds the rank's tensors in
 /// `want`'s order.
-inline bool readLatest(const std::string &root, const Manifest &want, int rank,
-                       RankState &state, std::string &error) {
-  std::string dir, bytes;
-  if (!latestDir(root, dir, error))
-    return false;
+inline bool readCheckpointAt(const std::string &dir, const Manifest &want,
+                             int rank, RankState &state, std::string &error) {
+  std::string bytes;
   std::string manifestPath = dir + "/manifest";
   Manifest have;
   if (!readWhole(manifestPath, bytes, error) ||
@@ -601,6 +614,14 @@ inline bool readLatest(const std::string &root, const Manifest &want, int rank,
   return readWhole(file, bytes, error) &&
          decodeRank(bytes, file, state, error) &&
          checkRankState(state, have, rank, file, error);
+}
+
+/// readCheckpointAt on the latest checkpoint under `root`.
+inline bool readLatest(const std::string &root, const Manifest &want, int rank,
+                       RankState &state, std::string &error) {
+  std::string dir;
+  return latestDir(root, dir, error) &&
+         readCheckpointAt(dir, want, rank, state, error);
 }
 
 /*--- Resharding -------------------------------------------------------------*/
@@ -629,25 +650,24 @@ inline int64_t expertGroupSize(const std::vector<int64_t> &grid,
   return n;
 }
 
-/// Reads the latest checkpoint under `root` written on any grid and gives
-/// rank `rank` of the job described by `want` its tensors: replicated
-/// tensors (checked bit-equal on every rank that wrote them) as they are,
-/// expert tensors as this rank's slice of the experts of all ranks (in
-/// expert-group order, checked equal where ranks outside the group hold
-/// the same experts). Every file is read and checked before `state` is
-/// filled; nothing is written. Without a grid change it is readLatest.
-inline bool readResharded(const std::string &root, const Manifest &want,
-                          int rank, RankState &state, std::string &error) {
-  std::string dir, bytes;
-  if (!latestDir(root, dir, error))
-    return false;
+/// Reads the checkpoint in `dir` (DIR/step-<N>) written on any grid and
+/// gives rank `rank` of the job described by `want` its tensors:
+/// replicated tensors (checked bit-equal on every rank that wrote them) as
+/// they are, expert tensors as this rank's slice of the experts of all
+/// ranks (in expert-group order, checked equal where ranks outside the
+/// group hold the same experts). Every file is read and checked before
+/// `state` is filled; nothing is written. Without a grid change it is
+/// readCheckpointAt.
+inline bool readReshardedAt(const std::string &dir, const Manifest &want,
+                            int rank, RankState &state, std::string &error) {
+  std::string bytes;
   std::string manifestPath = dir + "/manifest";
   Manifest have;
   if (!readWhole(manifestPath, bytes, error) ||
       !decodeManifest(bytes, manifestPath, have, error))
     return false;
   if (have.grid == want.grid && have.ranks == want.ranks)
-    return readLatest(root, want, rank, state, error);
+    return readCheckpointAt(dir, want, rank, state, error);
   auto bad = [&](const std::string &what) {
     error = "checkpoint manifest '" + manifestPath + "': " + what;
     return false;
@@ -663,11 +683,16 @@ inline bool readResharded(const std::string &root, const Manifest &want,
   if (haveRanks != have.ranks)
     return bad("grid " + formatShape(have.grid) + " is not " +
                std::to_string(have.ranks) + " ranks");
-  // The same tensors; experts with the same global count.
-  if (have.tensors.size() != want.tensors.size())
-    return bad("holds " + std::to_string(have.tensors.size()) +
-               " tensors, this step " + std::to_string(want.tensors.size()) +
-               " (another model or optimizer?)");
+  // The same tensors (each named when it is missing on either side);
+  // experts with the same global count.
+  for (const LayoutEntry &e : have.tensors) {
+    bool known = false;
+    for (const LayoutEntry &w : want.tensors)
+      known = known || w.name == e.name;
+    if (!known)
+      return bad("tensor '" + e.name +
+                 "' is not in this step (another model or optimizer?)");
+  }
   for (const LayoutEntry &w : want.tensors) {
     const LayoutEntry *h = nullptr;
     for (const LayoutEntry &e : have.tensors)
@@ -692,6 +717,10 @@ inline bool readResharded(const std::string &root, const Manifest &want,
                  formatShape(w.localShape) + " on grid " +
                  formatShape(want.grid));
   }
+  if (have.tensors.size() != want.tensors.size())
+    return bad("holds " + std::to_string(have.tensors.size()) +
+               " tensors for this step's " +
+               std::to_string(want.tensors.size()) + " (one listed twice)");
   // Every rank's file, checked, before anything is assembled.
   std::vector<RankState> files(size_t(have.ranks));
   for (int r = 0; r < have.ranks; ++r) {
@@ -745,6 +774,33 @@ inline bool readResharded(const std::string &root, const Manifest &want,
     state.tensors.push_back(std::move(out));
   }
   return true;
+}
+
+/// readReshardedAt on the latest checkpoint under `root`.
+inline bool readResharded(const std::string &root, const Manifest &want,
+                          int rank, RankState &state, std::string &error) {
+  std::string dir;
+  return latestDir(root, dir, error) &&
+         readReshardedAt(dir, want, rank, state, error);
+}
+
+/// The manifest of the step `m` describes gathered on one rank: no grid
+/// axis to shard over, every expert tensor holding all experts. Reading a
+/// checkpoint for it (readReshardedAt, rank 0) collects the whole model,
+/// every rank's experts in expert order: what an export needs.
+inline Manifest wholeModel(const Manifest &m) {
+  Manifest one;
+  one.grid = {1};
+  one.ranks = 1;
+  one.counters = m.counters;
+  int64_t group = expertGroupSize(m.grid, m.epAxes);
+  for (LayoutEntry e : m.tensors) {
+    if (e.layout == Layout::experts && !e.localShape.empty())
+      e.localShape[0] *= group;
+    one.tensors.push_back(std::move(e));
+  }
+  one.model = fingerprint(one);
+  return one;
 }
 
 } // namespace checkpoint

@@ -78,14 +78,18 @@ void moe_step_advance(moe_step *s);
 /* Checkpoints (docs/checkpoint-format.md), as moe-run --checkpoint /
  * --resume write and read them: collective (every rank calls). Saving
  * writes the carried state after moe_step_advance, with the update count
- * (the steps begun so far), `data_position` (the trainer's, e.g. windows
- * consumed) and the noise seed. Resuming checks the latest checkpoint
+ * (the steps begun so far), `data_position` (the trainer's: samples all
+ * ranks have read, moe_rt/text_data.h, so that a run resumed on another
+ * grid continues from the same sample) and the noise seed. Resuming checks the latest checkpoint
  * under `root` against this step and job before it overwrites anything,
  * restores the state, continues the update count and seed, and returns
  * the data position. */
 void moe_step_save_checkpoint(moe_step *s, const char *root,
                               uint64_t data_position);
 uint64_t moe_step_resume(moe_step *s, const char *root);
+/* The updates done so far (the steps begun; after moe_step_resume, the
+ * checkpoint's count): the number the next step's loss line follows. */
+int64_t moe_step_updates_done(const moe_step *s);
 /* noisy_topk's base seed (moe-run's --seed; 1, moe-run's default, unless
  * set). Step n (the n-th <model>_step call) draws its noise from
  * moe_rt_gate_step_seed(base, n), as moe-run's step n does. */

@@ -7,14 +7,19 @@
  * step, ranks and step number read the same bytes and print the same loss.
  *
  * The text is cut into W = (size - 1) / N consecutive windows of N bytes
- * (N: the sequence length; the last byte is only ever a label). At step t
- * (0 for the first), rank r of P fills its sample i (of B) from window
+ * (N: the sequence length; the last byte is only ever a label). The data
+ * position p is the number of windows (samples) all ranks have read
+ * before a step; in that step rank r fills its sample i (of B) from window
  *
- *   w = ((t * P + r) * B + i) mod W
+ *   w = (p + r * B + i) mod W
  *
- * so the ranks read disjoint consecutive windows and walk through the
- * text, wrapping around at its end. Token ids are bytes w*N .. w*N+N-1,
- * labels bytes w*N+1 .. w*N+N.
+ * and the step moves p on by P * B (P ranks). So the ranks read disjoint
+ * consecutive windows and walk through the text, wrapping around at its
+ * end; a checkpoint records p, and a run resumed on another grid (other P,
+ * other B) continues from the same sample — nothing is read twice or
+ * skipped. Token ids are bytes w*N .. w*N+N-1, labels bytes w*N+1 ..
+ * w*N+N. (With p = t * P * B at step t this is the rule of a run that
+ * never changes grid: w = ((t * P + r) * B + i) mod W.)
  *
  * Header-only C++ with no dependencies (moe-run is a compiler tool, the
  * driver links only the runtime).
@@ -54,10 +59,11 @@ inline int64_t windows(const std::string &text, int64_t len) {
 }
 
 /// Fills `out` (samples x len, row-major) with the token ids (labels =
-/// false) or labels (labels = true) of `rank` of `world` at `step` (0 for
-/// the first step). Returns false with `error` set ("the text is shorter
-/// than one sequence (N bytes)") when the text has no window.
-inline bool fill(const std::string &text, int64_t step, int world, int rank,
+/// false) or labels (labels = true) of `rank` in the step that begins at
+/// data position `position` (the windows all ranks read before it).
+/// Returns false with `error` set ("the text is shorter than one sequence
+/// (N bytes)") when the text has no window.
+inline bool fill(const std::string &text, uint64_t position, int rank,
                  int64_t samples, int64_t len, bool labels, int64_t *out,
                  std::string &error) {
   int64_t w = windows(text, len);
@@ -66,12 +72,19 @@ inline bool fill(const std::string &text, int64_t step, int world, int rank,
     return false;
   }
   for (int64_t i = 0; i < samples; ++i) {
-    int64_t window = ((step * world + rank) * samples + i) % w;
+    int64_t window =
+        int64_t((position + uint64_t(rank * samples + i)) % uint64_t(w));
     for (int64_t t = 0; t < len; ++t)
       out[i * len + t] = static_cast<unsigned char>(
           text[window * len + t + (labels ? 1 : 0)]);
   }
   return true;
+}
+
+/// The data position after a step of `world` ranks reading `samples`
+/// windows each.
+inline uint64_t advance(uint64_t position, int world, int64_t samples) {
+  return position + uint64_t(world) * uint64_t(samples);
 }
 
 } // namespace text_data

@@ -721,6 +721,8 @@ void moe_step_save_checkpoint(moe_step *s, const char *root,
     fail(s, s->rank == 0 ? error : "rank 0 could not commit the checkpoint");
 }
 
+int64_t moe_step_updates_done(const moe_step *s) { return s->stepsBegun; }
+
 uint64_t moe_step_resume(moe_step *s, const char *root) {
   ckpt::Manifest want = jobManifest(s, {});
   ckpt::RankState state;
