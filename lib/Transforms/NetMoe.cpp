@@ -92,11 +92,13 @@ struct NetMoePass : public moe::impl::MoeNetMoeBase<NetMoePass> {
 
   /// Rewrites one block's MoE layer; returns the placement.
   Value placeLayer(MoeLayer &m) {
-    OpBuilder b(m.combine);
-    Location loc = m.combine.getLoc();
+    OpBuilder b(m.dispatch->getContext());
+    b.setInsertionPointAfter(m.dispatch);
+    Location loc = m.dispatch.getLoc();
     auto indices = cast<RankedTensorType>(m.gate.getIndices().getType());
-    // The group's counts and the placement, right before the combine they
-    // drive (its task and stream: moe-schedule keeps them together).
+    // The group's counts and the placement right after the dispatch, in its
+    // task (D_r^l) on the communication stream: the solve then runs on a
+    // host thread while the experts compute, joined by the combine.
     SymbolTableCollection table;
     int64_t group = *verifyGroupSize(
         m.dispatch, *lookupGrid(m.dispatch, m.dispatch.getGridAttr(), table),

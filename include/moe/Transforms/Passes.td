@@ -117,8 +117,8 @@ def MoeNetMoe : Pass<"moe-netmoe", "::mlir::ModuleOp"> {
     `x -> norm -> gate -> dispatch -> expert -> combine -> x + combine`
     (pre-norm, dropless token choice):
     - `moe.routing_counts` of the gate's indices and a `moe.plan_placement`
-      on them (the two-stage solve, run inline on the combine's
-      communication stream);
+      on them, right after the dispatch (the two-stage solve runs on a host
+      thread while the experts compute; the combine joins it);
     - the dispatch sends `x` itself and the experts' norm moves to the
       expert side (App. A's residual inlining), so the combine carries
       `x + sum_k w_k y_k` straight to each sample's new rank

@@ -21,11 +21,19 @@
 
 #include "moe_rt/sample_placement.h"
 
+#include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace moe_rt::cpu {
+
+/// Waits for the planner's solve into `place` if one is pending; "" or its
+/// error. Every reader of a placement calls it first.
+std::string joinPlacement(const int64_t *place);
+
 namespace {
 namespace k = moe_rt::kernels;
 using coll::PeerPlan;
@@ -47,7 +55,8 @@ void planPlaced(const VarRouteShape &r, int64_t B, const int64_t *place,
                 PlacedState &st) {
   k::PlacedGroup g{r.G, r.rank, r.E, r.El, r.T, r.k, B, r.R,
                    st.allIdx.data(), place};
-  st.error = k::checkPlacement(g);
+  if (st.error.empty())
+    st.error = k::checkPlacement(g);
   if (st.error.empty())
     st.error = k::placedRoutes(g, st.routes);
   if (st.error.empty())
@@ -85,7 +94,10 @@ moe_rt_status gatherRouting(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status e =
           mpi::allGather(s, comm, w, st->allW.data(), r.T * r.k))
     return e;
-  return task(s, [=] { planPlaced(r, B, place, *st); });
+  return task(s, [=] {
+    st->error = joinPlacement(place);
+    planPlaced(r, B, place, *st);
+  });
 }
 
 moe_rt_status finishPlaced(moe_rt_stream s, const char *call,
@@ -104,36 +116,78 @@ moe_rt_status finishPlaced(moe_rt_stream s, const char *call,
 
 } // namespace
 
+namespace {
+
+/// NetMoE's solve from a copy of the counts into `po`; "" or the error.
+std::string solvePlacement(const PlacementShape &p,
+                           std::vector<int64_t> counts, int64_t *po) {
+  int64_t samples = p.samples, ranks = p.nodes * p.perNode;
+  if (p.identity) {
+    for (int64_t i = 0; i < samples; ++i)
+      po[i] = i / (samples / ranks);
+    return "";
+  }
+  planning::CountMatrix num(int(samples), int(p.experts));
+  for (int64_t i = 0; i < samples * p.experts; ++i)
+    num.values[i] = uint32_t(counts[i]);
+  // Expert parallelism's layout: E/G experts per rank, in order.
+  std::vector<int> expertRank(p.experts);
+  for (int64_t e = 0; e < p.experts; ++e)
+    expertRank[e] = int(e / (p.experts / ranks));
+  planning::SamplePlacementProblem problem;
+  problem.grid = planning::Grid{int(p.nodes), int(p.perNode)};
+  problem.gather = {&num, &expertRank};
+  planning::SamplePlacement placement;
+  std::string why = planning::planSamplePlacement(problem, placement);
+  if (!why.empty())
+    return "moe_rt_plan_placement: block " + std::to_string(p.block) + ": " +
+           why;
+  for (int64_t i = 0; i < samples; ++i)
+    po[i] = placement.sampleRank[i];
+  return "";
+}
+
+/// Placements being solved on host threads, by their output buffer: the
+/// first task that reads one joins its solve (joinPlacement).
+struct PendingPlacements {
+  std::mutex lock;
+  std::map<const int64_t *, std::shared_future<std::string>> solves;
+};
+PendingPlacements &pending() {
+  static PendingPlacements p;
+  return p;
+}
+
+} // namespace
+
+std::string joinPlacement(const int64_t *place) {
+  std::shared_future<std::string> solve;
+  {
+    std::lock_guard<std::mutex> guard(pending().lock);
+    auto it = pending().solves.find(place);
+    if (it == pending().solves.end())
+      return ""; // solved inline, or already joined
+    solve = it->second;
+    pending().solves.erase(it);
+  }
+  return solve.get();
+}
+
 moe_rt_status planPlacement(moe_rt_stream s, const PlacementShape &p,
                             const moe_rt_tensor *counts, moe_rt_tensor *out) {
   const int64_t *pc = i64(counts);
   int64_t *po = i64(out);
   return enqueue(s, [=](std::string &message) {
-    int64_t samples = p.samples, perRank = samples / (p.nodes * p.perNode);
-    if (p.identity) {
-      for (int64_t i = 0; i < samples; ++i)
-        po[i] = i / perRank;
-      return MOE_RT_OK;
-    }
-    planning::CountMatrix num(int(samples), int(p.experts));
-    for (int64_t i = 0; i < samples * p.experts; ++i)
-      num.values[i] = uint32_t(pc[i]);
-    // Expert parallelism's layout: E/G experts per rank, in order.
-    std::vector<int> expertRank(p.experts);
-    for (int64_t e = 0; e < p.experts; ++e)
-      expertRank[e] = int(e / (p.experts / (p.nodes * p.perNode)));
-    planning::SamplePlacementProblem problem;
-    problem.grid = planning::Grid{int(p.nodes), int(p.perNode)};
-    problem.gather = {&num, &expertRank};
-    planning::SamplePlacement placement;
-    std::string why = planning::planSamplePlacement(problem, placement);
-    if (!why.empty()) {
-      message = "moe_rt_plan_placement: block " + std::to_string(p.block) +
-                ": " + why;
-      return MOE_RT_INVALID_ARGUMENT;
-    }
-    for (int64_t i = 0; i < samples; ++i)
-      po[i] = placement.sampleRank[i];
+    // The counts are copied now (the solve may outlive their buffer);
+    // the solve runs on its own host thread, off this stream, and is
+    // joined by the first task that reads the placement (NetMoE §3.2:
+    // "joined where first used").
+    std::vector<int64_t> copy(pc, pc + p.samples * p.experts);
+    std::shared_future<std::string> solve =
+        std::async(std::launch::async, solvePlacement, p, std::move(copy), po)
+            .share();
+    std::lock_guard<std::mutex> guard(pending().lock);
+    pending().solves[po] = solve;
     return MOE_RT_OK;
   });
 }
@@ -149,6 +203,9 @@ moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status e = mpi::allGatherCounts(s, comm, px, all->data(), B * row))
     return e;
   return enqueue(s, [=](std::string &message) {
+    message = joinPlacement(place);
+    if (!message.empty())
+      return MOE_RT_INVALID_ARGUMENT;
     int64_t n = 0;
     for (int64_t i = 0; i < G * B; ++i)
       if (place[i] == rank && n++ < B)

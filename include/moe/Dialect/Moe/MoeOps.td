@@ -587,7 +587,8 @@ def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement"> {
     rank, minimising first the inter-node, then the intra-node tokens of
     the combine that the placement drives (experts where expert
     parallelism puts them, E/G per rank in order). Every rank solves the
-    same problem and gets the same answer: no broadcast. The group is read
+    same problem and gets the same answer: no broadcast. The runtime
+    solves on a host thread; the first op that reads the result joins it. The group is read
     as nodes (grid axis 0, when the group spans it) x ranks per node.
     `identity` keeps every sample where it is (tests; a baseline).
 
