@@ -7,6 +7,10 @@ and every updated parameter. Values must agree within fp32 tolerance:
 any value is out of tolerance or the dumps do not hold the same values.
 
   compare_dumps.py /tmp/base /tmp/other [--rtol 1e-4] [--atol 1e-5]
+
+--mean-over-ranks NAME compares value NAME (the loss) as its mean over the
+ranks: a step that moves samples between ranks (NetMoE) has each rank's
+loss over other samples, and only the mean is the model's loss.
 """
 import argparse
 import glob
@@ -40,6 +44,16 @@ def load(prefix):
     return values
 
 
+def rank_mean(values, name):
+    """`values` with every rank's `name` replaced by their mean (rank '*')."""
+    parts = [v for (rank, n), v in values.items() if n == name]
+    if not parts:
+        sys.exit(f"error: no value {name} to average over ranks")
+    out = {k: v for k, v in values.items() if k[1] != name}
+    out[("*", name)] = [sum(x) / len(parts) for x in zip(*parts)]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -47,8 +61,12 @@ def main():
     ap.add_argument("other")
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--atol", type=float, default=1e-5)
+    ap.add_argument("--mean-over-ranks", metavar="NAME", default=None)
     args = ap.parse_args()
     base, other = load(args.base), load(args.other)
+    if args.mean_over_ranks:
+        base, other = (rank_mean(v, args.mean_over_ranks)
+                       for v in (base, other))
     if set(base) != set(other):
         print(f"FAIL: different values: {sorted(set(base) ^ set(other))[:5]}")
         return 1
@@ -66,7 +84,7 @@ def main():
             if scaled > worst:
                 worst, where = scaled, (key, i, x, y)
     (rank, name), i, x, y = where if where else (("-", "-"), 0, 0, 0)
-    print(f"compared {len(base)} values over {len({k[0] for k in base})} "
+    print(f"compared {len(base)} values over {len({k[0] for k in base} - {'*'})} "
           f"ranks: {bad} out of tolerance; worst {worst:.3f} x tolerance at "
           f"rank {rank} {name}[{i}] ({x} vs {y})")
     return 1 if bad else 0

@@ -126,6 +126,15 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
     // floats, the size of the i32 result).
     kind = CollectiveKind::AllGather;
     c.bytes = valueBytes(forward->getResult(0));
+  } else if (isa<PlanPlacementOp>(forward)) {
+    // NetMoE's planner: the stream only starts the solve, which runs on a
+    // host thread (docs/netmoe-in-the-step.md) and is not priced.
+    c.us = profile.launchUs;
+    return c;
+  } else if (auto move = dyn_cast<MoveSamplesOp>(forward)) {
+    // What follows a sample (labels): an all-gather of the group's.
+    kind = CollectiveKind::AllGather;
+    c.bytes = valueBytes(move.getInput()) * size;
   } else {
     if (routing)
       return tracedExchange(op, forward, size, perNode);

@@ -12,6 +12,17 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
     return TaskKind::E;
   if (isa<CombineOp>(op))
     return TaskKind::C;
+  // NetMoE (moe-netmoe): the planner starts in the dispatch's task (its
+  // solve overlaps the experts), the moves of what follows a sample belong
+  // to the placing combine's; the experts' norm, on the expert side, to
+  // the experts'.
+  if (isa<PlanPlacementOp>(op))
+    return TaskKind::D;
+  if (isa<MoveSamplesOp>(op))
+    return TaskKind::C;
+  if (auto norm = dyn_cast<NormOp>(op);
+      norm && norm.getInput().getDefiningOp<DispatchOp>())
+    return TaskKind::E;
   if (isa<AttentionOp, NormOp, GateOp, SharedExpertOp, SigmoidGateOp,
           LinearOp>(op))
     return TaskKind::AT;

@@ -81,6 +81,23 @@ LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
     expert.getResult().setType(expert.getInput().getType());
     return success();
   }
+  // NetMoE (moe-netmoe): the experts' norm sits on the expert side, and the
+  // group's counts and placement have G rows per sample of a rank.
+  if (auto norm = dyn_cast<NormOp>(op);
+      norm && norm.getInput().getDefiningOp<DispatchOp>()) {
+    norm.getResult().setType(norm.getInput().getType());
+    return success();
+  }
+  if (isa<RoutingCountsOp, PlanPlacementOp>(op)) {
+    auto type = cast<RankedTensorType>(op->getResult(0).getType());
+    int64_t rows = type.getDimSize(0);
+    if (ShapedType::isDynamic(rows) || rows % batch)
+      return op->emitOpError() << "cannot be split into micro-batches: "
+                               << rows << " rows for " << batch
+                               << " samples per rank";
+    op->getResult(0).setType(withDim(type, 0, rows / batch * micro));
+    return success();
+  }
   // Everything else in a block maps tokens to tokens: B becomes B/R.
   for (Value result : op->getResults()) {
     auto tensor = dyn_cast<RankedTensorType>(result.getType());

@@ -108,6 +108,11 @@ struct FlowMoePipelineOptions
       llvm::cl::desc("Gather each forward dispatch's per-sample expert "
                      "counts on every rank (moe-routing-stats)"),
       llvm::cl::init(false)};
+  Option<bool> netmoe{
+      *this, "netmoe",
+      llvm::cl::desc("NetMoE: place whole samples at every MoE block's "
+                     "combine (moe-netmoe, before moe-microbatch)"),
+      llvm::cl::init(false)};
   Option<std::string> tune{
       *this, "tune",
       llvm::cl::desc("S_p search for chunk-bytes=auto: bo | grid | random"),
@@ -121,6 +126,8 @@ void mlir::moe::registerMoePipelines() {
       "Microbatch, build the training step, schedule, chunk gradients, "
       "insert syncs and verify (FlowMoE §3)",
       [](OpPassManager &pm, const FlowMoePipelineOptions &options) {
+        if (options.netmoe)
+          pm.addPass(createMoeNetMoe());
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
         pm.addPass(createMoeVariableDropless(
             MoeVariableDroplessOptions{options.droplessBound}));

@@ -23,10 +23,11 @@ using namespace mlir::moe;
 
 namespace {
 
-/// Whether `dispatch` is already followed by the counts of its indices.
+/// Whether the counts of `dispatch`'s indices are already gathered (by this
+/// pass, or for NetMoE's planner).
 bool hasCounts(DispatchOp dispatch) {
-  auto next = dyn_cast_or_null<RoutingCountsOp>(dispatch->getNextNode());
-  return next && next.getIndices() == dispatch.getIndices();
+  return llvm::any_of(dispatch.getIndices().getUsers(),
+                      [](Operation *user) { return isa<RoutingCountsOp>(user); });
 }
 
 LogicalResult addCounts(DispatchOp dispatch, SymbolTableCollection &table) {

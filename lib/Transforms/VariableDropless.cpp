@@ -76,13 +76,31 @@ struct VariableDroplessPass
     old.getResult().replaceAllUsesWith(dispatch.getResult());
     old.erase();
     Value rows = dispatch.getRows();
-    for (Operation *user : dispatch.getResult().getUsers()) {
+    auto rowsLayout = cast<RankedTensorType>(dispatch.getResult().getType());
+    auto wireExpert = [&](Operation *user) -> LogicalResult {
       auto expert = dyn_cast<ExpertOp>(user);
       if (!expert)
         return user->emitOpError() << "uses a variable-count dispatch's "
                                       "rows; only moe.expert may";
       expert.getRowsMutable().assign(rows);
-      expert.getResult().setType(dispatch.getResult().getType());
+      expert.getResult().setType(rowsLayout);
+      return success();
+    };
+    for (Operation *user : dispatch.getResult().getUsers()) {
+      // NetMoE (moe-netmoe): the combine carries the dispatched residual
+      // rows, and the experts read them through their norm.
+      auto combine = dyn_cast<CombineOp>(user);
+      if (combine && combine.getResidual() == dispatch.getResult())
+        continue;
+      if (auto norm = dyn_cast<NormOp>(user)) {
+        norm.getResult().setType(rowsLayout);
+        for (Operation *normUser : norm.getResult().getUsers())
+          if (failed(wireExpert(normUser)))
+            return failure();
+        continue;
+      }
+      if (failed(wireExpert(user)))
+        return failure();
     }
     for (Operation *user : dispatch.getIndices().getUsers())
       if (auto combine = dyn_cast<CombineOp>(user))

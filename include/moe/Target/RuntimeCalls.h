@@ -501,6 +501,12 @@ template <> struct RuntimeCall<CombineOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::comm;
   template <class V> static LogicalResult forward(CombineOp op, V &v) {
+    if (op.getRows() && op.getPlacement())
+      return v.call(MOE_RT_FN(moe_rt_combine_v_place), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.in(op.getRows()),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getWeights()), v.in(op.getResidual()),
+                    v.in(op.getPlacement()), v.out(op.getResult()));
     if (op.getRows())
       return v.call(MOE_RT_FN(moe_rt_combine_v), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
@@ -521,6 +527,14 @@ template <> struct RuntimeCall<CombineOp> {
                   v.out(op.getResult()));
   }
   template <class V> static LogicalResult backward(CombineOp op, V &v) {
+    if (op.getRows() && op.getPlacement())
+      return v.call(MOE_RT_FN(moe_rt_combine_v_place_grad), v.stream(),
+                    v.comm(op), v.i64(op.getNumExperts()), v.in(op.getRows()),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getWeights()), v.in(op.getResidual()),
+                    v.in(op.getPlacement()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()), v.grad(op.getWeights()),
+                    v.grad(op.getResidual()));
     if (op.getRows())
       return v.call(MOE_RT_FN(moe_rt_combine_v_grad), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
@@ -561,6 +575,32 @@ template <> struct RuntimeCall<RoutingCountsOp> {
                               v.i64(op.getNumExperts()), v.i64(nodes),
                               v.i64(perNode)),
                   v.in(op.getIndices()), v.out(op.getResult()));
+  }
+};
+
+/// NetMoE's planner, inline on the stream of the combine it feeds (its
+/// task's): every rank solves the same problem from the gathered counts.
+template <> struct RuntimeCall<PlanPlacementOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(PlanPlacementOp op, V &v) {
+    auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName());
+    auto [nodes, perNode] = nodeGridOf(op, op.getGridAttr(), op.getAxes());
+    return v.call(MOE_RT_FN(moe_rt_plan_placement), v.stream(),
+                  v.i64(op.getNumExperts()), v.i64(nodes), v.i64(perNode),
+                  v.i64(task ? task.getBlock() : -1), v.flag(op.getIdentity()),
+                  v.in(op.getCounts()), v.out(op.getResult()));
+  }
+};
+
+/// What follows a sample (labels) moves with it.
+template <> struct RuntimeCall<MoveSamplesOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(MoveSamplesOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_move_samples), v.stream(), v.comm(op),
+                  v.in(op.getPlacement()), v.in(op.getInput()),
+                  v.out(op.getResult()));
   }
 };
 

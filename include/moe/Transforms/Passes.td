@@ -108,6 +108,38 @@ def MoeVariableDropless : Pass<"moe-variable-dropless", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeNetMoe : Pass<"moe-netmoe", "::mlir::ModuleOp"> {
+  let summary = "NetMoE: place whole samples at every MoE block's combine "
+                "(dynamic sample placement, residual inlined)";
+  let description = [{
+    NetMoE (seeds/002 §3.2, docs/netmoe-in-the-step.md) on the forward
+    model, before `moe-microbatch`. In every `moe.block` whose MoE layer is
+    `x -> norm -> gate -> dispatch -> expert -> combine -> x + combine`
+    (pre-norm, dropless token choice):
+    - `moe.routing_counts` of the gate's indices and a `moe.plan_placement`
+      on them, right after the dispatch (the two-stage solve runs on a host
+      thread while the experts compute; the combine joins it);
+    - the dispatch sends `x` itself and the experts' norm moves to the
+      expert side (App. A's residual inlining), so the combine carries
+      `x + sum_k w_k y_k` straight to each sample's new rank
+      (`residual(...) to(...)`): no send-back;
+    - the labels follow the samples: they become a block input and result,
+      moved by `moe.move_samples` after the combine, and the loss reads the
+      last block's.
+    Backward reuses each placement (the combine's vjp). `identity` keeps
+    every sample in place (the same step, with the residual inlined);
+    `follow` is for tests only: `no-residual` / `no-labels` deliberately
+    leave the residual / the labels behind, which must change the step.
+  }];
+  let options = [
+    Option<"identity", "identity", "bool", /*default=*/"false",
+           "Keep every sample where it is (a baseline)">,
+    Option<"follow", "follow", "std::string", /*default=*/"\"all\"",
+           "all | no-residual | no-labels (tests: break what follows a "
+           "sample)">
+  ];
+}
+
 def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
   let summary = "Build the training step: forward, loss, backward, gradient "
                 "all-reduce and optimizer update";

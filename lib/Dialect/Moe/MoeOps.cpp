@@ -614,6 +614,31 @@ LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &table) {
                                 getNumExperts(), getCapacity(), *groupSize);
 }
 
+/// `to(%place)` and `residual(%h)`: whole samples placed by a dropless
+/// token-choice combine (NetMoE); the residual has the expert side's shape.
+static LogicalResult verifyPlacingCombine(CombineOp op) {
+  if (!op.getPlacement()) {
+    if (op.getResidual())
+      return op.emitOpError() << "an inlined residual needs a placement "
+                                 "('to')";
+    return success();
+  }
+  if (op.getCapacity() || op.getSlots())
+    return op.emitOpError() << "places samples only in dropless routing: with "
+                               "a capacity a dropped token has no row to "
+                               "carry its sample";
+  if (shapeOf(op.getIndices()).getRank() != 3)
+    return op.emitOpError() << "places samples only in token-choice routing";
+  if (failed(verifyRank(op, "placement", shapeOf(op.getPlacement()), 1)))
+    return failure();
+  if (Value h = op.getResidual())
+    if (h.getType() != op.getInput().getType())
+      return op.emitOpError() << "'residual' must have the input's type "
+                              << op.getInput().getType() << ", got "
+                              << h.getType();
+  return success();
+}
+
 LogicalResult CombineOp::verify() {
   ShapedType input = shapeOf(getInput()), result = shapeOf(getResult()),
              indices = shapeOf(getIndices());
@@ -629,6 +654,8 @@ LogicalResult CombineOp::verify() {
     return emitOpError() << "'weights' must have the shape of 'indices' ("
                          << formatShape(indices.getShape()) << "), got "
                          << formatShape(getWeights().getType().getShape());
+  if (failed(verifyPlacingCombine(*this)))
+    return failure();
   return verifyDim(*this, "result", result, 2, input.getDimSize(2),
                    "embedding M");
 }
@@ -639,6 +666,14 @@ LogicalResult CombineOp::verifySymbolUses(SymbolTableCollection &table) {
     return failure();
   if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)))
     return failure();
+  if (Value place = getPlacement()) {
+    int64_t samples = shapeOf(getIndices()).getDimSize(0);
+    if (!ShapedType::isDynamic(samples) &&
+        failed(verifyDim(*this, "placement", shapeOf(place), 0,
+                         samples * *groupSize,
+                         "group size x samples per rank")))
+      return failure();
+  }
   return verifyExpertSideLayout(*this, "input", shapeOf(getInput()),
                                 getNumExperts(), getCapacity(), *groupSize);
 }

@@ -45,19 +45,24 @@ RoutingCountsOp::verifySymbolUses(SymbolTableCollection &table) {
                    "group size x samples per rank");
 }
 
-std::pair<int64_t, int64_t> RoutingCountsOp::getNodeGrid() {
+std::pair<int64_t, int64_t> mlir::moe::nodeGridOf(Operation *from,
+                                                  FlatSymbolRefAttr gridRef,
+                                                  ArrayRef<int16_t> axes) {
   SymbolTableCollection table;
-  auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(*this,
-                                                           getGridAttr());
+  auto grid = table.lookupNearestSymbolFrom<shard::GridOp>(from, gridRef);
   ArrayRef<int64_t> shape = grid.getShape();
   int64_t nodes = 1, perNode = 1;
-  for (int16_t axis : getAxes()) {
+  for (int16_t axis : axes) {
     if (axis == 0 && shape.size() >= 2)
       nodes = shape[0];
     else
       perNode *= shape[axis];
   }
   return {nodes, perNode};
+}
+
+std::pair<int64_t, int64_t> RoutingCountsOp::getNodeGrid() {
+  return nodeGridOf(*this, getGridAttr(), getAxes());
 }
 
 bool RoutingCountsOp::isCommunication() { return true; }

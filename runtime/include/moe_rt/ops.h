@@ -362,6 +362,43 @@ moe_rt_status moe_rt_expert_v_grad(
     const moe_rt_tensor *down, const moe_rt_tensor *dout, moe_rt_tensor *dx,
     moe_rt_tensor *dup, moe_rt_tensor *dgate, moe_rt_tensor *ddown);
 
+/* NetMoE's sample placement as a run-time value (docs/netmoe-in-the-step.md).
+ * plan_placement: from the group's per-sample counts (I64, S x E, S = G B,
+ * moe.routing_counts's rows), NetMoE's two-stage solve (moe_planning; EP's
+ * E/G experts per rank in order; grid nodes x per_node) writes each
+ * sample's new rank (I64, S), B per rank; identity != 0 keeps every
+ * sample where it is. Inline on the stream; every rank solves the same.
+ * move_samples: whole samples of an integer tensor x (B x ...) to their
+ * new ranks: out holds the samples s with place[s] == this rank, in
+ * increasing s. combine_v_place: the variable-count combine that sends
+ * each expert output row to its sample's new rank place[g B + b] (not
+ * back): out (B x N x M) holds this rank's new samples, in increasing s;
+ * with `residual` (the dispatch's E_l x R x M rows, NULL for none) every
+ * token's first choice carries its row, added unweighted (NetMoE App. A's
+ * residual inlining). The vjp reuses the placement; dresidual may be NULL
+ * when residual was. */
+moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
+                                    int64_t nodes, int64_t per_node,
+                                    int64_t block, int identity,
+                                    const moe_rt_tensor *counts,
+                                    moe_rt_tensor *place);
+moe_rt_status moe_rt_move_samples(moe_rt_stream s, moe_rt_comm comm,
+                                  const moe_rt_tensor *place,
+                                  const moe_rt_tensor *x, moe_rt_tensor *out);
+moe_rt_status moe_rt_combine_v_place(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *residual, const moe_rt_tensor *place,
+    moe_rt_tensor *out);
+moe_rt_status moe_rt_combine_v_place_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *residual, const moe_rt_tensor *place,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights, moe_rt_tensor *dresidual);
+
 /* Elementwise and plumbing. */
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
                          const moe_rt_tensor *b, moe_rt_tensor *out);

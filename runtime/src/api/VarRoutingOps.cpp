@@ -136,3 +136,71 @@ moe_rt_status moe_rt_combine_v_grad(
 }
 
 } // extern "C"
+
+// The placing combine (NetMoE): the same checks, plus the placement (G B
+// new ranks) and, when given, the inlined residual (the dispatch's rows).
+namespace {
+Check placedChecks(Check c, const VarRouteShape &r,
+                   const moe_rt_tensor *indices, const moe_rt_tensor *place,
+                   const moe_rt_tensor *residual,
+                   const moe_rt_tensor *expertSide, int64_t &B) {
+  c.tensor(place, "place", MOE_RT_I64, 1)
+      .tensor(residual, "residual", MOE_RT_F32, 3, /*optional=*/true)
+      .sizeOf(residual, "residual", expertSide);
+  if (c.status)
+    return c;
+  B = dim(indices, 0);
+  return c.that(indices->rank == 3 && B > 0,
+                "indices must be B x N x k to place whole samples")
+      .size(place, "place", r.G * B);
+}
+} // namespace
+
+extern "C" {
+
+moe_rt_status moe_rt_combine_v_place(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *residual, const moe_rt_tensor *place,
+    moe_rt_tensor *out) {
+  VarRouteShape r;
+  int64_t B = 0;
+  Check c = varChecks("moe_rt_combine_v_place", s, comm, experts, -1, indices,
+                      expert_out, out, rows, r);
+  c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
+  c = placedChecks(c, r, indices, place, residual, expert_out, B);
+  if (c.status)
+    return c.status;
+  return cpu::combineVPlaced(s, comm, r, B, expert_out, indices, weights,
+                             residual, place, out);
+}
+
+moe_rt_status moe_rt_combine_v_place_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
+    const moe_rt_tensor *residual, const moe_rt_tensor *place,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights, moe_rt_tensor *dresidual) {
+  VarRouteShape r;
+  int64_t B = 0;
+  Check c = varChecks("moe_rt_combine_v_place_grad", s, comm, experts, -1,
+                      indices, expert_out, dout, rows, r);
+  c.tensor(weights, "weights", MOE_RT_F32)
+      .sizeOf(weights, "weights", indices)
+      .tensor(dweights, "dweights", MOE_RT_F32)
+      .sizeOf(dweights, "dweights", indices)
+      .tensor(dexpert_out, "dexpert_out", MOE_RT_F32)
+      .sizeOf(dexpert_out, "dexpert_out", expert_out)
+      .tensor(dresidual, "dresidual", MOE_RT_F32, 3, /*optional=*/!residual)
+      .sizeOf(dresidual, "dresidual", expert_out);
+  c = placedChecks(c, r, indices, place, residual, expert_out, B);
+  if (c.status)
+    return c.status;
+  return cpu::combineVPlacedGrad(s, comm, r, B, expert_out, indices, weights,
+                                 place, dout, dexpert_out, dweights,
+                                 residual ? dresidual : nullptr);
+}
+
+} // extern "C"

@@ -188,6 +188,30 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
                           moe_rt_tensor *dup, moe_rt_tensor *dgate,
                           moe_rt_tensor *ddown);
 
+/// NetMoE's placement in the step (CpuPlacementOps.cpp).
+struct PlacementShape {
+  int64_t samples = 0, experts = 0, nodes = 1, perNode = 1, block = -1;
+  bool identity = false;
+};
+moe_rt_status planPlacement(moe_rt_stream s, const PlacementShape &p,
+                            const moe_rt_tensor *counts, moe_rt_tensor *out);
+moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,
+                          const moe_rt_tensor *place, const moe_rt_tensor *x,
+                          moe_rt_tensor *out);
+moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
+                             const VarRouteShape &r, int64_t B,
+                             const moe_rt_tensor *expertOut,
+                             const moe_rt_tensor *indices,
+                             const moe_rt_tensor *weights,
+                             const moe_rt_tensor *residual,
+                             const moe_rt_tensor *place, moe_rt_tensor *out);
+moe_rt_status combineVPlacedGrad(
+    moe_rt_stream s, moe_rt_comm comm, const VarRouteShape &r, int64_t B,
+    const moe_rt_tensor *expertOut, const moe_rt_tensor *indices,
+    const moe_rt_tensor *weights, const moe_rt_tensor *place,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
+    moe_rt_tensor *dweights, moe_rt_tensor *dresidual);
+
 } // namespace moe_rt::cpu
 
 #endif // MOE_RT_SRC_CPU_CPUOPS_H

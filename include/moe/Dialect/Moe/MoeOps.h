@@ -33,6 +33,13 @@ FailureOr<shard::GridOp> lookupGrid(Operation *from, FlatSymbolRefAttr grid,
 FailureOr<int64_t> verifyGroupSize(Operation *from, shard::GridOp grid,
                                    ArrayRef<int16_t> axes);
 
+/// The group of a collective on `grid` spanning `axes`, read as the
+/// routing trace's grid: nodes (grid axis 0, when the group spans it and
+/// the grid has more than one axis) x ranks per node (the product of its
+/// other axes).
+std::pair<int64_t, int64_t> nodeGridOf(Operation *from, FlatSymbolRefAttr grid,
+                                       ArrayRef<int16_t> axes);
+
 /// C = ceil(f * k * tokens / experts): FlowMoE's capacity per expert per
 /// rank (§2.2), FSMoE's T (§3.3). Exact for decimal f such as 1.1.
 int64_t expertCapacity(double capacityFactor, int64_t topK, int64_t tokens,

@@ -479,7 +479,7 @@ def Moe_SigmoidGateOp : Moe_ComputeOp<"sigmoid_gate"> {
   let hasVerifier = 1;
 }
 
-def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
+def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
   let summary = "all-to-all back to the tokens' ranks, weighted sum over k";
   let description = [{
     The adjoint of `moe.dispatch`: sends every expert output slot
@@ -496,13 +496,26 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
     With `rows(%r)` (the variable-count dispatch's `rows`), the input is
     that dispatch's `E_l x R x M` layout and only its filled rows travel
     back (all-to-all-v).
+
+    `to(%place)` (variable-count only; NetMoE, docs/netmoe-in-the-step.md)
+    makes the placement a run-time value: `place : (G·B)` gives each sample
+    s = g·B + b (sample b of group rank g) its new rank, B samples per
+    rank, and every expert output row goes straight there — no send-back.
+    The result holds this rank's new samples in increasing s. The identity
+    placement gives the plain combine bit for bit. `residual(%h)`, with `to`,
+    is NetMoE App. A's residual inlining: `%h` is the dispatch's result
+    (the dispatch then sends the residual stream itself) and every token's
+    first choice carries its row to the new rank, added unweighted: the
+    result is h + sum_k w_k y_k. The vjp reuses the placement.
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
     Moe_IndexTensor:$indices,
     Moe_FloatTensor:$weights,
     Moe_IndexTensor:$counts,
-    Optional<Moe_IndexTensor>:$rows),
+    Optional<Moe_IndexTensor>:$rows,
+    Optional<Moe_FloatTensor>:$residual,
+    Optional<Moe_IndexTensor>:$placement),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
@@ -510,6 +523,7 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $indices `,` $weights `,` $counts (`rows` `(` $rows^ `)`)?
+    (`residual` `(` $residual^ `)`)? (`to` `(` $placement^ `)`)?
     `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
     (`slots` $slots^)?
@@ -526,8 +540,8 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine"> {
                    "::mlir::IntegerAttr":$num_experts,
                    "::mlir::IntegerAttr":$capacity), [{
       build($_builder, $_state, result, input, indices, weights, counts,
-            ::mlir::Value(), grid, axes, num_experts, capacity,
-            ::mlir::DenseI64ArrayAttr());
+            ::mlir::Value(), ::mlir::Value(), ::mlir::Value(), grid, axes,
+            num_experts, capacity, ::mlir::DenseI64ArrayAttr());
     }]>
   ];
 }
@@ -562,6 +576,60 @@ def Moe_RoutingCountsOp : Moe_CollectiveOp<"routing_counts"> {
     /// group spans it) x ranks per node (the product of its other axes).
     std::pair<int64_t, int64_t> getNodeGrid();
   }];
+}
+
+def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement"> {
+  let summary = "NetMoE's sample placement, solved from the routing counts";
+  let description = [{
+    NetMoE's two-stage solve (seeds/002 §3.2, `moe_rt/sample_placement.h`):
+    from `counts : (G·B) x E` (a `moe.routing_counts`, the same on every
+    rank), each sample's new rank, `(G·B)` integers with B samples per
+    rank, minimising first the inter-node, then the intra-node tokens of
+    the combine that the placement drives (experts where expert
+    parallelism puts them, E/G per rank in order). Every rank solves the
+    same problem and gets the same answer: no broadcast. The runtime
+    solves on a host thread; the first op that reads the result joins it. The group is read
+    as nodes (grid axis 0, when the group spans it) x ranks per node.
+    `identity` keeps every sample where it is (tests; a baseline).
+
+    ```mlir
+    %place = moe.plan_placement %n on @cluster axes = [0, 1] experts = 8
+               : (tensor<8x8xi32>) -> tensor<8xi32>
+    ```
+  }];
+  let arguments = !con((ins Moe_IndexTensor:$counts), groupArgs,
+    (ins ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+         UnitAttr:$identity));
+  let results = (outs Moe_IndexTensor:$result);
+  let assemblyFormat = [{
+    $counts `on` $grid `axes` `=` $axes `experts` `=` $num_experts
+    (`identity` $identity^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_MoveSamplesOp : Moe_CollectiveOp<"move_samples"> {
+  let summary = "whole samples of an integer tensor to their new ranks";
+  let description = [{
+    What follows a sample when NetMoE places it (labels): `input : B x ...`
+    on every rank of the group, `placement : (G·B)` new ranks (B each, a
+    `moe.plan_placement`); the result holds the samples s with
+    `placement[s]` = this rank, in increasing s — the order of a placing
+    `moe.combine`'s result. Integers only (no gradient).
+
+    ```mlir
+    %l1 = moe.move_samples %l0 to(%place) on @cluster axes = [0, 1]
+            : (tensor<4x16xi64>, tensor<8xi32>) -> tensor<4x16xi64>
+    ```
+  }];
+  let arguments = !con((ins Moe_IndexTensor:$input,
+                            Moe_IndexTensor:$placement), groupArgs);
+  let results = (outs Moe_IndexTensor:$result);
+  let assemblyFormat = [{
+    $input `to` `(` $placement `)` `on` $grid `axes` `=` $axes
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
 }
 
 def Moe_AllReduceOp : Moe_CollectiveOp<"all_reduce",

@@ -1,0 +1,77 @@
+//===- PlacementOps.cpp - NetMoE's planner and sample moves: checks -------===//
+//
+// moe_rt_plan_placement / moe_rt_move_samples (ops.h): each checks its
+// arguments and hands the op to the CPU backend
+// (src/cpu/CpuPlacementOps.cpp). The CUDA backend has neither yet: on a
+// CUDA stream they fail with a message. The placing combine's entry points
+// sit with the other variable-count routing calls (VarRoutingOps.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#include "OpChecks.h"
+
+#include "../cpu/CpuOps.h"
+
+using namespace moe_rt;
+
+namespace {
+Check onCpuOnly(Check c) {
+  return c.that(c.backend != MOE_RT_CUDA,
+                "NetMoE's placement is not implemented on CUDA streams yet");
+}
+} // namespace
+
+extern "C" {
+
+moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
+                                    int64_t nodes, int64_t per_node,
+                                    int64_t block, int identity,
+                                    const moe_rt_tensor *counts,
+                                    moe_rt_tensor *place) {
+  Check c{"moe_rt_plan_placement", backendOf(s)};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(counts, "counts", MOE_RT_I64, 2)
+      .tensor(place, "place", MOE_RT_I64, 1);
+  c = onCpuOnly(c);
+  if (c.status)
+    return c.status;
+  cpu::PlacementShape p;
+  p.samples = dim(counts, 0);
+  p.experts = experts;
+  p.nodes = nodes;
+  p.perNode = per_node;
+  p.block = block;
+  p.identity = identity != 0;
+  int64_t ranks = nodes * per_node;
+  c.that(nodes > 0 && per_node > 0, "the grid needs nodes and ranks")
+      .that(dim(counts, 1) == experts, "counts must be samples x experts")
+      .that(ranks > 0 && experts % ranks == 0,
+            "experts must divide evenly over the group")
+      .that(ranks > 0 && p.samples % ranks == 0,
+            "the samples must divide evenly over the group")
+      .size(place, "place", p.samples);
+  if (c.status)
+    return c.status;
+  return cpu::planPlacement(s, p, counts, place);
+}
+
+moe_rt_status moe_rt_move_samples(moe_rt_stream s, moe_rt_comm comm,
+                                  const moe_rt_tensor *place,
+                                  const moe_rt_tensor *x, moe_rt_tensor *out) {
+  Check c{"moe_rt_move_samples", backendOf(s)};
+  c.that(s != nullptr && comm != nullptr, "NULL stream or group")
+      .tensor(place, "place", MOE_RT_I64, 1)
+      .tensor(x, "x", MOE_RT_I64, 1)
+      .tensor(out, "out", MOE_RT_I64, 1)
+      .sizeOf(out, "out", x);
+  c = onCpuOnly(c);
+  if (c.status)
+    return c.status;
+  c.that(dim(x, 0) > 0, "x needs a batch dimension")
+      .size(place, "place", moe_rt_comm_size(comm) * dim(x, 0));
+  if (c.status)
+    return c.status;
+  return cpu::moveSamples(s, comm, place, x, out);
+}
+
+} // extern "C"

@@ -1,0 +1,291 @@
+//===- CpuPlacementOps.cpp - NetMoE's placement in the step, CPU ----------===//
+//
+// The three calls that make a sample placement a run-time value
+// (docs/netmoe-in-the-step.md):
+//  - planPlacement: NetMoE's two-stage solve (moe_planning) on the
+//    all-gathered counts, inline on the stream that runs it (every rank
+//    solves the same problem deterministically, so no broadcast);
+//  - moveSamples: whole samples of an integer tensor (labels) to their new
+//    ranks, by an all-gather and a local pick (labels are tiny);
+//  - the placing variable-count combine and its vjp: expert output rows
+//    go straight to the samples' new ranks (kernels/Placement.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "CpuOps.h"
+#include "CpuTasks.h"
+
+#include "../CollectivePlan.h"
+#include "../mpi/MpiCollectives.h"
+#include "kernels/Placement.h"
+
+#include "moe_rt/sample_placement.h"
+
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace moe_rt::cpu {
+
+/// Waits for the planner's solve into `place` if one is pending; "" or its
+/// error. Every reader of a placement calls it first.
+std::string joinPlacement(const int64_t *place);
+
+namespace {
+namespace k = moe_rt::kernels;
+using coll::PeerPlan;
+
+/// What a placing combine's tasks share: the group's routing, the routes,
+/// both plans, the buffers, and a deferred error.
+struct PlacedState {
+  std::vector<int64_t> allIdx;
+  std::vector<float> allW, send, recv, allDw;
+  k::PlacedRoutes routes;
+  std::shared_ptr<PeerPlan> toTokens = std::make_shared<PeerPlan>(),
+                            toExperts = std::make_shared<PeerPlan>();
+  std::string error;
+};
+
+/// Plans both exchanges from the gathered routing; on an error both move
+/// nothing and the op's last task reports it (every rank finds the same).
+void planPlaced(const VarRouteShape &r, int64_t B, const int64_t *place,
+                PlacedState &st) {
+  k::PlacedGroup g{r.G, r.rank, r.E, r.El, r.T, r.k, B, r.R,
+                   st.allIdx.data(), place};
+  if (st.error.empty())
+    st.error = k::checkPlacement(g);
+  if (st.error.empty())
+    st.error = k::placedRoutes(g, st.routes);
+  if (st.error.empty())
+    st.error = coll::planAllToAllV(
+        int(r.G), st.routes.sendCount.data(), st.routes.recvCount.data(), r.M,
+        r.El * r.R, r.M, r.T * r.k, *st.toTokens);
+  if (st.error.empty())
+    st.error = coll::planAllToAllV(
+        int(r.G), st.routes.recvCount.data(), st.routes.sendCount.data(), r.M,
+        r.T * r.k, r.M, r.El * r.R, *st.toExperts);
+  if (!st.error.empty()) {
+    std::vector<int64_t> zero(r.G, 0);
+    for (PeerPlan *p : {st.toTokens.get(), st.toExperts.get()})
+      p->sendCount = p->sendOffset = p->recvCount = p->recvOffset = zero;
+  }
+}
+
+/// The group's indices and weights on every rank, then the plans.
+moe_rt_status gatherRouting(moe_rt_stream s, moe_rt_comm comm,
+                            const VarRouteShape &r, int64_t B,
+                            std::shared_ptr<PlacedState> st,
+                            const int64_t *idx, const float *w,
+                            const int64_t *place) {
+  // Collectives take their buffers when queued: size them all now. The
+  // expert side sends at most its E_l R rows, the token side receives its
+  // T k choices.
+  st->allIdx.resize(r.G * r.T * r.k);
+  st->allW.resize(r.G * r.T * r.k);
+  st->allDw.resize(r.G * r.T * r.k);
+  st->send.resize(r.El * r.R * r.M);
+  st->recv.resize(r.T * r.k * r.M);
+  if (moe_rt_status e =
+          mpi::allGatherCounts(s, comm, idx, st->allIdx.data(), r.T * r.k))
+    return e;
+  if (moe_rt_status e =
+          mpi::allGather(s, comm, w, st->allW.data(), r.T * r.k))
+    return e;
+  return task(s, [=] {
+    st->error = joinPlacement(place);
+    planPlaced(r, B, place, *st);
+  });
+}
+
+moe_rt_status finishPlaced(moe_rt_stream s, const char *call,
+                           std::shared_ptr<PlacedState> st,
+                           std::function<void()> body) {
+  std::string name = call;
+  return enqueue(s, [=](std::string &message) {
+    if (st->error.empty()) {
+      body();
+      return MOE_RT_OK;
+    }
+    message = name + ": " + st->error;
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+} // namespace
+
+namespace {
+
+/// NetMoE's solve from a copy of the counts into `po`; "" or the error.
+std::string solvePlacement(const PlacementShape &p,
+                           std::vector<int64_t> counts, int64_t *po) {
+  int64_t samples = p.samples, ranks = p.nodes * p.perNode;
+  if (p.identity) {
+    for (int64_t i = 0; i < samples; ++i)
+      po[i] = i / (samples / ranks);
+    return "";
+  }
+  planning::CountMatrix num(int(samples), int(p.experts));
+  for (int64_t i = 0; i < samples * p.experts; ++i)
+    num.values[i] = uint32_t(counts[i]);
+  // Expert parallelism's layout: E/G experts per rank, in order.
+  std::vector<int> expertRank(p.experts);
+  for (int64_t e = 0; e < p.experts; ++e)
+    expertRank[e] = int(e / (p.experts / ranks));
+  planning::SamplePlacementProblem problem;
+  problem.grid = planning::Grid{int(p.nodes), int(p.perNode)};
+  problem.gather = {&num, &expertRank};
+  planning::SamplePlacement placement;
+  std::string why = planning::planSamplePlacement(problem, placement);
+  if (!why.empty())
+    return "moe_rt_plan_placement: block " + std::to_string(p.block) + ": " +
+           why;
+  for (int64_t i = 0; i < samples; ++i)
+    po[i] = placement.sampleRank[i];
+  return "";
+}
+
+/// Placements being solved on host threads, by their output buffer: the
+/// first task that reads one joins its solve (joinPlacement).
+struct PendingPlacements {
+  std::mutex lock;
+  std::map<const int64_t *, std::shared_future<std::string>> solves;
+};
+PendingPlacements &pending() {
+  static PendingPlacements p;
+  return p;
+}
+
+} // namespace
+
+std::string joinPlacement(const int64_t *place) {
+  std::shared_future<std::string> solve;
+  {
+    std::lock_guard<std::mutex> guard(pending().lock);
+    auto it = pending().solves.find(place);
+    if (it == pending().solves.end())
+      return ""; // solved inline, or already joined
+    solve = it->second;
+    pending().solves.erase(it);
+  }
+  return solve.get();
+}
+
+moe_rt_status planPlacement(moe_rt_stream s, const PlacementShape &p,
+                            const moe_rt_tensor *counts, moe_rt_tensor *out) {
+  const int64_t *pc = i64(counts);
+  int64_t *po = i64(out);
+  return enqueue(s, [=](std::string &message) {
+    // The counts are copied now (the solve may outlive their buffer);
+    // the solve runs on its own host thread, off this stream, and is
+    // joined by the first task that reads the placement (NetMoE §3.2:
+    // "joined where first used").
+    std::vector<int64_t> copy(pc, pc + p.samples * p.experts);
+    std::shared_future<std::string> solve =
+        std::async(std::launch::async, solvePlacement, p, std::move(copy), po)
+            .share();
+    std::lock_guard<std::mutex> guard(pending().lock);
+    pending().solves[po] = solve;
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,
+                          const moe_rt_tensor *placeIn, const moe_rt_tensor *x,
+                          moe_rt_tensor *out) {
+  int64_t G = moe_rt_comm_size(comm), rank = moe_rt_comm_rank(comm);
+  int64_t B = x->shape[0], row = moe_rt_tensor_numel(x) / B;
+  auto all = std::make_shared<std::vector<int64_t>>(G * B * row);
+  const int64_t *place = i64(placeIn), *px = i64(x);
+  int64_t *py = i64(out);
+  if (moe_rt_status e = mpi::allGatherCounts(s, comm, px, all->data(), B * row))
+    return e;
+  return enqueue(s, [=](std::string &message) {
+    message = joinPlacement(place);
+    if (!message.empty())
+      return MOE_RT_INVALID_ARGUMENT;
+    int64_t n = 0;
+    for (int64_t i = 0; i < G * B; ++i)
+      if (place[i] == rank && n++ < B)
+        std::copy(all->data() + i * row, all->data() + (i + 1) * row,
+                  py + (n - 1) * row);
+    if (n == B)
+      return MOE_RT_OK;
+    message = "moe_rt_move_samples: the placement gives rank " +
+              std::to_string(rank) + " " + std::to_string(n) +
+              " samples, not its " + std::to_string(B);
+    return MOE_RT_INVALID_ARGUMENT;
+  });
+}
+
+moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
+                             const VarRouteShape &r, int64_t B,
+                             const moe_rt_tensor *expertOut,
+                             const moe_rt_tensor *indices,
+                             const moe_rt_tensor *weights,
+                             const moe_rt_tensor *residual,
+                             const moe_rt_tensor *placeIn, moe_rt_tensor *out) {
+  auto st = std::make_shared<PlacedState>();
+  const int64_t *idx = i64(indices), *place = i64(placeIn);
+  float *pe = f32(expertOut), *pw = f32(weights), *py = f32(out),
+        *ph = residual ? f32(residual) : nullptr;
+  if (moe_rt_status e = gatherRouting(s, comm, r, B, st, idx, pw, place))
+    return e;
+  if (moe_rt_status e = task(s, [=] {
+        if (st->error.empty())
+          k::placedSendRows(st->routes, r.M, st->allW.data(), pe, ph,
+                            st->send.data());
+      }))
+    return e;
+  if (moe_rt_status e = mpi::allToAllPlanned(s, comm, st->toTokens,
+                                             st->send.data(), st->recv.data()))
+    return e;
+  return finishPlaced(s, "moe_rt_combine_v_place", st, [=] {
+    k::placedGather(st->routes, r.T, r.k, r.M, st->recv.data(), py);
+  });
+}
+
+moe_rt_status combineVPlacedGrad(
+    moe_rt_stream s, moe_rt_comm comm, const VarRouteShape &r, int64_t B,
+    const moe_rt_tensor *expertOut, const moe_rt_tensor *indices,
+    const moe_rt_tensor *weights, const moe_rt_tensor *placeIn,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
+    moe_rt_tensor *dweights, moe_rt_tensor *dresidual) {
+  auto st = std::make_shared<PlacedState>();
+  const int64_t *idx = i64(indices), *place = i64(placeIn);
+  float *pe = f32(expertOut), *pw = f32(weights), *pdy = f32(dout),
+        *pde = f32(dexpertOut), *pdw = f32(dweights),
+        *pdh = dresidual ? f32(dresidual) : nullptr;
+  if (moe_rt_status e = gatherRouting(s, comm, r, B, st, idx, pw, place))
+    return e;
+  // The forward's placement, reversed: cotangents from the samples' new
+  // ranks back to the expert rows (nothing is solved again).
+  if (moe_rt_status e = task(s, [=] {
+        if (st->error.empty())
+          k::placedScatterCotangents(st->routes, r.M, pdy, st->recv.data());
+      }))
+    return e;
+  if (moe_rt_status e = mpi::allToAllPlanned(s, comm, st->toExperts,
+                                             st->recv.data(), st->send.data()))
+    return e;
+  if (moe_rt_status e = task(s, [=] {
+        std::fill(pde, pde + r.El * r.R * r.M, 0.0f);
+        if (pdh)
+          std::fill(pdh, pdh + r.El * r.R * r.M, 0.0f);
+        std::fill(st->allDw.begin(), st->allDw.end(), 0.0f);
+        if (st->error.empty())
+          k::placedBackward(st->routes, r.M, st->allW.data(), pe,
+                            st->send.data(), pde, pdh, st->allDw.data());
+      }))
+    return e;
+  // Each weight's gradient was computed on its expert's rank: the sum over
+  // the group (one non-zero term each) returns it to its token's rank.
+  if (moe_rt_status e = mpi::reduceScatter(s, comm, st->allDw.data(), pdw,
+                                           r.T * r.k))
+    return e;
+  return finishPlaced(s, "moe_rt_combine_v_place_grad", st, [] {});
+}
+
+} // namespace moe_rt::cpu
