@@ -212,7 +212,8 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     if (policy == Policy::PipeMoe || policy == Policy::Fsmoe)
       insertPipeMoeBarriers(entry, L, R, compute, comm);
     if (policy == Policy::Fsmoe)
-      insertFsmoeWindowBarriers(entry, L, compute, comm);
+      if (failed(insertFsmoeWindowBarriers(entry, L, compute, comm)))
+        return failure();
     else if (policy != Policy::FlowMoe)
       insertCentralizedARBarrier(entry, compute, comm);
     if (policy == Policy::Vanilla)
@@ -319,26 +320,41 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
   /// AT'^w) — and the unplanned rest after the backward computation, as in
   /// a centralized all-reduce. Without the waits the low-priority pool
   /// would start every slice as soon as its gradient exists.
-  void insertFsmoeWindowBarriers(Block &entry, int64_t L, StreamAttr compute,
-                                 StreamAttr comm) {
+  LogicalResult insertFsmoeWindowBarriers(Block &entry, int64_t L,
+                                          StreamAttr compute,
+                                          StreamAttr comm) {
     auto windowOf = [](Operation *op) {
       return op->getAttrOfType<TaskAttr>(MoeDialect::getGradientWindowAttrName());
     };
     for (int64_t w = 0; w < L; ++w)
       for (TaskKind kind : {TaskKind::E, TaskKind::AT}) {
         TaskKind anchor = kind == TaskKind::E ? TaskKind::C : TaskKind::D;
-        barrierOps(
-            entry,
-            [&](Operation *op) {
-              TaskAttr t = getTask(op);
-              return t && t.getPhase() == Phase::bwd && t.getBlock() == w &&
-                     t.getKind() == anchor && isCommunicationTask(op);
-            },
-            [&](Operation *op) {
-              TaskAttr t = windowOf(op);
-              return t && t.getKind() == kind && t.getBlock() == w;
-            },
-            comm, comm);
+        auto isAnchor = [&](Operation *op) {
+          TaskAttr t = getTask(op);
+          return t && t.getPhase() == Phase::bwd && t.getBlock() == w &&
+                 t.getKind() == anchor && isCommunicationTask(op);
+        };
+        auto inWindow = [&](Operation *op) {
+          TaskAttr t = windowOf(op);
+          return t && t.getKind() == kind && t.getBlock() == w;
+        };
+        // The priorities put a window's slices after its anchor (the
+        // anchor is ready as soon as the slices' gradients are); a slice
+        // before it could not be held by the wait: refuse, never misplace.
+        Operation *last = nullptr;
+        for (Operation &op : entry)
+          if (isAnchor(&op))
+            last = &op;
+        for (Operation *op = last ? &entry.front() : nullptr; op != last;
+             op = op->getNextNode())
+          if (inWindow(op))
+            return op->emitOpError()
+                   << "moe-schedule: this gradient slice of window "
+                   << windowOf(op).getLabel()
+                   << " is issued before the window starts (after "
+                   << getTask(last).getLabel()
+                   << "), so no event can hold it in its window";
+        barrierOps(entry, isAnchor, inWindow, comm, comm);
       }
     barrierOps(
         entry,
@@ -353,6 +369,7 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
           return t && t.getKind() == TaskKind::AR && !windowOf(op);
         },
         compute, comm);
+    return success();
   }
 
   /// vanillaEP overlaps nothing. With R = 1 the forward and backward tasks
