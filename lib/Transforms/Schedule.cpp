@@ -211,11 +211,12 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
 
     if (policy == Policy::PipeMoe || policy == Policy::Fsmoe)
       insertPipeMoeBarriers(entry, L, R, compute, comm);
-    if (policy == Policy::Fsmoe)
+    if (policy == Policy::Fsmoe) {
       if (failed(insertFsmoeWindowBarriers(entry, L, compute, comm)))
         return failure();
-    else if (policy != Policy::FlowMoe)
+    } else if (policy != Policy::FlowMoe) {
       insertCentralizedARBarrier(entry, compute, comm);
+    }
     if (policy == Policy::Vanilla)
       insertVanillaBarrier(entry, compute, comm);
     func->setAttr(MoeDialect::getScheduleAttrName(),
