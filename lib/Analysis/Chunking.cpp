@@ -44,6 +44,35 @@ SmallVector<GradientChunk> mlir::moe::planChunks(ArrayRef<int64_t> bytes,
   return chunks;
 }
 
+SmallVector<TensorPiece> mlir::moe::sliceStream(ArrayRef<int64_t> bytes,
+                                                ArrayRef<int64_t> elementBytes,
+                                                ArrayRef<int64_t> cuts) {
+  SmallVector<TensorPiece> pieces;
+  unsigned slice = 0;
+  int64_t start = 0; // the tensor's first byte in the stream
+  for (auto [t, size] : llvm::enumerate(bytes)) {
+    int64_t end = start + size, from = start;
+    while (from < end) {
+      int64_t cut = slice < cuts.size() ? cuts[slice] : end;
+      if (cut >= end) {
+        pieces.push_back({unsigned(t), slice, from - start, end - from});
+        break;
+      }
+      // Inside the tensor: down to a whole element.
+      int64_t element = std::max<int64_t>(elementBytes[t], 1);
+      int64_t to = cut > start ? start + (cut - start) / element * element
+                               : start;
+      if (to > from) {
+        pieces.push_back({unsigned(t), slice, from - start, to - from});
+        from = to;
+      }
+      ++slice;
+    }
+    start = end;
+  }
+  return pieces;
+}
+
 std::optional<int64_t> mlir::moe::parseByteSize(StringRef text) {
   text = text.trim();
   size_t digits = 0;

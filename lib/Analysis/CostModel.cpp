@@ -168,7 +168,7 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
       c.bytes = tokens(tokensSide) * k * m;
     }
   }
-  c.us = collectiveUs(profile, kind, c.bytes, size, perNode);
+  c.us = collectiveUs(profile, kind, c.bytes * workScale, size, perNode);
   c.link = collectiveLink(size, perNode);
   c.us += profile.launchUs;
   return c;
@@ -178,7 +178,7 @@ FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
   TaskCost c;
   auto gemm = [&](double flops) {
     c.flops = flops;
-    c.us = profile.gemm.time(flops);
+    c.us = profile.gemm.time(flops * workScale);
   };
   if (!isStatic(op) && !isa<ExpertOp>(op))
     return op->emitOpError() << "has dynamic shapes the cost model cannot "
@@ -189,7 +189,7 @@ FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
                         a.getNumKvHeads(), a.getHeadDim()));
     // Pre-norm and softmax are memory-bound passes over the activation.
     c.bytes = attentionMemoryBytes(valueBytes(x));
-    c.us += profile.memory.time(c.bytes) - profile.memory.alphaUs;
+    c.us += profile.memory.time(c.bytes * workScale) - profile.memory.alphaUs;
   } else if (auto g = dyn_cast<GateOp>(op)) {
     double t = tokens(g.getInput()), m = dim(g.getInput(), 2);
     Value aux = g.getAuxWeight();
@@ -215,7 +215,7 @@ FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
     // Norms, residual adds, embeddings, the loss, splits, merges, updates:
     // memory-bound.
     c.bytes = memoryTraffic(op);
-    c.us = profile.memory.time(c.bytes);
+    c.us = profile.memory.time(c.bytes * workScale);
   }
   return c;
 }
@@ -255,7 +255,7 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
     c.us = collectiveUs(profile,
                         gather ? CollectiveKind::AllGather
                                : CollectiveKind::ReduceScatter,
-                        c.bytes, group->first, group->second) +
+                        c.bytes * workScale, group->first, group->second) +
            profile.launchUs;
     c.link = collectiveLink(group->first, group->second);
     return c;
@@ -273,4 +273,16 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
   }
   c->us += profile.launchUs;
   return c;
+}
+
+FailureOr<ChunkedCost> CostModel::chunkedCost(Operation *op) {
+  FailureOr<TaskCost> whole = cost(op);
+  if (failed(whole))
+    return failure();
+  workScale = 0;
+  FailureOr<TaskCost> empty = cost(op);
+  workScale = 1;
+  if (failed(empty))
+    return failure();
+  return ChunkedCost{empty->us, whole->us - empty->us};
 }

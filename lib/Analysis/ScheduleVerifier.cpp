@@ -2,6 +2,7 @@
 
 #include "moe/Analysis/ScheduleVerifier.h"
 #include "moe/Analysis/StreamOrder.h"
+#include "moe/Analysis/Tasks.h"
 
 #include "llvm/ADT/MapVector.h"
 
@@ -18,6 +19,45 @@ static std::string describe(Operation *op, const StreamOrder &order) {
   if (s >= 0)
     os << " on " << order.streamAttr(s);
   return text;
+}
+
+/// The op that computed the gradient a slice reduces: through the earlier
+/// slices of the same tensor to the producer.
+static Operation *gradientProducer(Value v) {
+  Operation *def = v.getDefiningOp();
+  while (auto slice = dyn_cast_or_null<AllReduceOp>(def)) {
+    unsigned i = cast<OpResult>(v).getResultNumber();
+    v = slice.getInputs()[i];
+    def = v.getDefiningOp();
+  }
+  return def;
+}
+
+static LogicalResult verifySliceCausality(Operation *op,
+                                          const StreamOrder &order) {
+  auto window = op->getAttrOfType<TaskAttr>(MoeDialect::getGradientWindowAttrName());
+  if (!window)
+    return success();
+  auto slice = dyn_cast<AllReduceOp>(op);
+  if (!slice)
+    return op->emitOpError() << "carries " << MoeDialect::getGradientWindowAttrName()
+                             << " but is not a gradient all-reduce";
+  for (auto [i, input] : llvm::enumerate(slice.getInputs())) {
+    Operation *producer = gradientProducer(input);
+    TaskAttr made = producer ? getTask(producer) : TaskAttr();
+    if (!producer || (made && backwardPosition(made) < backwardPosition(window)))
+      continue;
+    InFlightDiagnostic diag =
+        op->emitOpError()
+        << "is a gradient slice " << describe(op, order)
+        << " reduced in the window of " << window.getLabel()
+        << ", before the gradient it covers (operand #" << i
+        << ") exists: it is produced by " << describe(producer, order);
+    diag.attachNote(producer->getLoc())
+        << "producer: " << describe(producer, order);
+    return failure();
+  }
+  return success();
 }
 
 LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
@@ -52,6 +92,12 @@ LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
     if (result.wasInterrupted())
       return failure();
   }
+
+  // FSMoE §5 causality: a gradient slice planned into a backward window
+  // reduces only gradients that exist before that window starts.
+  for (Operation &op : entry)
+    if (failed(verifySliceCausality(&op, order)))
+      return failure();
 
   // Collectives of one group and class must be totally ordered: consecutive
   // ones in program order must be ordered by happens-before.

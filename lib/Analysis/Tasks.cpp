@@ -29,6 +29,27 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
   return std::nullopt;
 }
 
+std::tuple<int, int64_t, int> mlir::moe::backwardPosition(TaskAttr t) {
+  if (t.getPhase() == Phase::fwd)
+    return {-1, 0, 0};
+  switch (t.getKind()) {
+  case TaskKind::HEAD:
+    return {0, 0, 0};
+  case TaskKind::D:
+  case TaskKind::E:
+  case TaskKind::C:
+    return {1, -t.getBlock(), 0};
+  case TaskKind::AT:
+    return {1, -t.getBlock(), 1};
+  case TaskKind::PRE:
+    return {2, 0, 0};
+  case TaskKind::AR:
+  case TaskKind::OPT:
+    break;
+  }
+  return {3, 0, 0};
+}
+
 TaskAttr mlir::moe::getTask(Operation *op) {
   return op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName());
 }

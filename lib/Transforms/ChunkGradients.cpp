@@ -39,10 +39,17 @@ static LogicalResult chunkOne(AllReduceOp allReduce, int64_t chunkBytes) {
                                      << element << "-byte element size";
     bytes.push_back(size);
   }
+  replaceByChunks(allReduce, planChunks(bytes, chunkBytes));
+  return success();
+}
+
+void mlir::moe::replaceByChunks(
+    AllReduceOp allReduce, ArrayRef<GradientChunk> chunks,
+    function_ref<void(unsigned, AllReduceOp)> annotate) {
   TaskAttr task = getTask(allReduce);
   OpBuilder builder(allReduce);
   SmallVector<Value> current(allReduce.getInputs());
-  for (auto [index, chunk] : llvm::enumerate(planChunks(bytes, chunkBytes))) {
+  for (auto [index, chunk] : llvm::enumerate(chunks)) {
     SmallVector<Value> inputs;
     for (unsigned t : chunk.tensors)
       inputs.push_back(current[t]);
@@ -58,12 +65,13 @@ static LogicalResult chunkOne(AllReduceOp allReduce, int64_t chunkBytes) {
       setTask(piece, TaskAttr::get(allReduce.getContext(), task.getKind(),
                                    task.getPhase(), task.getBlock(),
                                    task.getMicro(), index));
+    if (annotate)
+      annotate(index, piece);
     for (auto [t, result] : llvm::zip(chunk.tensors, piece.getResults()))
       current[t] = result;
   }
   allReduce.replaceAllUsesWith(current);
   allReduce.erase();
-  return success();
 }
 
 LogicalResult mlir::moe::chunkAllReduces(Operation *root, int64_t chunkBytes) {

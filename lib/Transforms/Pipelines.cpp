@@ -32,7 +32,7 @@ struct FlowMoePipelineOptions
   Option<std::string> policy{
       *this, "policy",
       llvm::cl::desc("vanilla | pipe-moe | flowmoe-at | flowmoe | "
-                     "centralized-ar"),
+                     "centralized-ar | fsmoe (needs profile and degree=1)"),
       llvm::cl::init("flowmoe")};
   Option<int64_t> tokenDegree{
       *this, "token-degree",
@@ -101,7 +101,8 @@ struct FlowMoePipelineOptions
                      "under dropless routing (0: the worst case G*B*N)"),
       llvm::cl::init(0)};
   Option<std::string> profile{
-      *this, "profile", llvm::cl::desc("Hardware profile for chunk-bytes=auto"),
+      *this, "profile",
+      llvm::cl::desc("Hardware profile for chunk-bytes=auto and policy=fsmoe"),
       llvm::cl::init("")};
   Option<bool> routingStats{
       *this, "routing-stats",
@@ -132,7 +133,15 @@ void mlir::moe::registerMoePipelines() {
         pm.addPass(createMoeVariableDropless(
             MoeVariableDroplessOptions{options.droplessBound}));
         pm.addPass(createMoeBuildTrainStep(options.buildOptions()));
-        if (options.tokenDegree != 1 || options.tokenDegreeBwd > 1)
+        // FSMoE: per-layer degrees and gradient slices from the profile,
+        // carried out by the token pipeline and the schedule.
+        bool fsmoe = options.policy == "fsmoe";
+        if (fsmoe) {
+          MoeFsmoePlanOptions plan;
+          plan.profile = options.profile;
+          pm.addPass(createMoeFsmoePlan(plan));
+        }
+        if (fsmoe || options.tokenDegree != 1 || options.tokenDegreeBwd > 1)
           pm.addPass(createMoeTokenPipeline(MoeTokenPipelineOptions{
               options.tokenDegree, options.tokenDegreeBwd}));
         pm.addPass(createMoeSchedule(MoeScheduleOptions{options.policy}));

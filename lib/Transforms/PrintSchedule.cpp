@@ -22,20 +22,33 @@ struct PrintSchedulePass
 
   void print(raw_ostream &os, FunctionOpInterface func,
              const StreamOrder &order) {
-    os << "schedule @" << func.getName() << " policy "
-       << func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName())
-              .getValue()
-       << "\n";
+    StringRef policy =
+        func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName())
+            .getValue();
+    os << "schedule @" << func.getName() << " policy " << policy << "\n";
+    // FSMoE's three resources (compute, the inter-node link of <comm>, the
+    // intra-node link of <comm, 1>) are listed even when one is idle.
+    bool fsmoe = policy == "fsmoe";
+    SmallVector<StreamAttr> streams;
+    if (fsmoe)
+      streams = {StreamAttr::get(func.getContext(), StreamKind::compute, 0),
+                 StreamAttr::get(func.getContext(), StreamKind::comm, 0),
+                 StreamAttr::get(func.getContext(), StreamKind::comm, 1)};
+    for (unsigned s = 0; s < order.numStreams(); ++s)
+      if (!llvm::is_contained(streams, order.streamAttr(s)))
+        streams.push_back(order.streamAttr(s));
     for (Phase phase : {Phase::fwd, Phase::bwd})
-      for (unsigned s = 0; s < order.numStreams(); ++s) {
-        StreamAttr stream = order.streamAttr(s);
+      for (StreamAttr stream : streams) {
         os << "  " << stringifyPhase(phase) << " "
            << stringifyStreamKind(stream.getKind());
         if (stream.getIndex())
           os << stream.getIndex();
+        if (fsmoe && stream.getKind() == StreamKind::comm &&
+            stream.getIndex() <= 1)
+          os << (stream.getIndex() ? " (intra-node)" : " (inter-node)");
         os << ":";
         std::string previous;
-        for (Operation *op : order.opsOn(s)) {
+        for (Operation *op : opsOn(order, stream)) {
           TaskAttr task = getTask(op);
           if (!task || task.getPhase() != phase || task.getLabel() == previous)
             continue;
@@ -44,6 +57,14 @@ struct PrintSchedulePass
         }
         os << "\n";
       }
+  }
+
+  static ArrayRef<Operation *> opsOn(const StreamOrder &order,
+                                     StreamAttr stream) {
+    for (unsigned s = 0; s < order.numStreams(); ++s)
+      if (order.streamAttr(s) == stream)
+        return order.opsOn(s);
+    return {};
   }
 
   void runOnOperation() override {

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe/Analysis/StreamOrder.h"
 #include "moe/Analysis/Tasks.h"
 #include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
@@ -27,7 +28,7 @@ using namespace mlir::moe;
 
 namespace {
 
-enum class Policy { Vanilla, PipeMoe, FlowMoeAT, FlowMoe, CentralizedAR };
+enum class Policy { Vanilla, PipeMoe, FlowMoeAT, FlowMoe, CentralizedAR, Fsmoe };
 
 std::optional<Policy> parsePolicy(StringRef name) {
   return llvm::StringSwitch<std::optional<Policy>>(name)
@@ -36,6 +37,7 @@ std::optional<Policy> parsePolicy(StringRef name) {
       .Case("flowmoe-at", Policy::FlowMoeAT)
       .Case("flowmoe", Policy::FlowMoe)
       .Case("centralized-ar", Policy::CentralizedAR)
+      .Case("fsmoe", Policy::Fsmoe)
       .Default(std::nullopt);
 }
 
@@ -55,6 +57,7 @@ Key keyOf(TaskAttr t, Policy policy, int64_t L, int64_t R) {
     return Key{3, 0, 0, 0};
   case TaskKind::AR: {
     // AR^(l) of the weights outside blocks (l = -1) completes with PRE'.
+    // (FSMoE's windowed slices: fsmoeSliceKey.)
     int64_t position = l < 0 ? L : L - 1 - l;
     if (policy == Policy::FlowMoe)
       return Key{1, position, 2, t.getChunk()};
@@ -66,8 +69,8 @@ Key keyOf(TaskAttr t, Policy policy, int64_t L, int64_t R) {
   case TaskKind::C:
     break;
   }
-  if (policy == Policy::PipeMoe) {
-    // Tutel / ScheMoE: all of a block's AT before its first D (forward),
+  if (policy == Policy::PipeMoe || policy == Policy::Fsmoe) {
+    // Tutel / ScheMoE (and FSMoE, which pipelines the MoE layer only): all of a block's AT before its first D (forward),
     // all of its D' before its first AT' (backward).
     TaskKind k = t.getKind();
     if (fwd)
@@ -84,6 +87,31 @@ Key keyOf(TaskAttr t, Policy policy, int64_t L, int64_t R) {
   if (fwd)
     return Key{0, l, first ? 0 : 1, r};
   return Key{1, L - 1 - l, first ? 1 : 0, R - 1 - r};
+}
+
+/// FSMoE §4-5: a gradient slice planned into block w's MoE window goes
+/// after the layer's backward combines C' (FSMoE's FIFO: C'_1..C'_r, GAR,
+/// D'_1..D'_r), one planned into its dense window after its D'; the
+/// barriers in fsmoeWindowBarriers make the placement binding.
+std::optional<Key> fsmoeSliceKey(Operation *op, int64_t L, int64_t R) {
+  auto window = op->getAttrOfType<TaskAttr>(MoeDialect::getGradientWindowAttrName());
+  TaskAttr t = getTask(op);
+  if (!window || !t)
+    return std::nullopt;
+  bool dense = window.getKind() == TaskKind::AT;
+  return Key{1, L - 1 - window.getBlock(), dense ? 1 : 0, R + t.getChunk()};
+}
+
+/// FSMoE's two links: a collective whose group stays inside a node (no
+/// axis 0 of a 2-D grid, axis 0 being nodes as in the cost model) goes on
+/// the intra-node communication stream `<comm, 1>`.
+bool isIntraNode(Operation *op) {
+  std::optional<CollectiveKey> key = getCollectiveKey(op);
+  if (!key)
+    return false;
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, key->grid);
+  return grid && grid.getShape().size() >= 2 && grid.getShape()[0] > 1 &&
+         !llvm::is_contained(key->axes, 0);
 }
 
 struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
@@ -103,7 +131,7 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
         labelled = true;
         R = std::max(R, t.getMicro() + 1);
         if (t.getPhase() == Phase::bwd && t.getKind() == TaskKind::AR &&
-            t.getChunk() >= 0)
+            t.getChunk() >= 0 && policy != Policy::Fsmoe)
           return op.emitOpError() << "is already a chunk: run moe-schedule "
                                      "before moe-chunk-gradients";
       }
@@ -144,7 +172,10 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     int64_t L = model.getLayers();
     auto keyAt = [&](unsigned i) {
       TaskAttr t = getTask(ops[i]);
-      Key k = t ? keyOf(t, policy, L, R) : Key{-1, 0, 0, 0};
+      std::optional<Key> slice;
+      if (policy == Policy::Fsmoe)
+        slice = fsmoeSliceKey(ops[i], L, R);
+      Key k = slice ? *slice : t ? keyOf(t, policy, L, R) : Key{-1, 0, 0, 0};
       return std::make_pair(k, i);
     };
     using Item = std::pair<Key, unsigned>;
@@ -170,15 +201,22 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
 
     StreamAttr compute = StreamAttr::get(ctx, StreamKind::compute, 0);
     StreamAttr comm = StreamAttr::get(ctx, StreamKind::comm, 0);
+    StreamAttr intra = StreamAttr::get(ctx, StreamKind::comm, 1);
     for (Operation *op : order)
       if (!op->hasTrait<OpTrait::ConstantLike>())
         op->setAttr(MoeDialect::getStreamAttrName(),
-                    isCommunicationTask(op) ? comm : compute);
+                    !isCommunicationTask(op) ? compute
+                    : policy == Policy::Fsmoe && isIntraNode(op) ? intra
+                                                                 : comm);
 
-    if (policy == Policy::PipeMoe)
+    if (policy == Policy::PipeMoe || policy == Policy::Fsmoe)
       insertPipeMoeBarriers(entry, L, R, compute, comm);
-    if (policy != Policy::FlowMoe)
+    if (policy == Policy::Fsmoe) {
+      if (failed(insertFsmoeWindowBarriers(entry, L, compute, comm)))
+        return failure();
+    } else if (policy != Policy::FlowMoe) {
       insertCentralizedARBarrier(entry, compute, comm);
+    }
     if (policy == Policy::Vanilla)
       insertVanillaBarrier(entry, compute, comm);
     func->setAttr(MoeDialect::getScheduleAttrName(),
@@ -194,16 +232,32 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
   void barrier(Block &entry, function_ref<bool(TaskAttr)> after,
                function_ref<bool(TaskAttr)> before, StreamAttr from,
                StreamAttr to) {
+    barrierOps(
+        entry,
+        [&](Operation *op) {
+          TaskAttr t = getTask(op);
+          return t && after(t);
+        },
+        [&](Operation *op) {
+          TaskAttr t = getTask(op);
+          return t && before(t);
+        },
+        from, to);
+  }
+
+  void barrierOps(Block &entry, function_ref<bool(Operation *)> after,
+                  function_ref<bool(Operation *)> before, StreamAttr from,
+                  StreamAttr to) {
     Operation *last = nullptr;
     for (Operation &op : entry)
-      if (TaskAttr t = getTask(&op); t && after(t))
+      if (after(&op))
         last = &op;
     if (!last)
       return;
     Operation *first = nullptr;
     for (Operation *op = last->getNextNode(); op && !first;
          op = op->getNextNode())
-      if (TaskAttr t = getTask(op); t && before(t))
+      if (before(op))
         first = op;
     if (!first)
       return;
@@ -262,6 +316,63 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
         [](TaskAttr t) { return t.getKind() == TaskKind::AR; }, compute, comm);
   }
 
+  /// FSMoE §5: each planned slice starts no earlier than its window — after
+  /// the last C' of block w (MoE window E'^w) or its last D' (dense window
+  /// AT'^w) — and the unplanned rest after the backward computation, as in
+  /// a centralized all-reduce. Without the waits the low-priority pool
+  /// would start every slice as soon as its gradient exists.
+  LogicalResult insertFsmoeWindowBarriers(Block &entry, int64_t L,
+                                          StreamAttr compute,
+                                          StreamAttr comm) {
+    auto windowOf = [](Operation *op) {
+      return op->getAttrOfType<TaskAttr>(MoeDialect::getGradientWindowAttrName());
+    };
+    for (int64_t w = 0; w < L; ++w)
+      for (TaskKind kind : {TaskKind::E, TaskKind::AT}) {
+        TaskKind anchor = kind == TaskKind::E ? TaskKind::C : TaskKind::D;
+        auto isAnchor = [&](Operation *op) {
+          TaskAttr t = getTask(op);
+          return t && t.getPhase() == Phase::bwd && t.getBlock() == w &&
+                 t.getKind() == anchor && isCommunicationTask(op);
+        };
+        auto inWindow = [&](Operation *op) {
+          TaskAttr t = windowOf(op);
+          return t && t.getKind() == kind && t.getBlock() == w;
+        };
+        // The priorities put a window's slices after its anchor (the
+        // anchor is ready as soon as the slices' gradients are); a slice
+        // before it could not be held by the wait: refuse, never misplace.
+        Operation *last = nullptr;
+        for (Operation &op : entry)
+          if (isAnchor(&op))
+            last = &op;
+        for (Operation *op = last ? &entry.front() : nullptr; op != last;
+             op = op->getNextNode())
+          if (inWindow(op))
+            return op->emitOpError()
+                   << "moe-schedule: this gradient slice of window "
+                   << windowOf(op).getLabel()
+                   << " is issued before the window starts (after "
+                   << getTask(last).getLabel()
+                   << "), so no event can hold it in its window";
+        barrierOps(entry, isAnchor, inWindow, comm, comm);
+      }
+    barrierOps(
+        entry,
+        [](Operation *op) {
+          TaskAttr t = getTask(op);
+          return t && t.getPhase() == Phase::bwd &&
+                 t.getKind() != TaskKind::AR && t.getKind() != TaskKind::OPT &&
+                 t.getKind() != TaskKind::D && t.getKind() != TaskKind::C;
+        },
+        [&](Operation *op) {
+          TaskAttr t = getTask(op);
+          return t && t.getKind() == TaskKind::AR && !windowOf(op);
+        },
+        compute, comm);
+    return success();
+  }
+
   /// vanillaEP overlaps nothing. With R = 1 the forward and backward tasks
   /// already form one dependency chain and the all-reduce is centralized;
   /// what remains is to run the update after all communication.
@@ -281,8 +392,8 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     if (!parsed) {
       mlir::emitError(getOperation().getLoc())
           << "moe-schedule: unknown policy '" << policy
-          << "' (expected vanilla, pipe-moe, flowmoe-at, flowmoe or "
-             "centralized-ar)";
+          << "' (expected vanilla, pipe-moe, flowmoe-at, flowmoe, "
+             "centralized-ar or fsmoe)";
       return signalPassFailure();
     }
     auto models =

@@ -306,6 +306,19 @@ struct TokenPipelinePass
     replaceSums(layer.dispatchVjp, dVjps, 0);
   }
 
+  /// The layer's [r_fwd, r_bwd]: its own (moe.token_degree, set by
+  /// moe-fsmoe-plan per layer) or the pass options.
+  FailureOr<std::pair<int64_t, int64_t>> degreesOf(DispatchOp d) const {
+    auto own = d->getAttrOfType<DenseI64ArrayAttr>(MoeDialect::getTokenDegreeAttrName());
+    if (!own)
+      return std::make_pair(rFwd(), rBwd());
+    if (own.size() != 2 || own[0] < 1 || own[1] < 1)
+      return d.emitOpError()
+             << "moe-token-pipeline: " << MoeDialect::getTokenDegreeAttrName()
+             << " must be [r_fwd, r_bwd], both >= 1";
+    return std::make_pair(own[0], own[1]);
+  }
+
   LogicalResult chunkStep(FunctionOpInterface func) {
     if (func->hasAttr(MoeDialect::getScheduleAttrName()))
       return mlir::emitError(func.getLoc())
@@ -322,12 +335,18 @@ struct TokenPipelinePass
              << "moe-token-pipeline: not a training step (run "
                 "moe-build-train-step first)";
     for (DispatchOp d : dispatches) {
-      FailureOr<MoeLayer> layer = findLayer(d, std::max(rFwd(), rBwd()));
+      FailureOr<std::pair<int64_t, int64_t>> degrees = degreesOf(d);
+      if (failed(degrees))
+        return failure();
+      auto [rf, rb] = *degrees;
+      if (rf == 1 && rb == 1)
+        continue;
+      FailureOr<MoeLayer> layer = findLayer(d, std::max(rf, rb));
       if (failed(layer))
         return failure();
       int64_t capacity = *d.getCapacity();
-      SmallVector<Window> fwd = windowsOf(rFwd(), capacity),
-                          bwd = windowsOf(rBwd(), capacity);
+      SmallVector<Window> fwd = windowsOf(rf, capacity),
+                          bwd = windowsOf(rb, capacity);
       SmallVector<Value> dChunks, eChunks;
       chunkForward(*layer, fwd, capacity, dChunks, eChunks);
       chunkBackward(*layer, bwd, fwd, capacity, dChunks, eChunks);
@@ -354,7 +373,10 @@ struct TokenPipelinePass
                       "moe-token-pipeline", "no function has a moe.model");
     if (failed(funcs))
       return signalPassFailure();
-    if (rFwd() == 1 && rBwd() == 1)
+    bool perLayer = false;
+    getOperation()->walk(
+        [&](DispatchOp d) { perLayer |= d->hasAttr(MoeDialect::getTokenDegreeAttrName()); });
+    if (rFwd() == 1 && rBwd() == 1 && !perLayer)
       return;
     for (FunctionOpInterface func : *funcs)
       if (failed(chunkStep(func)))

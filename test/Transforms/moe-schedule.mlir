@@ -77,7 +77,7 @@
 
 // Errors.
 // RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-microbatch=degree=2 --moe-build-train-step --moe-schedule=policy=fastest 2>&1 | FileCheck %s --check-prefix=BADPOLICY
-// BADPOLICY: moe-schedule: unknown policy 'fastest' (expected vanilla, pipe-moe, flowmoe-at, flowmoe or centralized-ar)
+// BADPOLICY: moe-schedule: unknown policy 'fastest' (expected vanilla, pipe-moe, flowmoe-at, flowmoe, centralized-ar or fsmoe)
 // RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-microbatch=degree=2 --moe-build-train-step --moe-schedule=policy=vanilla 2>&1 | FileCheck %s --check-prefix=VANILLAR
 // VANILLAR: policy vanilla is vanillaEP without pipelining; the step has 2 micro-batches
 // RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-schedule 2>&1 | FileCheck %s --check-prefix=NOTSTEP

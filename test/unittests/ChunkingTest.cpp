@@ -83,6 +83,66 @@ TEST(Chunking, KnownCases) {
   EXPECT_TRUE(planChunks({}, 512).empty());
 }
 
+// FSMoE §5 slicing by hand: tensors of 16, 8 and 12 bytes (4-byte
+// elements) cut at 10 (inside the first: down to 8), 10 (an empty slice)
+// and 30 (inside the third, at its 6th byte: down to 4).
+TEST(Chunking, SlicesTheReadyOrderedStreamByHand) {
+  auto pieces = sliceStream({16, 8, 12}, {4, 4, 4}, {10, 10, 30});
+  struct Want {
+    unsigned tensor, slice;
+    int64_t offset, size;
+  };
+  std::vector<Want> want = {{0, 0, 0, 8}, {0, 2, 8, 8}, {1, 2, 0, 8},
+                            {2, 2, 0, 4}, {2, 3, 4, 8}};
+  ASSERT_EQ(pieces.size(), want.size());
+  for (auto [p, w] : llvm::zip(pieces, want)) {
+    EXPECT_EQ(p.tensor, w.tensor);
+    EXPECT_EQ(p.slice, w.slice);
+    EXPECT_EQ(p.offset, w.offset);
+    EXPECT_EQ(p.size, w.size);
+  }
+}
+
+// On random inputs: every byte exactly once, in stream order, slices
+// non-decreasing, no byte in a slice before the one its cut allows
+// (causality: a piece of slice i ends at or before cuts[i]), pieces on
+// element boundaries.
+TEST(Chunking, SlicesKeepEveryByteAndNeverMoveOneEarlier) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<int64_t> bytes, elements;
+    int64_t total = 0;
+    for (int t = 0, n = 1 + rng() % 6; t < n; ++t) {
+      int64_t e = int64_t(1) << (rng() % 4);
+      elements.push_back(e);
+      bytes.push_back(e * (rng() % 20));
+      total += bytes.back();
+    }
+    std::vector<int64_t> cuts;
+    for (int i = 0, n = rng() % 5; i < n; ++i)
+      cuts.push_back(total ? int64_t(rng() % (total + 1)) : 0);
+    llvm::sort(cuts);
+    auto pieces = sliceStream(bytes, elements, cuts);
+    int64_t stream = 0, start = 0;
+    unsigned tensor = 0, slice = 0;
+    for (const TensorPiece &p : pieces) {
+      while (tensor < p.tensor)
+        start += bytes[tensor++];
+      ASSERT_EQ(tensor, p.tensor);
+      EXPECT_EQ(start + p.offset, stream) << "trial " << trial;
+      EXPECT_GT(p.size, 0);
+      EXPECT_EQ(p.offset % elements[p.tensor], 0);
+      EXPECT_EQ(p.size % elements[p.tensor], 0);
+      EXPECT_GE(p.slice, slice);
+      slice = p.slice;
+      if (p.slice < cuts.size())
+        EXPECT_LE(stream + p.size, cuts[p.slice]);
+      stream += p.size;
+    }
+    EXPECT_EQ(stream, total);
+  }
+}
+
 TEST(Chunking, ParsesByteSizes) {
   EXPECT_EQ(parseByteSize("1048576"), 1048576);
   EXPECT_EQ(parseByteSize("512KiB"), 512 * 1024);

@@ -13,6 +13,7 @@
 
 #include "moe/Analysis/HardwareProfile.h"
 #include "moe/Analysis/OpCosts.h"
+#include "moe/Analysis/PipelineDegree.h"
 #include "moe/Dialect/Moe/MoeOps.h"
 
 namespace mlir::moe {
@@ -37,6 +38,12 @@ public:
   /// static enough to cost or its group is malformed.
   FailureOr<TaskCost> cost(Operation *op);
 
+  /// FSMoE's Eq. 1 for a task cut into chunks: its time with no work
+  /// (start-up, launch) and the rest, which a chunk of 1/r of the work
+  /// takes 1/r of. Exact for every alpha-beta formula; an all-to-all over
+  /// both links takes the slower link's time at each size.
+  FailureOr<ChunkedCost> chunkedCost(Operation *op);
+
   const HardwareProfile &getProfile() const { return profile; }
 
   /// Prices dispatch, combine and expert tasks from recorded routing
@@ -60,6 +67,9 @@ private:
   const HardwareProfile &profile;
   SymbolTableCollection symbols;
   const RoutingLoads *routing = nullptr;
+  /// The share of an op's work (bytes, flops) that is timed: 0 gives
+  /// chunkedCost's start-up time.
+  double workScale = 1.0;
 };
 
 } // namespace mlir::moe

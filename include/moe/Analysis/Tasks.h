@@ -11,6 +11,8 @@
 
 #include "moe/Dialect/Moe/MoeOps.h"
 
+#include <tuple>
+
 namespace mlir::moe {
 
 /// The kind of a forward op inside a block: D for dispatch, E for experts,
@@ -18,6 +20,13 @@ namespace mlir::moe {
 /// std::nullopt for plumbing (residual adds, splits, merges), which takes
 /// the label of the task it feeds.
 std::optional<TaskKind> blockTaskKind(Operation *op);
+
+/// Where a task runs in the backward pass, comparable: forward tasks
+/// first, then HEAD', then per block l = L-1 .. 0 its MoE layer (C', E',
+/// D') before its dense part (AT'), then PRE', then AR and OPT. A gradient
+/// produced by task p exists for a window w iff position(p) < position(w)
+/// (FSMoE §5's causality).
+std::tuple<int, int64_t, int> backwardPosition(TaskAttr task);
 
 /// The op's task label, or null.
 TaskAttr getTask(Operation *op);

@@ -234,6 +234,40 @@ def MoeTokenPipeline : Pass<"moe-token-pipeline", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def MoeFsmoePlan : Pass<"moe-fsmoe-plan", "::mlir::ModuleOp"> {
+  let summary = "Choose each MoE layer's token degrees and slice the "
+                "gradient all-reduce into its backward windows (FSMoE §4-5)";
+  let description = [{
+    In a training step (after `moe-build-train-step`, before
+    `moe-token-pipeline` and `moe-schedule policy=fsmoe`), prices every MoE
+    layer's dispatch, expert and their vjps on `profile` (Eq. 1's alpha and
+    work from the cost model) and the backward windows of the step: per
+    block l = L-1 .. 0 its MoE layer, then its dense part (attention, norms,
+    gate). FSMoE §5 then partitions the replicated gradients (the
+    `moe.all_reduce` of every block) over these windows — step 1's greedy
+    carry, step 2's differential evolution, never a byte before its
+    gradient exists — and Algorithm 1 picks each layer's r_bwd with its
+    slice's all-reduce time as t_gar, and r_fwd with none.
+
+    The decisions go into the IR: every forward dispatch gets
+    `moe.token_degree = array<i64: r_fwd, r_bwd>` (read by
+    `moe-token-pipeline`), and every all-reduce becomes slices
+    (`moe.all_reduce ... bytes [offset, size]` or whole tensors), each an
+    AR chunk task with `moe.gradient_window` = the task it overlaps (E'^l:
+    block l's MoE layer; AT'^l: its dense part; none: after the backward).
+    `report` prints the plan (all times simulated).
+  }];
+  let options = [
+    Option<"profile", "profile", "std::string", /*default=*/"\"\"",
+           "Hardware profile: a preset name or a JSON file">,
+    Option<"report", "report", "std::string", /*default=*/"\"\"",
+           "Print the plan here ('-' for stdout; empty: no report)">,
+    Option<"evolution", "evolution", "bool", /*default=*/"true",
+           "Step 2 (differential evolution); off: step 1's greedy carry"
+           " alone">
+  ];
+}
+
 def MoeSchedule : Pass<"moe-schedule", "::mlir::ModuleOp"> {
   let summary = "Order a training step's tasks on the compute and "
                 "communication streams by a scheduling policy";

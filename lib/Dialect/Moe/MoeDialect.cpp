@@ -114,6 +114,26 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
                                 "function";
     return success();
   }
+  if (attr.getName() == getTokenDegreeAttrName()) {
+    auto degrees = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!degrees || degrees.size() != 2 || degrees[0] < 1 || degrees[1] < 1 ||
+        !isa<DispatchOp>(op))
+      return op->emitError() << "'" << getTokenDegreeAttrName()
+                             << "' must be [r_fwd, r_bwd] (both >= 1) on a "
+                                "moe.dispatch";
+    return success();
+  }
+  if (attr.getName() == getGradientWindowAttrName()) {
+    auto window = dyn_cast<TaskAttr>(attr.getValue());
+    if (!window || window.getPhase() != Phase::bwd || window.getBlock() < 0 ||
+        (window.getKind() != TaskKind::E && window.getKind() != TaskKind::AT) ||
+        !isa<AllReduceOp>(op))
+      return op->emitError()
+             << "'" << getGradientWindowAttrName()
+             << "' must be a backward E or AT task of a block on a "
+                "moe.all_reduce";
+    return success();
+  }
   return op->emitError() << "unknown moe dialect attribute '"
                          << attr.getName().getValue() << "'";
 }

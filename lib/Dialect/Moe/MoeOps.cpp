@@ -985,7 +985,8 @@ LogicalResult MergeOp::verify() {
 
 LogicalResult WaitEventOp::verify() {
   if (auto record = getEvent().getDefiningOp<RecordEventOp>())
-    if (record.getStream() == getStream())
+    if (record.getStream() == getStream() &&
+        getStream().getKind() != StreamKind::comm)
       return emitOpError() << "waits on an event recorded on the same stream "
                            << getStream()
                            << "; stream order already implies it";

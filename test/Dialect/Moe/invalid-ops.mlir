@@ -535,9 +535,13 @@ func.func @merge_sum(%a: tensor<2x8xf32>) {
 // -----
 
 func.func @wait_same_stream() {
-  %e = moe.record_event on <comm>
-  // expected-error @+1 {{waits on an event recorded on the same stream #moe.stream<comm>; stream order already implies it}}
-  moe.wait_event %e on <comm>
+  %e = moe.record_event on <compute>
+  // expected-error @+1 {{waits on an event recorded on the same stream #moe.stream<compute>; stream order already implies it}}
+  moe.wait_event %e on <compute>
+  // A communication stream's two queues (all-to-alls, all-reduces) are
+  // ordered by events only: this is allowed (FSMoE's slice placement).
+  %c = moe.record_event on <comm>
+  moe.wait_event %c on <comm>
   return
 }
 

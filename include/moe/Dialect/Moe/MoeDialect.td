@@ -101,6 +101,18 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getLrScheduleAttrName() {
       return ::llvm::StringLiteral("moe.lr_schedule");
     }
+    /// Name of the discardable attribute on a forward moe.dispatch holding
+    /// its MoE layer's token degrees [r_fwd, r_bwd] (moe-fsmoe-plan, read
+    /// by moe-token-pipeline).
+    static constexpr ::llvm::StringLiteral getTokenDegreeAttrName() {
+      return ::llvm::StringLiteral("moe.token_degree");
+    }
+    /// Name of the discardable attribute on a gradient all-reduce slice
+    /// naming the backward window it is reduced in (FSMoE §5): the task it
+    /// overlaps, E'^l (block l's MoE layer) or AT'^l (its dense part).
+    static constexpr ::llvm::StringLiteral getGradientWindowAttrName() {
+      return ::llvm::StringLiteral("moe.gradient_window");
+    }
   }];
 }
 

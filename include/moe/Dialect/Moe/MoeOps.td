@@ -900,8 +900,12 @@ def Moe_WaitEventOp : Moe_Op<"wait_event"> {
   let summary = "make a stream wait for an event";
   let description = [{
     Tasks issued on `stream` after this op do not start before `event` has
-    completed. Waiting on an event recorded on the same stream is rejected:
-    stream order already implies it.
+    completed. Waiting on an event recorded on the same compute stream is
+    rejected: stream order already implies it. On a communication stream,
+    whose all-to-alls and all-reduces sit in two queues that only events
+    order (FlowMoE Alg. 2), it holds the next task's queue until the task
+    before the record completes (`moe-schedule policy=fsmoe` keeps a
+    gradient slice after its window's all-to-alls so).
   }];
   let arguments = (ins Moe_EventType:$event, Moe_StreamAttr:$stream);
   let assemblyFormat = "$event `on` $stream attr-dict";
