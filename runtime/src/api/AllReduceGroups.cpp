@@ -21,10 +21,12 @@ using coll::elementRange;
 namespace {
 
 /// One deferred moe_rt_all_reduce_into: out = src, then out's range summed.
+/// The tensor descriptors are copied: a caller may pass views that live
+/// only for the call (the interpreter's do); the data they point to lives
+/// through the step.
 struct Member {
   moe_rt_comm comm;
-  const moe_rt_tensor *src;
-  moe_rt_tensor *out;
+  moe_rt_tensor src, out;
   int64_t offsetBytes, sizeBytes;
 };
 
@@ -41,7 +43,7 @@ moe_rt_status runPacked(moe_rt_stream s, std::vector<Member> members) {
   for (const Member &m : members) {
     ElementRange r;
     std::string why = elementRange(m.offsetBytes, m.sizeBytes,
-                                   moe_rt_tensor_numel(m.out) * 4, 4, r);
+                                   moe_rt_tensor_numel(&m.out) * 4, 4, r);
     if (!why.empty())
       return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_all_reduce_into: " + why);
     ranges->push_back(r);
@@ -49,12 +51,12 @@ moe_rt_status runPacked(moe_rt_stream s, std::vector<Member> members) {
   }
   auto scratch = std::make_shared<std::vector<float>>(total);
   auto outs = std::make_shared<std::vector<float *>>();
-  for (const Member &m : members) {
-    outs->push_back(static_cast<float *>(m.out->data));
+  for (Member &m : members) {
+    outs->push_back(static_cast<float *>(m.out.data));
     // The copy joins the all-reduce in the pool's low-priority queue, as
     // a lone moe_rt_all_reduce_into's does.
-    if (moe_rt_status st = cpu::copy(s, m.src, 0, m.out, 0,
-                                     moe_rt_tensor_numel(m.src),
+    if (moe_rt_status st = cpu::copy(s, &m.src, 0, &m.out, 0,
+                                     moe_rt_tensor_numel(&m.src),
                                      /*lowPriority=*/true))
       return st;
   }
@@ -104,7 +106,7 @@ bool moe_rt::deferToGroup(moe_rt_stream s, moe_rt_comm comm,
   auto it = openGroups.find(s);
   if (it == openGroups.end())
     return false;
-  it->second.push_back({comm, src, out, offsetBytes, sizeBytes});
+  it->second.push_back({comm, *src, *out, offsetBytes, sizeBytes});
   return true;
 }
 
