@@ -28,7 +28,7 @@ moe_rt_comm_impl::~moe_rt_comm_impl() {
   // leave it to MPI_Abort/MPI_Finalize rather than free it under them.
   if (!failed.empty())
     return;
-  for (MPI_Comm *c : {&a2a, &ar, &probe, &p2p})
+  for (MPI_Comm *c : {&a2a, &ar, &probe, &p2p, &splits})
     if (*c != MPI_COMM_NULL)
       MPI_Comm_free(c);
 }
@@ -64,10 +64,10 @@ moe_rt_status commFromMpi(MPI_Comm base, double timeout,
                           std::shared_ptr<std::atomic<bool>> checks,
                           moe_rt_comm *out) {
   auto c = std::make_unique<moe_rt_comm_impl>();
-  for (MPI_Comm *dup : {&c->a2a, &c->ar, &c->probe, &c->p2p})
+  for (MPI_Comm *dup : {&c->a2a, &c->ar, &c->probe, &c->p2p, &c->splits})
     if (int rc = MPI_Comm_dup(base, dup); rc != MPI_SUCCESS)
       return fail(MOE_RT_BACKEND_ERROR, "MPI_Comm_dup: " + mpiError(rc));
-  for (MPI_Comm comm : {c->a2a, c->ar, c->probe, c->p2p})
+  for (MPI_Comm comm : {c->a2a, c->ar, c->probe, c->p2p, c->splits})
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(c->a2a, &c->rank);
   MPI_Comm_size(c->a2a, &c->size);
@@ -138,7 +138,7 @@ extern "C" moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_comm_split: NULL argument or negative color");
   MPI_Comm split;
-  if (int rc = MPI_Comm_split(parent->a2a, color, parent->rank, &split);
+  if (int rc = MPI_Comm_split(parent->splits, color, parent->rank, &split);
       rc != MPI_SUCCESS)
     return fail(MOE_RT_BACKEND_ERROR, "MPI_Comm_split: " + mpiError(rc));
   moe_rt_status s =

@@ -32,6 +32,11 @@ using Clock = std::chrono::steady_clock;
 struct moe_rt_comm_impl {
   MPI_Comm a2a = MPI_COMM_NULL, ar = MPI_COMM_NULL, probe = MPI_COMM_NULL,
            p2p = MPI_COMM_NULL;
+  /// What moe_rt_comm_split splits, used by nothing else: a group is split
+  /// on the host thread while the streams may run collectives on a2a/ar,
+  /// and two threads' collectives on one MPI communicator may match in a
+  /// different order on different ranks (a step-1 stall under load).
+  MPI_Comm splits = MPI_COMM_NULL;
   int rank = 0, size = 1;
   double timeoutSeconds = 0;
   /// Whether collectives exchange their (kind, size) signature first. One
