@@ -68,9 +68,11 @@ moe_rt_status runPacked(moe_rt_stream s, std::vector<Member> members) {
     }
   };
   float *packed = scratch->data();
+  // Each task holds the scratch buffer: a later enqueue that fails must
+  // not free it under a queued task.
   if (moe_rt_status st = cpu::enqueue(
           s,
-          [each, packed](std::string &) {
+          [each, scratch, packed](std::string &) {
             each([&](float *from, int64_t at, int64_t n) {
               std::copy(from, from + n, packed + at);
             });
