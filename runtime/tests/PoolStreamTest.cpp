@@ -121,6 +121,43 @@ TEST_F(PoolTest, QueuesKeepOrderAndEventsFollowTheirTask) {
                                                    "AR.0", "AR.1"}));
 }
 
+// An event recorded while the pool's last task runs completes when that
+// task finishes, even if another task is queued before it does. (It once
+// waited for the next task instead: with that task waiting, through the
+// compute stream, on the event itself, both ranks stalled in step 1 under
+// oversubscription — "event wait timed out".)
+TEST_F(PoolTest, EventRecordedWhileLastTaskRunsCompletesWithIt) {
+  struct StartedGate {
+    std::atomic<bool> started{false}, open{false};
+    static int run(void *arg) {
+      auto *g = static_cast<StartedGate *>(arg);
+      g->started = true;
+      while (!g->open)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return 0;
+    }
+  } running;
+  Log log;
+  Entry next{&log, "C_1"};
+  moe_rt_event computeDone = nullptr;
+  ASSERT_EQ(moe_rt_event_create(MOE_RT_CPU, &computeDone), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_stream_enqueue(pool, StartedGate::run, &running),
+            MOE_RT_OK);
+  while (!running.started)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(moe_rt_event_record(event, pool), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_stream_wait_event(compute, event, 10.0), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_event_record(computeDone, compute), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_stream_wait_event(pool, computeDone, 2.0), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_stream_enqueue(pool, Entry::run, &next), MOE_RT_OK);
+  running.open = true;
+  EXPECT_EQ(moe_rt_stream_synchronize(pool, 10.0), MOE_RT_OK)
+      << moe_rt_last_error();
+  EXPECT_EQ(moe_rt_stream_synchronize(compute, 10.0), MOE_RT_OK);
+  EXPECT_EQ(log.entries, std::vector<std::string>{"C_1"});
+  moe_rt_event_destroy(computeDone);
+}
+
 TEST_F(PoolTest, WaitTimesOutInsteadOfHanging) {
   Gate never;
   Entry chunk{nullptr, "AR.0"};

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -68,12 +69,10 @@ public:
     uint64_t generation = cpuEvent.nextGeneration();
     std::lock_guard<std::mutex> lock(mutex);
     // The event completes with the task enqueued before it (and so with
-    // everything earlier in that task's queue): still queued, running, or
-    // already done.
-    if (lastItem)
-      lastItem->completes.push_back({&cpuEvent, generation});
-    else if (lastRunning)
-      runningCompletes.push_back({&cpuEvent, generation});
+    // everything earlier in that task's queue): still queued or running —
+    // the list stays attached to that task wherever it moves — or done.
+    if (lastCompletes && !lastCompletes->done)
+      lastCompletes->events.push_back({&cpuEvent, generation});
     else
       cpuEvent.complete(generation);
     return ok();
@@ -116,11 +115,18 @@ private:
     CpuEvent *event;
     uint64_t generation;
   };
+  /// The events a task completes when it finishes. Shared with
+  /// `lastCompletes` so that a record issued while the task is queued or
+  /// running finds it without knowing where the task is.
+  struct Completions {
+    std::vector<Completion> events;
+    bool done = false;
+  };
   struct Item {
     HostTask run;
     AsyncStep step; // set instead of `run` for a non-blocking task
     std::vector<Wait> waits;
-    std::vector<Completion> completes;
+    std::shared_ptr<Completions> completes = std::make_shared<Completions>();
     Clock::time_point queuedAt = Clock::now();
   };
 
@@ -155,10 +161,8 @@ private:
       item.waits = std::move(pendingWaits);
       pendingWaits.clear();
       std::deque<Item> &queue = lowPriority ? low : high;
-      // deque::push_back keeps references to the other elements valid.
+      lastCompletes = item.completes;
       queue.push_back(std::move(item));
-      lastItem = &queue.back();
-      lastRunning = false;
     }
     wake.notify_all();
     return ok();
@@ -168,22 +172,15 @@ private:
   struct InFlight {
     bool active = false;
     Item item;
-    bool isLast = false;
   };
 
   /// Records a finished task's outcome and completes its events. Called
   /// with the lock held.
-  void finish(Item &item, bool isLast, moe_rt_status result,
-              std::string &message) {
-    if (isLast && lastRunning) {
-      item.completes.insert(item.completes.end(), runningCompletes.begin(),
-                            runningCompletes.end());
-      runningCompletes.clear();
-      lastRunning = false;
-    }
+  void finish(Item &item, moe_rt_status result, std::string &message) {
     // Events still complete, so that other streams learn of a failure
     // instead of waiting forever.
-    for (const Completion &c : item.completes)
+    item.completes->done = true;
+    for (const Completion &c : item.completes->events)
       c.event->complete(c.generation);
     if (result != MOE_RT_OK && status == MOE_RT_OK) {
       status = result;
@@ -192,14 +189,9 @@ private:
   }
 
   /// Takes the head of `queue` off it (lock held).
-  Item take(std::deque<Item> &queue, bool &isLast) {
-    isLast = lastItem == &queue.front();
+  static Item take(std::deque<Item> &queue) {
     Item item = std::move(queue.front());
     queue.pop_front();
-    if (isLast) {
-      lastItem = nullptr;
-      lastRunning = true;
-    }
     return item;
   }
 
@@ -217,7 +209,7 @@ private:
         bool done = f.item.step(message, result);
         lock.lock();
         if (done) {
-          finish(f.item, f.isLast, result, message);
+          finish(f.item, result, message);
           f.active = false;
           progressed = true;
         }
@@ -237,8 +229,7 @@ private:
       }
       if (q >= 0) {
         std::deque<Item> &queue = q == 0 ? high : low;
-        bool isLast = false;
-        Item item = take(queue, isLast);
+        Item item = take(queue);
         bool skip = status != MOE_RT_OK;
         std::string message = timedOut;
         moe_rt_status result = !timedOut.empty() ? MOE_RT_TIMEOUT : MOE_RT_OK;
@@ -257,11 +248,10 @@ private:
         lock.lock();
         busy = false;
         if (done) {
-          finish(item, isLast, result, message);
+          finish(item, result, message);
         } else {
           flight[q].active = true;
           flight[q].item = std::move(item);
-          flight[q].isLast = isLast;
         }
         progressed = true;
       }
@@ -289,9 +279,9 @@ private:
   std::condition_variable wake, idleCv;
   std::deque<Item> high, low;
   InFlight flight[2];       // 0: high, 1: low
-  Item *lastItem = nullptr; // the last task enqueued, while queued
-  bool lastRunning = false; // ... or while it runs
-  std::vector<Completion> runningCompletes;
+  // The completions of the last task enqueued (an event recorded now
+  // completes with it).
+  std::shared_ptr<Completions> lastCompletes;
   std::vector<Wait> pendingWaits;
   bool busy = false, stopping = false;
   moe_rt_status status = MOE_RT_OK;
