@@ -2,7 +2,7 @@
 """Predict FSMoE's Tables 5 and 6 (and its real-model speedups) with the
 FSMoE planning library, side by side with the paper, in one run.
 
-All predicted times are SIMULATED by `moe-fsmoe-plan` (Algorithm 1, the
+All predicted times are SIMULATED by `moe-fsmoe-predict` (Algorithm 1, the
 gradient partition and the three-resource timelines of lib/Analysis) on the
 `fsmoe-testbed-a` / `fsmoe-testbed-b` profiles -- the paper's own alpha-beta
 fits (Fig. 5); the paper's numbers are measured on its GPUs.
@@ -13,11 +13,15 @@ fits (Fig. 5); the paper's numbers are measured on its GPUs.
 3. Planning time of FSMoE (Algorithm 1 + differential evolution) per layer.
 4. Table 6 (GPT2-XL on B, four gates) and the real models' speedups over
    DeepSpeed-MoE-style vanilla (Fig. 6).
-5. Sensitivity of the Table 5 FSMoE mean to readings the paper leaves open.
-6. Diagnosis: what fraction of the modelled inter/intra-node overlap the
+5. Table 2 check: the layer model's price of each operation of Table 2's
+   two layers beside the paper's measurement of it in a training step.
+6. Sensitivity of the Table 5 FSMoE mean to readings the paper leaves open
+   and to the Table 2 check's two largest differences (compute speed, a
+   NIC shared by the node's ranks).
+7. Diagnosis: what fraction of the modelled inter/intra-node overlap the
    paper's measured FSMoE speedups leave.
 
-  python3 bench/fsmoe_tables.py --plan build/bin/moe-fsmoe-plan [--quick]
+  python3 bench/fsmoe_tables.py --predict build/bin/moe-fsmoe-predict [--quick]
       [--markdown docs/fsmoe-reproduction-tables.md]
 
 Readings of the paper (docs/fsmoe-reproduction.md says why):
@@ -69,6 +73,26 @@ MODELS = {
                         vocab=32768, layers=33, expert_gemms=3,
                         attention_bias=False),
 }
+# Table 2: one transformer layer of GPT2-XL and Mixtral-7B in a training
+# step, B = 4, L = 1024, ms per operation as measured (forward; the gradient
+# all-reduce from the backward row), and the all-to-all's share of the
+# forward time, from which the lost Attention column is recovered (the
+# columns add up to the forward time).
+TABLE2 = {
+    "A": {"GPT2-XL": dict(a2a=6.9, ag=4.6, rs=5.4, expert=3.1, ar=5.26,
+                          routing=0.1, order=0.3, a2a_share=0.3116),
+          "Mixtral-7B": dict(a2a=19.5, ag=12.3, rs=13.7, expert=15.6,
+                             ar=26.45, routing=0.1, order=0.3,
+                             a2a_share=0.298)},
+    "B": {"GPT2-XL": dict(a2a=11.2, ag=15.5, rs=15.7, expert=6.7, ar=7.3,
+                          routing=0.1, order=0.3, a2a_share=0.207),
+          "Mixtral-7B": dict(a2a=28.3, ag=39.6, rs=40.8, expert=58.5,
+                             ar=32.1, routing=0.1, order=0.7,
+                             a2a_share=0.159)},
+}
+TABLE2_OPS = [("a2a", "a2a_us"), ("ag", "ag_us"), ("rs", "rs_us"),
+              ("expert", "expert_us"), ("ar", "gradient_all_reduce_us"),
+              ("attention", "attention_us")]
 REAL_RUNS = [("GPT2-XL", "A", 1024, None), ("GPT2-XL", "B", 256, None),
              ("Mixtral-7B", "A", 1024, None), ("Mixtral-7B", "B", 256, 7),
              ("Mixtral-22B", "A", 1024, 33)]
@@ -93,12 +117,44 @@ def sweep(testbed, quick, kf=(1.2, 2.4, 2.0), extra=None):
         yield c
 
 
-def plan(tool, profile, configs, *flags):
+def table2_layers():
+    """Table 2's two layers as configurations (E = nodes, k f = 2.4)."""
+    for name in TABLE2["A"]:
+        m = {k: v for k, v in MODELS[name].items() if k not in ("vocab",
+                                                                "layers")}
+        yield dict(m, name=name, batch=4, seq=1024, top_k=2,
+                   capacity_factor=1.2)
+
+
+def table2_measured(tb, name, op):
+    row = TABLE2[tb][name]
+    if op != "attention":
+        return row[op]
+    forward = row["a2a"] / row["a2a_share"]
+    return forward - sum(row[k] for k in ("a2a", "ag", "rs", "expert",
+                                          "routing", "order"))
+
+
+def table2_ratios(tool, tb, *flags):
+    """Measured / predicted per operation of Table 2, for both layers."""
+    rows = predict(tool, TESTBEDS[tb][0], table2_layers(), "--schedules",
+                   "tutel", *flags)
+    return {r["name"]: {op: table2_measured(tb, r["name"], op) /
+                        (r["layer"][key] / 1e3) for op, key in TABLE2_OPS}
+            for r in rows}
+
+
+def geomean(values):
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def predict(tool, profile, configs, *flags):
     text = "\n".join(json.dumps(c) for c in configs) + "\n"
     p = subprocess.run([tool, "--profile", profile, "--input", "-", *flags],
                        input=text, capture_output=True, text=True)
     if p.returncode:
-        sys.exit(f"error: moe-fsmoe-plan --profile {profile}:\n{p.stderr}")
+        sys.exit(f"error: moe-fsmoe-predict --profile {profile}:\n{p.stderr}")
     return [json.loads(line) for line in p.stdout.splitlines()]
 
 
@@ -140,7 +196,7 @@ def eta_for(rows, target):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--plan", required=True, help="moe-fsmoe-plan binary")
+    ap.add_argument("--predict", required=True, help="moe-fsmoe-predict binary")
     ap.add_argument("--quick", action="store_true",
                     help="54 layers per testbed (one head count, H = 4M, "
                          "f = 1.2), GPT2-XL on B only, no sensitivity")
@@ -153,13 +209,13 @@ def main():
         out.append(line)
 
     log("# FSMoE reproduction (all predicted times are SIMULATED)\n")
-    log("Predicted by `moe-fsmoe-plan` on the `fsmoe-testbed-a` / "
+    log("Predicted by `moe-fsmoe-predict` on the `fsmoe-testbed-a` / "
         "`fsmoe-testbed-b` profiles (the paper's Fig. 5 fits); paper numbers "
         "are measured. " + ("QUICK subset. " if args.quick else ""))
 
     rows = {}
     for tb, (profile, _) in TESTBEDS.items():
-        rows[tb] = plan(args.plan, profile, sweep(tb, args.quick))
+        rows[tb] = predict(args.predict, profile, sweep(tb, args.quick))
 
     n = {tb: len(r) for tb, r in rows.items()}
     log(f"\n## Table 5: mean speedup over Tutel, {n['A']} / {n['B']} "
@@ -216,7 +272,7 @@ def main():
     profile_b = TESTBEDS["B"][0]
     gpt = dict(MODELS["GPT2-XL"], batch=1, seq=256, top_k=2,
                capacity_factor=1.2)
-    gate_rows = plan(args.plan, profile_b, [
+    gate_rows = predict(args.predict, profile_b, [
         dict(gpt, name=g, gate_aux_columns=aux)
         for g, aux in GATE_AUX.items()], "--schedules",
         "deepspeed-moe,fsmoe")
@@ -242,7 +298,7 @@ def main():
                  capacity_factor=1.2, name=f"{name}/{tb}")
         if layers:
             m["layers"] = layers
-        r = plan(args.plan, TESTBEDS[tb][0], [m])[0]
+        r = predict(args.predict, TESTBEDS[tb][0], [m])[0]
         model_rows.append(r)
         sp = [t(r, "deepspeed-moe") / t(r, s)
               for s in ("tutel", "tutel-improved", "fsmoe-no-iio", "fsmoe")]
@@ -255,6 +311,29 @@ def main():
         v = statistics.mean(t(r, base) / t(r, "fsmoe") for r in model_rows)
         log(f"- FSMoE over {SCHEDULE_NAMES[base]}: {v:.2f} predicted, "
             f"{paper:.2f} measured (mean over the models above).")
+
+    log("\n## Table 2 check: one layer's operations, measured / predicted "
+        "[simulated vs measured]\n")
+    log("Table 2's layers (B = 4, L = 1024, k f = 2.4, E = nodes) as the "
+        "layer model prices them from Fig. 5's fits; 1.0 = as measured. "
+        "Attention is Table 2's lost column, recovered from the all-to-all's "
+        "share of the forward time.\n")
+    log("| testbed | layer | all-to-all | all-gather | reduce-scatter | "
+        "experts | gradient all-reduce | attention |")
+    log("|---|---|---|---|---|---|---|---|")
+    ratios = {tb: table2_ratios(args.predict, tb) for tb in "AB"}
+    for tb in "AB":
+        for name, r in ratios[tb].items():
+            log(f"| {tb} | {name} | " + " | ".join(
+                f"{r[op]:.2f}" for op, _ in TABLE2_OPS) + " |")
+    shared = {tb: table2_ratios(args.predict, tb, "--shared-nic")
+              for tb in "AB"}
+    for tb in "AB":
+        a2a, ar = (" / ".join(f"{r[op]:.2f}" for r in shared[tb].values())
+                   for op in ("a2a", "ar"))
+        log(f"- Testbed {tb}, the NIC shared by the node's ranks "
+            f"(--shared-nic): all-to-all {a2a}, gradient all-reduce {ar} "
+            "(GPT2-XL / Mixtral-7B).")
 
     if not args.quick:
         log("\n## Sensitivity of the Table 5 FSMoE mean [simulated]\n")
@@ -286,6 +365,13 @@ def main():
             # same line with beta x N_ESP.
             wide = {tb: variant_profile(tb, tb + "-wide-a2a", scale(
                 "all_to_all", 8 if tb == "A" else 4)) for tb in "AB"}
+            def gemm_from_table2(tb):
+                factor = geomean(r["expert"] for r in ratios[tb].values())
+
+                def edit(p):
+                    p["compute"]["gemm"]["beta_us_per_flop"] *= factor
+                return variant_profile(tb, tb + "-table2-gemm", edit), factor
+            slow = {tb: gemm_from_table2(tb) for tb in "AB"}
             variants = [
                 ("k x f in {2.4, 4.8, 2} (f read as the capacity factor)",
                  dict(kf=(2.4, 4.8, 2.0)), (), {}),
@@ -302,6 +388,12 @@ def main():
                 ("whole two-layer models: the first layer's gradient "
                  "reduced after the backward pass", dict(
                      extra=dict(layers=2, steady_state=False)), (), {}),
+                ("the node's ranks share its NIC (--shared-nic: all-to-all "
+                 "and gradient all-reduce bandwidth x GPUs per node)", {},
+                 ("--shared-nic",), {}),
+                ("GEMMs as slow as Table 2's experts (beta_gemm x "
+                 f"{slow['A'][1]:.2f} on A, x {slow['B'][1]:.2f} on B)", {},
+                 (), {tb: v[0] for tb, v in slow.items()}),
             ]
             for label, kw, flags, override in variants:
                 cells = []
@@ -312,7 +404,7 @@ def main():
                             cells.append("-")
                             continue
                         profile = override[tb]
-                    r = plan(args.plan, profile, sweep(tb, False, **kw),
+                    r = predict(args.predict, profile, sweep(tb, False, **kw),
                              *flags)
                     cells.append(f"{mean_speedup(r, 'fsmoe'):.3f}")
                     if tb == "B":

@@ -74,8 +74,20 @@ FsmoeLayerCosts mlir::moe::fsmoeLayerCosts(const FsmoeLayerShape &s,
                                   double(c.capacity),
                               m, double(s.hidden) / node, s.expertGemms);
 
+  // sharedNic: one NIC per node (Table 3), and each of the node's N_MP
+  // ranks is in its own EP and DP group (§4: N_MP = N_ESP = GPUs per
+  // node), so every rank sends its dispatch, combine and gradient
+  // all-reduce while the node's other N_MP - 1 ranks send theirs. Fig. 5's
+  // lines look timed one collective alone: Testbed B's all-to-all moves
+  // 7/8 of its buffer off the node at 11.4 GB/s and its all-reduce at a
+  // bus bandwidth of 11.7 GB/s, one rank's use of the 12.5 GB/s NIC. Shared
+  // by N_MP ranks, each rank's bandwidth term is N_MP times the fit's (the
+  // start-up is not shared). Algorithm 1 uses the fits as they are, so this
+  // is a sensitivity reading (docs/fsmoe-reproduction.md), off by default.
+  const double nicShare = s.sharedNic ? double(node) : 1.0;
   MoePhaseCosts &f = c.forward;
   f.allToAll = chunked(p, CollectiveKind::AllToAll, c.a2aBytes, nodes, 1);
+  f.allToAll.workUs *= nicShare;
   f.allGather = chunked(p, CollectiveKind::AllGather, c.agBytes, node, node);
   f.reduceScatter =
       chunked(p, CollectiveKind::ReduceScatter, c.agBytes, node, node);
@@ -118,6 +130,6 @@ FsmoeLayerCosts mlir::moe::fsmoeLayerCosts(const FsmoeLayerShape &s,
   c.gradientBytes = params * kFloat;
   c.gradientAllReduce = {
       collectiveUs(p, CollectiveKind::AllReduce, 0, nodes, 1) + launch,
-      nodes > 1 ? p.allReduce.inter.betaUs : 0.0};
+      nodes > 1 ? p.allReduce.inter.betaUs * nicShare : 0.0};
   return c;
 }

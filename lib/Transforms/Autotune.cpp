@@ -14,7 +14,6 @@
 #include "moe_rt/sp_tuner.h"
 
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Format.h"
@@ -122,23 +121,13 @@ struct AutotunePass : public moe::impl::MoeAutotuneBase<AutotunePass> {
           << static_cast<int64_t>(samples);
       return signalPassFailure();
     }
-    if (profile.empty()) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-autotune: needs profile=<preset or JSON file>";
+    FailureOr<HardwareProfile> hw =
+        loadPassProfile(getOperation(), "moe-autotune", profile);
+    if (failed(hw))
       return signalPassFailure();
-    }
-    llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
-    if (!hw) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-autotune: " << llvm::toString(hw.takeError());
+    auto file = openPassOutput(getOperation(), "moe-autotune", output);
+    if (!file)
       return signalPassFailure();
-    }
-    std::string error;
-    auto file = openOutputFile(output, &error);
-    if (!file) {
-      mlir::emitError(getOperation().getLoc()) << "moe-autotune: " << error;
-      return signalPassFailure();
-    }
     CostModel model(*hw);
     auto steps = functionsWith(
         getOperation(), MoeDialect::getScheduleAttrName(), "moe-autotune",

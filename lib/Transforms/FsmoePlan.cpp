@@ -23,7 +23,6 @@
 #include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -348,27 +347,14 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
   }
 
   void runOnOperation() override {
-    if (profile.empty()) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-fsmoe-plan: needs profile=<preset or JSON file>";
+    FailureOr<HardwareProfile> hw =
+        loadPassProfile(getOperation(), "moe-fsmoe-plan", profile);
+    if (failed(hw))
       return signalPassFailure();
-    }
-    llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
-    if (!hw) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-fsmoe-plan: " << llvm::toString(hw.takeError());
-      return signalPassFailure();
-    }
     std::unique_ptr<llvm::ToolOutputFile> file;
-    if (!report.empty()) {
-      std::string error;
-      file = openOutputFile(report, &error);
-      if (!file) {
-        mlir::emitError(getOperation().getLoc())
-            << "moe-fsmoe-plan: " << error;
-        return signalPassFailure();
-      }
-    }
+    if (!report.empty() &&
+        !(file = openPassOutput(getOperation(), "moe-fsmoe-plan", report)))
+      return signalPassFailure();
     auto funcs =
         functionsWith(getOperation(), MoeDialect::getModelAttrName(),
                       "moe-fsmoe-plan", "no function carries a #moe.model");

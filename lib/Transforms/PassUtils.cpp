@@ -2,6 +2,9 @@
 
 #include "moe/Transforms/PassUtils.h"
 
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+
 using namespace mlir;
 
 FailureOr<SmallVector<FunctionOpInterface>>
@@ -14,6 +17,29 @@ mlir::moe::functionsWith(ModuleOp module, StringRef attrName, StringRef pass,
   if (found.empty())
     return mlir::emitError(module.getLoc()) << pass << ": " << missing;
   return found;
+}
+
+FailureOr<mlir::moe::HardwareProfile>
+mlir::moe::loadPassProfile(ModuleOp module, StringRef pass,
+                           StringRef profile) {
+  if (profile.empty())
+    return mlir::emitError(module.getLoc())
+           << pass << ": needs profile=<preset or JSON file>; presets: "
+           << llvm::join(HardwareProfile::presetNames(), ", ");
+  llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
+  if (!hw)
+    return mlir::emitError(module.getLoc())
+           << pass << ": " << llvm::toString(hw.takeError());
+  return std::move(*hw);
+}
+
+std::unique_ptr<llvm::ToolOutputFile>
+mlir::moe::openPassOutput(ModuleOp module, StringRef pass, StringRef path) {
+  std::string error;
+  std::unique_ptr<llvm::ToolOutputFile> file = openOutputFile(path, &error);
+  if (!file)
+    mlir::emitError(module.getLoc()) << pass << ": " << error;
+  return file;
 }
 
 RankedTensorType mlir::moe::withDim(Type type, unsigned dim, int64_t size) {

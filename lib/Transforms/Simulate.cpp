@@ -2,9 +2,9 @@
 
 #include "moe/Analysis/RoutingLoads.h"
 #include "moe/Analysis/Simulator.h"
+#include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
 
-#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -135,27 +135,13 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
   }
 
   void runOnOperation() override {
-    if (profile.empty()) {
-      std::string names;
-      for (const std::string &n : HardwareProfile::presetNames())
-        names += (names.empty() ? "" : ", ") + n;
-      mlir::emitError(getOperation().getLoc())
-          << "moe-simulate: needs profile=<preset or JSON file>; presets: "
-          << names;
+    FailureOr<HardwareProfile> hw =
+        loadPassProfile(getOperation(), "moe-simulate", profile);
+    if (failed(hw))
       return signalPassFailure();
-    }
-    llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
-    if (!hw) {
-      mlir::emitError(getOperation().getLoc())
-          << "moe-simulate: " << llvm::toString(hw.takeError());
+    auto file = openPassOutput(getOperation(), "moe-simulate", output);
+    if (!file)
       return signalPassFailure();
-    }
-    std::string error;
-    auto file = openOutputFile(output, &error);
-    if (!file) {
-      mlir::emitError(getOperation().getLoc()) << "moe-simulate: " << error;
-      return signalPassFailure();
-    }
     std::string tracePath = trace.empty() ? clTraceFile.getValue() : trace;
     CostModel model(*hw);
     if (!routingTrace.empty()) {
@@ -198,12 +184,10 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
                  << "\n";
     file->keep();
     if (!tracePath.empty()) {
-      auto traceFile = openOutputFile(tracePath, &error);
-      if (!traceFile) {
-        mlir::emitError(getOperation().getLoc())
-            << "moe-simulate: trace: " << error;
+      auto traceFile =
+          openPassOutput(getOperation(), "moe-simulate: trace", tracePath);
+      if (!traceFile)
         return signalPassFailure();
-      }
       traceFile->os() << traceText << "\n";
       traceFile->keep();
     }

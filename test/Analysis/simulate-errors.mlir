@@ -22,6 +22,10 @@
 // RUN: printf '\x00\x01garbage' > %t/binary.json
 // RUN: not moe-opt %s --moe-simulate=profile=%t/binary.json 2>&1 | FileCheck %s --check-prefix=JSON
 // RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-simulate=profile=flowmoe-cluster1 2>&1 | FileCheck %s --check-prefix=UNSCHEDULED
+// An output or trace the pass cannot open is named (PassUtils' openPassOutput).
+// RUN: moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-flowmoe-pipeline -o %t/step.mlir
+// RUN: not moe-opt %t/step.mlir --moe-simulate="profile=flowmoe-cluster1 output=%t/no/dir/out.txt" -o /dev/null 2>&1 | FileCheck %s --check-prefix=OUTPUT
+// RUN: not moe-opt %t/step.mlir --moe-simulate="profile=flowmoe-cluster1 trace=%t/no/dir/t.json" -o /dev/null 2>&1 | FileCheck %s --check-prefix=TRACE
 // Every shipped preset loads and simulates.
 // RUN: for p in flowmoe-cluster1 flowmoe-cluster2 fsmoe-testbed-a fsmoe-testbed-b h100-node; do moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-flowmoe-pipeline --moe-simulate=profile=$p -o /dev/null | grep -q "on profile $p" || exit 1; done
 
@@ -36,6 +40,8 @@
 // NODES: mesh.nodes: must be a positive integer
 // INTER: collectives.all_to_all: missing field 'inter'
 // UNSCHEDULED: moe-simulate: no scheduled step
+// OUTPUT: moe-simulate: {{.*}}no/dir/out.txt
+// TRACE: moe-simulate: trace: {{.*}}no/dir/t.json
 
 shard.grid @g(shape = 4)
 func.func @f(%g: tensor<100xf32>) -> tensor<100xf32> attributes {moe.schedule = "test"} {

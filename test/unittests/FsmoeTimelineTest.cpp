@@ -70,8 +70,9 @@ TEST(FsmoeTimeline, PhaseTimelineIsAlgorithm1OnTheTestbeds) {
   }
 }
 
-TEST(FsmoeLayerModel, VolumesAndTimesFollowThePaper) {
-  HardwareProfile p = preset("fsmoe-testbed-b"); // 8 nodes x 4 GPUs
+/// A Testbed B layer: B 2, L 512, M 2048, H 6144, 16 heads, E 8, k 2,
+/// f 1.2.
+FsmoeLayerShape testbedBLayer() {
   FsmoeLayerShape s;
   s.batch = 2;
   s.seq = 512;
@@ -82,7 +83,12 @@ TEST(FsmoeLayerModel, VolumesAndTimesFollowThePaper) {
   s.experts = 8;
   s.topK = 2;
   s.capacityFactor = 1.2;
-  FsmoeLayerCosts c = fsmoeLayerCosts(s, p);
+  return s;
+}
+
+TEST(FsmoeLayerModel, VolumesAndTimesFollowThePaper) {
+  HardwareProfile p = preset("fsmoe-testbed-b"); // 8 nodes x 4 GPUs
+  FsmoeLayerCosts c = fsmoeLayerCosts(testbedBLayer(), p);
   // 256 tokens per rank after the MP reduce-scatter; C = ceil(2.4*256/8).
   EXPECT_EQ(c.capacity, 77);
   const double slots = 8 * 77; // k f B L / N_ESP, rounded up per expert
@@ -106,6 +112,30 @@ TEST(FsmoeLayerModel, VolumesAndTimesFollowThePaper) {
                    4 * (4 * m * m / 4 + 3 * m / 4 + m + 8 * m + 4 * m));
   EXPECT_NEAR(c.gradientAllReduce(c.gradientBytes),
               1e3 * (8.37e-2 + 5.99e-7 * c.gradientBytes / 4), 1e-3);
+}
+
+TEST(FsmoeLayerModel, SharedNicScalesOnlyTheInterNodeBandwidth) {
+  // The sensitivity reading: the node's 4 ranks send through one NIC at
+  // once, so the all-to-all's and the gradient all-reduce's bandwidth
+  // terms are 4x the fit's; start-ups and intra-node collectives stay.
+  HardwareProfile p = preset("fsmoe-testbed-b");
+  FsmoeLayerShape s = testbedBLayer();
+  FsmoeLayerCosts alone = fsmoeLayerCosts(s, p);
+  s.sharedNic = true;
+  FsmoeLayerCosts shared = fsmoeLayerCosts(s, p);
+  EXPECT_DOUBLE_EQ(shared.forward.allToAll.workUs,
+                   4 * alone.forward.allToAll.workUs);
+  EXPECT_DOUBLE_EQ(shared.backward.allToAll.workUs,
+                   4 * alone.backward.allToAll.workUs);
+  EXPECT_DOUBLE_EQ(shared.forward.allToAll.alphaUs,
+                   alone.forward.allToAll.alphaUs);
+  EXPECT_DOUBLE_EQ(shared.gradientAllReduce.betaUsPerByte,
+                   4 * alone.gradientAllReduce.betaUsPerByte);
+  EXPECT_DOUBLE_EQ(shared.gradientAllReduce.alphaUs,
+                   alone.gradientAllReduce.alphaUs);
+  EXPECT_DOUBLE_EQ(shared.forward.allGather.workUs,
+                   alone.forward.allGather.workUs);
+  EXPECT_DOUBLE_EQ(shared.mpReduceScatterUs, alone.mpReduceScatterUs);
 }
 
 TEST(FsmoeLayerModel, RejectsShapesTheLayoutCannotHold) {

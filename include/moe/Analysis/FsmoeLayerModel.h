@@ -51,6 +51,12 @@ struct FsmoeLayerShape {
   /// replicated gradient.
   bool attentionBias = true;
   TokenOrder order = TokenOrder::Sparse;
+  /// A reading, not the paper's model: the node's N_MP ranks run their
+  /// inter-node collectives (each its own dispatch / combine all-to-all and
+  /// gradient all-reduce) at the same time through the node's one NIC, so
+  /// each gets 1/N_MP of the bandwidth the profile's fit was timed with
+  /// (FsmoeLayerModel.cpp). False (the paper's Algorithm 1): the fit as is.
+  bool sharedNic = false;
 };
 
 /// One layer's task times (us, each with the profile's launch cost).

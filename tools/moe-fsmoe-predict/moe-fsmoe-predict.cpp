@@ -1,15 +1,15 @@
-//===- moe-fsmoe-plan.cpp - FSMoE's decisions and predicted step times ----===//
+//===- moe-fsmoe-predict.cpp - FSMoE's plans and predicted step times -----===//
 //
 // Runs the FSMoE planning library on layers or models described by numbers
 // (no IR): Algorithm 1's forward degree, §5's gradient partition and
 // backward degrees, and the simulated step of each schedule FSMoE compares
 // (DeepSpeed-MoE vanilla, Tutel, Tutel-Improved, FSMoE-No-IIo, FSMoE) on a
 // hardware profile. Prints one JSON object per configuration; every time is
-// SIMULATED. bench/fsmoe_tables.py drives it; docs/tools/moe-fsmoe-plan.md.
+// SIMULATED. bench/fsmoe_tables.py drives it; docs/tools/moe-fsmoe-predict.md.
 //
-//   moe-fsmoe-plan --profile fsmoe-testbed-b --batch 2 --seq 512 \
+//   moe-fsmoe-predict --profile fsmoe-testbed-b --batch 2 --seq 512 \
 //       --embed 2048 --hidden 8192 --trace fsmoe.json
-//   moe-fsmoe-plan --profile fsmoe-testbed-a --input configs.jsonl
+//   moe-fsmoe-predict --profile fsmoe-testbed-a --input configs.jsonl
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,7 +33,7 @@ using namespace mlir::moe;
 namespace cl = llvm::cl;
 namespace json = llvm::json;
 
-static cl::OptionCategory category("moe-fsmoe-plan options");
+static cl::OptionCategory category("moe-fsmoe-predict options");
 static cl::opt<std::string> profileName(
     "profile", cl::desc("Hardware profile: a preset name or a JSON file"),
     cl::cat(category));
@@ -66,6 +66,12 @@ static cl::opt<bool> smallA2aRule(
     "small-a2a-rule",
     cl::desc("FSMoE's code, not the paper: degree 1 when a forward "
              "all-to-all takes under 1 ms"),
+    cl::cat(category));
+static cl::opt<bool> sharedNic(
+    "shared-nic",
+    cl::desc("Not the paper's model: the node's ranks share its NIC, so each "
+             "inter-node collective's bandwidth term is GPUs-per-node x the "
+             "profile's"),
     cl::cat(category));
 static cl::opt<bool> enumerate(
     "enumerate",
@@ -139,6 +145,7 @@ std::optional<Config> readConfig(const json::Object &o, int64_t defaultExperts,
   };
   FsmoeLayerShape &s = c.shape;
   s.experts = defaultExperts;
+  s.sharedNic = sharedNic;
   s.kvHeads = 0;
   if (!integer("batch", s.batch) || !integer("seq", s.seq) ||
       !integer("embed", s.embed) || !integer("hidden", s.hidden) ||
@@ -314,13 +321,16 @@ json::Object report(const Config &c, const HardwareProfile &p,
                     {"ag_us", l.forward.allGather.whole()},
                     {"rs_us", l.forward.reduceScatter.whole()},
                     {"expert_us", l.forward.expert.whole()},
+                    {"attention_us", l.attentionUs},
+                    {"gate_us", l.gateUs},
+                    {"order_us", l.orderUs},
                     {"gradient_all_reduce_us",
                      l.gradientAllReduce(l.gradientBytes)}}},
       {"schedules", std::move(schedulesOut)}};
 }
 
 int fail(const llvm::Twine &message) {
-  llvm::errs() << "moe-fsmoe-plan: error: " << message << "\n";
+  llvm::errs() << "moe-fsmoe-predict: error: " << message << "\n";
   return 1;
 }
 
