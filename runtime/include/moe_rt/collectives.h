@@ -36,7 +36,11 @@ extern "C" {
 typedef struct moe_rt_comm_impl *moe_rt_comm;
 
 /* Initialises MPI with thread support (streams call it from their workers)
- * unless the caller already has. */
+ * unless the caller already has. A process no MPI launcher started (no
+ * OMPI_COMM_WORLD_SIZE / PMIX_RANK / PMI_RANK / PMI_SIZE) is one rank and
+ * runs without MPI ("solo": its collectives are local copies), which skips
+ * MPI's singleton start-up; MOE_RT_MPI_SINGLETON=1 initialises MPI anyway.
+ * Finalize and abort then need no MPI either. */
 moe_rt_status moe_rt_mpi_init(int *argc, char ***argv);
 moe_rt_status moe_rt_mpi_finalize(void);
 /* Ends every rank of the job: what a trainer does after a collective failed,

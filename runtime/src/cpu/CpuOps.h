@@ -15,7 +15,7 @@
 #define MOE_RT_SRC_CPU_CPUOPS_H
 
 #include "../OpShapes.h"
-#include "kernels/Attention.h"
+#include "kernels/AttentionShape.h"
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/ops.h"

@@ -17,7 +17,7 @@
 #ifndef MOE_RT_SRC_CUDA_CUDADENSEOPS_H
 #define MOE_RT_SRC_CUDA_CUDADENSEOPS_H
 
-#include "kernels/Attention.h"
+#include "kernels/AttentionShape.h"
 #include "moe_rt/moe_rt.h"
 
 #include <cstddef>

@@ -23,7 +23,7 @@
 
 #include "DenseOps.h"
 
-#include "kernels/Attention.h"
+#include "kernels/AttentionShape.h"
 
 #include <cmath>
 #include <cstdint>

@@ -115,7 +115,16 @@ private:
 moe_rt_status enqueueCollective(moe_rt_stream stream, moe_rt_comm c,
                                 MPI_Comm comm, int64_t kind, int64_t bytes,
                                 bool lowPriority,
-                                std::function<int(MPI_Request *)> post) {
+                                std::function<int(MPI_Request *)> post,
+                                std::function<void()> local) {
+  if (c->solo)
+    return stream->impl->enqueueAsync(
+        [local = std::move(local)](std::string &, moe_rt_status &status) {
+          local();
+          status = MOE_RT_OK;
+          return true;
+        },
+        lowPriority);
   auto steps =
       std::make_shared<CollectiveSteps>(c, comm, kind, bytes, std::move(post));
   return stream->impl->enqueueAsync(

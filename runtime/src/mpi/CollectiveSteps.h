@@ -25,11 +25,14 @@ std::string signatureMismatch(const moe_rt_comm_impl &c, int64_t kind,
 
 /// Queues the collective that `post` starts on `comm` (one of the group's
 /// MPI communicators) as non-blocking steps on `stream`: [signature
-/// exchange,] post, test — each bounded by the group's timeout.
+/// exchange,] post, test — each bounded by the group's timeout. On a solo
+/// group (no MPI, one rank) `local` runs instead: what the collective does
+/// when the group is one rank (a copy, or nothing).
 moe_rt_status enqueueCollective(moe_rt_stream stream, moe_rt_comm c,
                                 MPI_Comm comm, int64_t kind, int64_t bytes,
                                 bool lowPriority,
-                                std::function<int(MPI_Request *)> post);
+                                std::function<int(MPI_Request *)> post,
+                                std::function<void()> local);
 
 /// Waits for a non-blocking MPI call the host thread made (the CUDA path's
 /// id broadcast and shape check) up to the communicator's timeout.

@@ -14,6 +14,8 @@
 #endif
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -81,13 +83,44 @@ moe_rt_status commFromMpi(MPI_Comm base, double timeout,
 /// id broadcast and shape check) up to the communicator's timeout.
 /// With peer >= 0 it is a point-to-point exchange and a timeout names the
 
+/// Whether an MPI launcher (mpirun/orterun, prterun, srun with PMI or
+/// PMIx) started this process: they all set one of these.
+bool launchedByMpi() {
+  for (const char *v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK",
+                        "PMI_SIZE"})
+    if (std::getenv(v))
+      return true;
+  return false;
+}
+
+bool solo = false;
+
+/// A one-rank group without MPI (moe_rt_comm_impl::solo).
+moe_rt_comm soloComm(double timeout, std::shared_ptr<std::atomic<bool>> checks) {
+  auto c = std::make_unique<moe_rt_comm_impl>();
+  c->solo = true;
+  c->timeoutSeconds = timeout;
+  c->checkShapesFlag = std::move(checks);
+  return c.release();
+}
+
 } // namespace
+
+bool mpi::soloProcess() { return solo; }
 
 extern "C" moe_rt_status moe_rt_mpi_init(int *argc, char ***argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized)
+  if (initialized || solo)
     return ok();
+  // A process no launcher started is one rank: skip MPI's singleton
+  // start-up (issue 12: a CPU run's start-up under 0.1 s).
+  // MOE_RT_MPI_SINGLETON=1 initialises MPI anyway.
+  const char *force = std::getenv("MOE_RT_MPI_SINGLETON");
+  if (!launchedByMpi() && !(force && *force && *force != '0')) {
+    solo = true;
+    return ok();
+  }
   int provided = 0;
   if (int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
       rc != MPI_SUCCESS)
@@ -101,6 +134,10 @@ extern "C" moe_rt_status moe_rt_mpi_init(int *argc, char ***argv) {
 }
 
 extern "C" moe_rt_status moe_rt_mpi_finalize(void) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return ok();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized)
@@ -113,6 +150,12 @@ extern "C" void moe_rt_mpi_abort(int code) {
   // the same probe; let them report before the job ends.
   if (double grace = abortGrace(); grace > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) { // a solo process: it is the whole job
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
   MPI_Abort(MPI_COMM_WORLD, code);
 }
 
@@ -121,15 +164,18 @@ moe_rt_comm_create_world(double timeout_s, int check_shapes, moe_rt_comm *out) {
   if (!out)
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_comm_create_world: NULL out");
   *out = nullptr;
+  auto checks = std::make_shared<std::atomic<bool>>(check_shapes != 0);
+  if (solo) {
+    *out = soloComm(timeout_s, std::move(checks));
+    return ok();
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
     return fail(MOE_RT_UNAVAILABLE,
                 "moe_rt_comm_create_world: call moe_rt_mpi_init first");
   openWorldLiveness();
-  return commFromMpi(MPI_COMM_WORLD, timeout_s,
-                     std::make_shared<std::atomic<bool>>(check_shapes != 0),
-                     out);
+  return commFromMpi(MPI_COMM_WORLD, timeout_s, std::move(checks), out);
 }
 
 extern "C" moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
@@ -137,6 +183,10 @@ extern "C" moe_rt_status moe_rt_comm_split(moe_rt_comm parent, int color,
   if (!parent || !out || color < 0)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_comm_split: NULL argument or negative color");
+  if (parent->solo) {
+    *out = soloComm(parent->timeoutSeconds, parent->checkShapesFlag);
+    return ok();
+  }
   MPI_Comm split;
   if (int rc = MPI_Comm_split(parent->splits, color, parent->rank, &split);
       rc != MPI_SUCCESS)
@@ -180,6 +230,11 @@ extern "C" moe_rt_status moe_rt_comm_node_rank(moe_rt_comm comm,
                                                int *local_size) {
   if (!comm || !local_rank || !local_size)
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_comm_node_rank: NULL argument");
+  if (comm->solo) {
+    *local_rank = 0;
+    *local_size = 1;
+    return ok();
+  }
   MPI_Comm node;
   if (int rc = MPI_Comm_split_type(comm->probe, MPI_COMM_TYPE_SHARED,
                                    comm->rank, MPI_INFO_NULL, &node);

@@ -38,6 +38,11 @@ struct moe_rt_comm_impl {
   /// different order on different ranks (a step-1 stall under load).
   MPI_Comm splits = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  /// A one-rank process that was not started by an MPI launcher: MPI is
+  /// not initialised (Open MPI's singleton start-up forks an orted and
+  /// costs 0.3-0.9 s here), the MPI communicators above stay null, and
+  /// every collective is the local copy a one-rank group's collective is.
+  bool solo = false;
   double timeoutSeconds = 0;
   /// Whether collectives exchange their (kind, size) signature first. One
   /// flag shared by a group and every group split from it, so that
@@ -63,6 +68,10 @@ struct moe_rt_comm_impl {
 };
 
 namespace moe_rt::mpi {
+
+/// Whether this process runs without MPI: one rank, no launcher
+/// (moe_rt_mpi_init decided so).
+bool soloProcess();
 
 /// MPI's text for an error code.
 std::string mpiError(int code);

@@ -5,6 +5,7 @@
 #include "../Error.h"
 #include "CollectiveSteps.h"
 
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -13,6 +14,22 @@ using namespace moe_rt;
 using namespace moe_rt::coll;
 
 namespace moe_rt::mpi {
+
+namespace {
+/// What a one-rank group's collective moves: n elements to itself (the
+/// buffers may be one).
+template <typename T> void copyToSelf(const T *in, T *out, int64_t n) {
+  if (n > 0 && in != out)
+    std::memmove(out, in, size_t(n) * sizeof(T));
+}
+
+/// A one-rank group's all-to-all(-v): its block to itself.
+void copySelf(const PeerPlan &plan, const float *in, float *out) {
+  if (!plan.sendCount.empty())
+    copyToSelf(in + plan.sendOffset[0], out + plan.recvOffset[0],
+               plan.sendCount[0]);
+}
+} // namespace
 
 moe_rt_status allReduce(moe_rt_stream stream, moe_rt_comm comm, float *data,
                         int64_t count, const char *what) {
@@ -25,7 +42,8 @@ moe_rt_status allReduce(moe_rt_stream stream, moe_rt_comm comm, float *data,
       [data, n, comm](MPI_Request *r) {
         return MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM,
                               comm->ar, r);
-      });
+      },
+      [] {}); // one rank: the sum is the data
 }
 
 moe_rt_status allToAll(moe_rt_stream stream, moe_rt_comm comm, int64_t kind,
@@ -45,13 +63,15 @@ moe_rt_status allToAll(moe_rt_stream stream, moe_rt_comm comm, int64_t kind,
         stream, comm, comm->a2a, kind, bytes, false, [=](MPI_Request *r) {
           return MPI_Ialltoall(in, part, MPI_FLOAT, out, part, MPI_FLOAT,
                                comm->a2a, r);
-        });
+        },
+        [=] { copySelf(plan, in, out); });
   }
   return enqueueCollective(
       stream, comm, comm->a2a, kind, bytes, false, [=](MPI_Request *r) {
         return MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_FLOAT, out,
                               rc.data(), rd.data(), MPI_FLOAT, comm->a2a, r);
-      });
+      },
+      [=] { copySelf(plan, in, out); });
 }
 
 moe_rt_status allGather(moe_rt_stream stream, moe_rt_comm comm,
@@ -60,7 +80,8 @@ moe_rt_status allGather(moe_rt_stream stream, moe_rt_comm comm,
       stream, comm, comm->a2a, AllGather, n * 4, false, [=](MPI_Request *r) {
         return MPI_Iallgather(in, int(n), MPI_FLOAT, out, int(n), MPI_FLOAT,
                               comm->a2a, r);
-      });
+      },
+      [=] { copyToSelf(in, out, n); });
 }
 
 moe_rt_status reduceScatter(moe_rt_stream stream, moe_rt_comm comm,
@@ -72,7 +93,8 @@ moe_rt_status reduceScatter(moe_rt_stream stream, moe_rt_comm comm,
                              return MPI_Ireduce_scatter_block(
                                  in, out, int(n), MPI_FLOAT, MPI_SUM,
                                  comm->a2a, r);
-                           });
+                           },
+                           [=] { copyToSelf(in, out, n); });
 }
 
 moe_rt_status allGatherCounts(moe_rt_stream stream, moe_rt_comm comm,
@@ -81,7 +103,8 @@ moe_rt_status allGatherCounts(moe_rt_stream stream, moe_rt_comm comm,
       stream, comm, comm->a2a, AllGather, n * 8, false, [=](MPI_Request *r) {
         return MPI_Iallgather(in, int(n), MPI_INT64_T, out, int(n),
                               MPI_INT64_T, comm->a2a, r);
-      });
+      },
+      [=] { copyToSelf(in, out, n); });
 }
 
 moe_rt_status allToAllPlanned(moe_rt_stream stream, moe_rt_comm comm,
@@ -103,7 +126,8 @@ moe_rt_status allToAllPlanned(moe_rt_stream stream, moe_rt_comm comm,
         return MPI_Ialltoallv(in, a[0].data(), a[1].data(), MPI_FLOAT, out,
                               a[2].data(), a[3].data(), MPI_FLOAT, comm->a2a,
                               r);
-      });
+      },
+      [=] { copySelf(*plan, in, out); });
 }
 
 } // namespace moe_rt::mpi

@@ -107,6 +107,8 @@ private:
 
 /// "world ranks 0, 2" for the messages and NCCL's logs.
 static std::string worldRanks(moe_rt_comm_impl &c) {
+  if (c.solo)
+    return "world rank 0 (solo, no MPI)";
   MPI_Group group, world;
   MPI_Comm_group(c.probe, &group);
   MPI_Comm_group(MPI_COMM_WORLD, &world);
@@ -146,14 +148,16 @@ static moe_rt_status ncclOf(moe_rt_comm c, CommClass cls,
     else
       rootError = moe_rt_last_error();
   }
-  MPI_Request request;
-  if (int rc = MPI_Ibcast(buffer, int(sizeof buffer), MPI_BYTE, 0, c->probe,
-                          &request);
-      rc != MPI_SUCCESS)
-    return fail(MOE_RT_BACKEND_ERROR,
-                "broadcasting the NCCL unique id: " + mpiError(rc));
-  if (moe_rt_status st = waitHost(*c, request, "broadcasting the NCCL id"))
-    return st;
+  if (!c->solo) { // one rank has the id already
+    MPI_Request request;
+    if (int rc = MPI_Ibcast(buffer, int(sizeof buffer), MPI_BYTE, 0, c->probe,
+                            &request);
+        rc != MPI_SUCCESS)
+      return fail(MOE_RT_BACKEND_ERROR,
+                  "broadcasting the NCCL unique id: " + mpiError(rc));
+    if (moe_rt_status st = waitHost(*c, request, "broadcasting the NCCL id"))
+      return st;
+  }
   if (!buffer[nccl::kUniqueIdBytes])
     return fail(MOE_RT_BACKEND_ERROR,
                 "rank 0 of the group could not create an NCCL unique id" +
@@ -178,7 +182,7 @@ static moe_rt_status ncclOf(moe_rt_comm c, CommClass cls,
 /// With shape checks on: every rank's (kind, bytes), exchanged over MPI
 /// when the call is made (NCCL itself would hang or corrupt memory).
 static moe_rt_status checkSignature(moe_rt_comm c, int64_t kind, int64_t bytes) {
-  if (!c->checkShapes())
+  if (!c->checkShapes() || c->solo) // one rank agrees with itself
     return MOE_RT_OK;
   int64_t mine[2] = {kind, bytes};
   std::vector<int64_t> all(2 * c->size);
@@ -283,6 +287,8 @@ moe_rt_status runNcclP2P(moe_rt_stream stream, moe_rt_comm c,
                          std::shared_ptr<P2PTransfer> t) {
   if (moe_rt_status st = refuseIfFailed(*c))
     return st;
+  if (c->solo)
+    return refuseSolo(*t);
   if (c->checkShapes()) {
     if (int rc = t->postHeaders(c->p2p); rc != MPI_SUCCESS)
       return fail(MOE_RT_BACKEND_ERROR,

@@ -111,8 +111,16 @@ private:
 
 } // namespace
 
+moe_rt_status refuseSolo(const P2PTransfer &t) {
+  return fail(MOE_RT_INVALID_ARGUMENT,
+              t.what() + ": a one-rank run started without mpirun has no "
+                         "peer to exchange with");
+}
+
 moe_rt_status queueTransfer(moe_rt_stream stream, moe_rt_comm comm,
                             std::shared_ptr<P2PTransfer> t) {
+  if (comm->solo)
+    return refuseSolo(*t);
   bool sending = t->sending;
   auto steps = std::make_shared<P2PSteps>(comm, std::move(t));
   return stream->impl->enqueueAsync(

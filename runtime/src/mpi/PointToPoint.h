@@ -88,6 +88,9 @@ struct P2PTransfer {
 /// Queues one side of a transfer on a CPU stream as non-blocking steps
 /// ([header exchange,] data, each tested to the group's timeout) in a
 /// pool's high-priority queue.
+/// The error of a send/recv on a solo group (Communicator.h): no peer.
+moe_rt_status refuseSolo(const P2PTransfer &t);
+
 moe_rt_status queueTransfer(moe_rt_stream stream, moe_rt_comm comm,
                             std::shared_ptr<P2PTransfer> t);
 
