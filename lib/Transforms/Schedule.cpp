@@ -114,6 +114,13 @@ bool isIntraNode(Operation *op) {
          !llvm::is_contained(key->axes, 0);
 }
 
+/// Expert sharding's all-gather / reduce-scatter group a node's ranks by
+/// construction (moe-expert-sharding): the intra-node stream under every
+/// policy, so that they never queue behind the inter-node all-to-alls.
+bool isShardingCollective(Operation *op) {
+  return isa<shard::AllGatherOp, shard::ReduceScatterOp>(op);
+}
+
 struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
   using MoeScheduleBase::MoeScheduleBase;
 
@@ -206,8 +213,10 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
       if (!op->hasTrait<OpTrait::ConstantLike>())
         op->setAttr(MoeDialect::getStreamAttrName(),
                     !isCommunicationTask(op) ? compute
-                    : policy == Policy::Fsmoe && isIntraNode(op) ? intra
-                                                                 : comm);
+                    : isShardingCollective(op) ||
+                            (policy == Policy::Fsmoe && isIntraNode(op))
+                        ? intra
+                        : comm);
 
     if (policy == Policy::PipeMoe || policy == Policy::Fsmoe)
       insertPipeMoeBarriers(entry, L, R, compute, comm);
@@ -261,11 +270,19 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
         first = op;
     if (!first)
       return;
+    // The streams the two ops are on, where they differ from the class's
+    // (expert sharding's collectives run on the intra-node stream).
+    auto streamOf = [](Operation *op, StreamAttr fallback) {
+      auto s = op->getAttrOfType<StreamAttr>(MoeDialect::getStreamAttrName());
+      return s ? s : fallback;
+    };
     OpBuilder builder(last->getContext());
     builder.setInsertionPointAfter(last);
-    auto record = RecordEventOp::create(builder, last->getLoc(), from);
+    auto record =
+        RecordEventOp::create(builder, last->getLoc(), streamOf(last, from));
     builder.setInsertionPoint(first);
-    WaitEventOp::create(builder, first->getLoc(), record.getEvent(), to);
+    WaitEventOp::create(builder, first->getLoc(), record.getEvent(),
+                        streamOf(first, to));
   }
 
   /// Tutel / ScheMoE pipeline only the MoE layer: the MHA + gate of a block
