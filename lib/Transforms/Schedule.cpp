@@ -270,19 +270,22 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
         first = op;
     if (!first)
       return;
-    // The streams the two ops are on, where they differ from the class's
-    // (expert sharding's collectives run on the intra-node stream).
-    auto streamOf = [](Operation *op, StreamAttr fallback) {
+    // A communication op on the intra-node stream (expert sharding's
+    // collectives) records / waits there rather than on <comm>.
+    auto streamOf = [](Operation *op, StreamAttr cls) {
       auto s = op->getAttrOfType<StreamAttr>(MoeDialect::getStreamAttrName());
-      return s ? s : fallback;
+      return s && cls.getKind() == StreamKind::comm &&
+                     s.getKind() == StreamKind::comm
+                 ? s
+                 : cls;
     };
+    from = streamOf(last, from);
+    to = streamOf(first, to);
     OpBuilder builder(last->getContext());
     builder.setInsertionPointAfter(last);
-    auto record =
-        RecordEventOp::create(builder, last->getLoc(), streamOf(last, from));
+    auto record = RecordEventOp::create(builder, last->getLoc(), from);
     builder.setInsertionPoint(first);
-    WaitEventOp::create(builder, first->getLoc(), record.getEvent(),
-                        streamOf(first, to));
+    WaitEventOp::create(builder, first->getLoc(), record.getEvent(), to);
   }
 
   /// Tutel / ScheMoE pipeline only the MoE layer: the MHA + gate of a block
