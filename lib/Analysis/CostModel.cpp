@@ -227,7 +227,10 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
     forward = vjp.getForwardOp();
     backward = true;
   }
-  if (isa<CollectiveOpInterface>(forward)) {
+  // Expert sharding's shard collectives are priced below, as nccl-tests
+  // sizes them.
+  if (isa<CollectiveOpInterface>(forward) &&
+      !isa<shard::AllGatherOp, shard::ReduceScatterOp>(forward)) {
     FailureOr<TaskCost> c = collectiveCost(op, forward);
     // The runtime's combine vjp exchanges twice (moe_rt_combine_grad,
     // moe_rt_combine_v_grad): the expert outputs come to the tokens again,

@@ -18,6 +18,13 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
   // the experts'.
   if (isa<PlanPlacementOp>(op))
     return TaskKind::D;
+  // Expert sharding (FSMoE Fig. 2): the all-gather of the dispatched tokens
+  // ends the dispatch, the reduce-scatter of the partial sums starts the
+  // combine — communication tasks both, on the intra-node link.
+  if (isa<shard::AllGatherOp>(op))
+    return TaskKind::D;
+  if (isa<shard::ReduceScatterOp>(op))
+    return TaskKind::C;
   if (isa<MoveSamplesOp>(op))
     return TaskKind::C;
   if (auto norm = dyn_cast<NormOp>(op);

@@ -14,6 +14,7 @@
 #include "moe/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -170,6 +171,31 @@ public:
       setTask(split, task);
       for (auto [input, ct] : llvm::zip(merge.getInputs(), split.getResults()))
         accumulate(input, ct, task, loc);
+      return success();
+    }
+    // Expert sharding's collectives are each other's adjoint (FSMoE Fig. 2):
+    // the backward gathers what the forward scattered and vice versa, as a
+    // collective of its own rather than a vjp.
+    if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
+      auto scatter = shard::ReduceScatterOp::create(
+          builder, loc, gather.getInput().getType(), gather.getGridAttr(),
+          gather.getGridAxesAttr(), resultCts[0],
+          shard::ReductionKindAttr::get(op->getContext(),
+                                        shard::ReductionKind::Sum),
+          gather.getGatherAxisAttr());
+      setTask(scatter, task);
+      accumulate(gather.getInput(), scatter, task, loc);
+      return success();
+    }
+    if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op)) {
+      if (scatter.getReduction() != shard::ReductionKind::Sum)
+        return op->emitOpError() << "cannot be differentiated by "
+                                    "moe-build-train-step (only a sum)";
+      auto gather = shard::AllGatherOp::create(
+          builder, loc, scatter.getInput().getType(), scatter.getGridAttr(),
+          scatter.getGridAxesAttr(), resultCts[0], scatter.getScatterAxisAttr());
+      setTask(gather, task);
+      accumulate(scatter.getInput(), gather, task, loc);
       return success();
     }
     if (op->getDialect() != op->getContext()->getLoadedDialect<MoeDialect>() ||

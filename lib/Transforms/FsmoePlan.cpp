@@ -43,6 +43,10 @@ namespace {
 struct BlockTasks {
   DispatchOp dispatch;
   Operation *expert = nullptr, *dispatchVjp = nullptr, *expertVjp = nullptr;
+  /// Expert sharding's all-gather and reduce-scatter (moe-expert-sharding),
+  /// forward and backward (each the other's adjoint); null without it.
+  Operation *allGather = nullptr, *reduceScatter = nullptr,
+            *allGatherBwd = nullptr, *reduceScatterBwd = nullptr;
   SmallVector<Operation *> denseBackward;
 };
 
@@ -98,6 +102,11 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
           b.dispatch = d;
       } else if (isa<ExpertOp>(forward)) {
         (vjp ? b.expertVjp : b.expert) = &op;
+      } else if (isa<shard::AllGatherOp>(op)) {
+        (t.getPhase() == Phase::bwd ? b.allGatherBwd : b.allGather) = &op;
+      } else if (isa<shard::ReduceScatterOp>(op)) {
+        (t.getPhase() == Phase::bwd ? b.reduceScatterBwd : b.reduceScatter) =
+            &op;
       } else if (vjp && t.getKind() == TaskKind::AT) {
         b.denseBackward.push_back(&op);
       }
@@ -112,10 +121,12 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
   }
 
   /// Algorithm 1's inputs for one phase: one dispatch's exchange (FSMoE's
-  /// t_a2a, the combine's being the same size) and the experts. No
-  /// expert-sharding: no all-gather or reduce-scatter.
+  /// t_a2a, the combine's being the same size), the experts and, with
+  /// expert sharding, its all-gather and reduce-scatter (t_ag, t_rs; 0
+  /// without).
   FailureOr<MoePhaseCosts> phaseCosts(CostModel &model, Operation *exchange,
-                                      Operation *experts) {
+                                      Operation *experts, Operation *gather,
+                                      Operation *scatter) {
     FailureOr<ChunkedCost> a2a = model.chunkedCost(exchange);
     FailureOr<ChunkedCost> expert = model.chunkedCost(experts);
     if (failed(a2a) || failed(expert))
@@ -123,6 +134,15 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
     MoePhaseCosts costs;
     costs.allToAll = *a2a;
     costs.expert = *expert;
+    for (auto [op, cost] : {std::make_pair(gather, &costs.allGather),
+                            std::make_pair(scatter, &costs.reduceScatter)}) {
+      if (!op)
+        continue;
+      FailureOr<ChunkedCost> c = model.chunkedCost(op);
+      if (failed(c))
+        return failure();
+      *cost = *c;
+    }
     return costs;
   }
 
@@ -156,9 +176,11 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
     std::vector<GradientWindow> windows(2 * numBlocks);
     SmallVector<MoePhaseCosts> forward(numBlocks);
     for (auto &[block, b] : *blocks) {
-      FailureOr<MoePhaseCosts> fwd = phaseCosts(model, b.dispatch, b.expert);
+      FailureOr<MoePhaseCosts> fwd = phaseCosts(
+          model, b.dispatch, b.expert, b.allGather, b.reduceScatter);
       FailureOr<MoePhaseCosts> bwd =
-          phaseCosts(model, b.dispatchVjp, b.expertVjp);
+          phaseCosts(model, b.dispatchVjp, b.expertVjp, b.allGatherBwd,
+                     b.reduceScatterBwd);
       if (failed(fwd) || failed(bwd))
         return failure();
       forward[block] = *fwd;
@@ -269,8 +291,8 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
                     windows.size());
 
     if (report)
-      printPlan(*report, func, *blocks, fwdChoice, windows, plan, cuts,
-                numBlocks, model.getProfile().name);
+      printPlan(*report, func, *blocks, forward, fwdChoice, windows, plan,
+                cuts, numBlocks, model.getProfile().name);
     return success();
   }
 
@@ -313,6 +335,7 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
 
   void printPlan(raw_ostream &os, FunctionOpInterface func,
                  const std::map<int64_t, BlockTasks> &blocks,
+                 ArrayRef<MoePhaseCosts> forward,
                  ArrayRef<DegreeChoice> fwdChoice,
                  const std::vector<GradientWindow> &windows,
                  const GradientPlan &plan, ArrayRef<int64_t> cuts,
@@ -325,7 +348,13 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
          << " (case " << int(fwdChoice[block].pipelineCase) << ", "
          << llvm::format("%.1f", fwdChoice[block].timeUs) << " us), r_bwd "
          << w.degree << " (" << llvm::format("%.1f", w.timeUs)
-         << " us with its slice)\n";
+         << " us with its slice); forward t_a2a "
+         << llvm::format("%.1f", forward[block].allToAll.whole())
+         << " us, t_ag "
+         << llvm::format("%.1f", forward[block].allGather.whole())
+         << " us, t_rs "
+         << llvm::format("%.1f", forward[block].reduceScatter.whole())
+         << " us\n";
     }
     int64_t previous = 0;
     for (unsigned i = 0; i < windows.size(); ++i) {

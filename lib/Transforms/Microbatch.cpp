@@ -81,6 +81,30 @@ LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
     expert.getResult().setType(expert.getInput().getType());
     return success();
   }
+  // Expert sharding (moe-expert-sharding): the gathered slots are the
+  // group's S times the micro-batch's dispatched ones, and back.
+  if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(op)) {
+    auto collective = cast<CollectiveOpInterface>(op);
+    SymbolTableCollection table;
+    FailureOr<shard::GridOp> grid =
+        lookupGrid(op, collective.getGridAttr(), table);
+    if (failed(grid))
+      return failure();
+    FailureOr<int64_t> size =
+        verifyGroupSize(op, *grid, collective.getAxes());
+    if (failed(size))
+      return failure();
+    auto gather = dyn_cast<shard::AllGatherOp>(op);
+    int64_t axis = gather ? gather.getGatherAxis().getSExtValue()
+                          : cast<shard::ReduceScatterOp>(op)
+                                .getScatterAxis()
+                                .getSExtValue();
+    auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+    int64_t rows = input.getDimSize(axis);
+    op->getResult(0).setType(
+        withDim(input, axis, gather ? rows * *size : rows / *size));
+    return success();
+  }
   // NetMoE (moe-netmoe): the experts' norm sits on the expert side, and the
   // group's counts and placement have G rows per sample of a rank.
   if (auto norm = dyn_cast<NormOp>(op);

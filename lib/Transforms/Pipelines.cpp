@@ -114,6 +114,12 @@ struct FlowMoePipelineOptions
       llvm::cl::desc("NetMoE: place whole samples at every MoE block's "
                      "combine (moe-netmoe, before moe-microbatch)"),
       llvm::cl::init(false)};
+  Option<bool> esp{
+      *this, "esp",
+      llvm::cl::desc("FSMoE's expert-sharding parallelism: each expert's "
+                     "hidden dimension over the model's intra-node axes "
+                     "(moe-expert-sharding, before moe-microbatch)"),
+      llvm::cl::init(false)};
   Option<std::string> tune{
       *this, "tune",
       llvm::cl::desc("S_p search for chunk-bytes=auto: bo | grid | random"),
@@ -129,6 +135,8 @@ void mlir::moe::registerMoePipelines() {
       [](OpPassManager &pm, const FlowMoePipelineOptions &options) {
         if (options.netmoe)
           pm.addPass(createMoeNetMoe());
+        if (options.esp)
+          pm.addPass(createMoeExpertSharding());
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
         pm.addPass(createMoeVariableDropless(
             MoeVariableDroplessOptions{options.droplessBound}));

@@ -114,6 +114,13 @@ bool isIntraNode(Operation *op) {
          !llvm::is_contained(key->axes, 0);
 }
 
+/// Expert sharding's all-gather / reduce-scatter group a node's ranks by
+/// construction (moe-expert-sharding): the intra-node stream under every
+/// policy, so that they never queue behind the inter-node all-to-alls.
+bool isShardingCollective(Operation *op) {
+  return isa<shard::AllGatherOp, shard::ReduceScatterOp>(op);
+}
+
 struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
   using MoeScheduleBase::MoeScheduleBase;
 
@@ -206,8 +213,10 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
       if (!op->hasTrait<OpTrait::ConstantLike>())
         op->setAttr(MoeDialect::getStreamAttrName(),
                     !isCommunicationTask(op) ? compute
-                    : policy == Policy::Fsmoe && isIntraNode(op) ? intra
-                                                                 : comm);
+                    : isShardingCollective(op) ||
+                            (policy == Policy::Fsmoe && isIntraNode(op))
+                        ? intra
+                        : comm);
 
     if (policy == Policy::PipeMoe || policy == Policy::Fsmoe)
       insertPipeMoeBarriers(entry, L, R, compute, comm);
@@ -261,6 +270,17 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
         first = op;
     if (!first)
       return;
+    // A communication op on the intra-node stream (expert sharding's
+    // collectives) records / waits there rather than on <comm>.
+    auto streamOf = [](Operation *op, StreamAttr cls) {
+      auto s = op->getAttrOfType<StreamAttr>(MoeDialect::getStreamAttrName());
+      return s && cls.getKind() == StreamKind::comm &&
+                     s.getKind() == StreamKind::comm
+                 ? s
+                 : cls;
+    };
+    from = streamOf(last, from);
+    to = streamOf(first, to);
     OpBuilder builder(last->getContext());
     builder.setInsertionPointAfter(last);
     auto record = RecordEventOp::create(builder, last->getLoc(), from);

@@ -94,6 +94,11 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
                    "along its slots; use token-choice routing");
   if (d.getSlots())
     return fail(d, "is already a token chunk");
+  if (llvm::any_of(d.getResult().getUsers(),
+                   [](Operation *u) { return isa<shard::AllGatherOp>(u); }))
+    return fail(d, "token chunks of an expert-sharded layer (moe-expert-"
+                   "sharding: all-gather, experts, reduce-scatter) are not "
+                   "implemented yet; use token degree 1 with esp");
   if (maxDegree > *capacity)
     return fail(d, "degree " + Twine(maxDegree) + " exceeds the capacity C = " +
                        Twine(*capacity) + " (a chunk would hold no slot)");

@@ -36,21 +36,32 @@ static shard::GridOp modelGrid(FunctionOpInterface func, ModelAttr &model) {
                                                       model.getGrid());
 }
 
+/// Rank's coordinates on the grid (row-major, as shard numbers ranks).
+static std::vector<int64_t> coordsOf(ArrayRef<int64_t> shape, int64_t rank) {
+  std::vector<int64_t> coord(shape.size());
+  for (int64_t r = rank, d = shape.size() - 1; d >= 0; --d) {
+    coord[d] = r % shape[d];
+    r /= shape[d];
+  }
+  return coord;
+}
+
+/// Rank's index in the group spanned by `axes` (row-major over them).
+static int64_t indexOn(ArrayRef<int64_t> shape, ArrayRef<int64_t> coord,
+                       ArrayRef<int16_t> axes) {
+  int64_t index = 0;
+  for (int16_t a : axes)
+    index = index * shape[a] + coord[a];
+  return index;
+}
+
 int64_t expertGroupIndex(FunctionOpInterface func, int rank) {
   ModelAttr model;
   shard::GridOp grid = modelGrid(func, model);
   if (!grid)
     return 0;
   ArrayRef<int64_t> shape = grid.getShape();
-  std::vector<int64_t> coord(shape.size());
-  for (int64_t r = rank, d = shape.size() - 1; d >= 0; --d) {
-    coord[d] = r % shape[d];
-    r /= shape[d];
-  }
-  int64_t index = 0;
-  for (int16_t a : model.getEpAxes())
-    index = index * shape[a] + coord[a];
-  return index;
+  return indexOn(shape, coordsOf(shape, rank), model.getEpAxes());
 }
 
 llvm::Expected<LoadedStep> loadScheduledStep(llvm::StringRef path,
@@ -92,6 +103,116 @@ std::string argumentName(FunctionOpInterface func, BlockArgument arg) {
 bool isParameter(FunctionOpInterface func, BlockArgument arg) {
   return static_cast<bool>(func.getArgAttrOfType<StringAttr>(
       arg.getArgNumber(), MoeDialect::getParamAttrName()));
+}
+
+/// A parameter's values drawn from `rng`: uniform(±1/sqrt(fan-in)), norm
+/// gains near 1 and biases near 0.
+static std::vector<float> drawParameter(StringAttr name,
+                                        ArrayRef<int64_t> shape,
+                                        std::mt19937_64 &rng) {
+  bool isNormScale = name && name.getValue().ends_with(".scale");
+  bool isNormBias = name && name.getValue().ends_with(".bias");
+  int64_t fanIn = shape.size() >= 2 ? shape[shape.size() - 2] : 1;
+  std::uniform_real_distribution<float> d(-1.0f / std::sqrt(float(fanIn)),
+                                          1.0f / std::sqrt(float(fanIn)));
+  int64_t numel = 1;
+  for (int64_t s : shape)
+    numel *= s;
+  std::vector<float> values(numel);
+  for (float &v : values)
+    v = isNormScale  ? 1.0f + 0.1f * d(rng)
+        : isNormBias ? 0.1f * d(rng)
+                     : d(rng);
+  return values;
+}
+
+/// The expert rng of `rank` for argument `arg` (per rank: each holds other
+/// experts).
+static std::mt19937_64 expertRng(uint64_t seed, StringAttr name,
+                                 BlockArgument arg, int64_t rank) {
+  uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
+  return std::mt19937_64(seed ^ h ^ (rank + 1) * 7919 ^ arg.getArgNumber());
+}
+
+/// Copies part `j` of `parts` along `dim` of `whole` (shape `wholeShape`)
+/// into `out` (the same shape but `dim`, experts first) at experts
+/// [firstExpert, ...).
+static void copyPart(const std::vector<float> &whole,
+                     ArrayRef<int64_t> wholeShape, int64_t dim, int64_t parts,
+                     int64_t j, std::vector<float> &out,
+                     int64_t firstExpert) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 1; i < dim; ++i)
+    outer *= wholeShape[i];
+  for (int64_t i = dim + 1; i < int64_t(wholeShape.size()); ++i)
+    inner *= wholeShape[i];
+  int64_t width = wholeShape[dim] / parts;
+  for (int64_t e = 0; e < wholeShape[0]; ++e)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t w = 0; w < width; ++w)
+        for (int64_t c = 0; c < inner; ++c)
+          out[(((firstExpert + e) * outer + o) * width + w) * inner + c] =
+              whole[((e * outer + o) * wholeShape[dim] + j * width + w) *
+                        inner +
+                    c];
+}
+
+/// An expert weight of expert sharding (moe.hidden_shard = [dim, S]): part
+/// j (the rank's coordinate on the model's intra axes) along `dim` of the
+/// plain step's weights of the node's experts. Those are the S plain ranks
+/// of the node (intra coordinate i) one after the other, each drawn as the
+/// plain step draws it — or, from a moe.source, the node's experts read
+/// whole — so that both steps start from the same model.
+static llvm::Expected<std::vector<float>>
+shardedExpertValues(FunctionOpInterface func, BlockArgument arg, int rank,
+                    uint64_t seed, frontend::WeightLoader *sources,
+                    ArrayRef<int64_t> shape, int64_t dim, int64_t shards) {
+  ModelAttr model;
+  shard::GridOp grid = modelGrid(func, model);
+  if (!grid || dim < 1 || dim >= int64_t(shape.size()) || shape[0] % shards)
+    return llvm::createStringError(
+        "parameter '" + argumentName(func, arg) +
+        "': moe.hidden_shard needs the model's grid and a dimension after "
+        "the experts");
+  ArrayRef<int64_t> gridShape = grid.getShape();
+  std::vector<int64_t> coord = coordsOf(gridShape, rank);
+  int64_t part = indexOn(gridShape, coord, model.getIntraAxes());
+  SmallVector<int64_t> whole(shape.begin(), shape.end());
+  whole[dim] *= shards;
+  int64_t numel = 1;
+  for (int64_t d : shape)
+    numel *= d;
+  std::vector<float> out(numel);
+  auto source = func.getArgAttrOfType<SourceAttr>(
+      arg.getArgNumber(), MoeDialect::getSourceAttrName());
+  if (source && sources) {
+    auto values =
+        sources->load(source, whole, expertGroupIndex(func, rank) * shape[0]);
+    if (!values)
+      return llvm::createStringError("parameter '" + argumentName(func, arg) +
+                                     "': " + llvm::toString(values.takeError()));
+    copyPart(*values, whole, dim, shards, part, out, 0);
+    return out;
+  }
+  auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                MoeDialect::getParamAttrName());
+  whole[0] = shape[0] / shards;
+  for (int64_t i = 0; i < shards; ++i) {
+    // Plain rank q: this rank's coordinates, intra ones set to i.
+    std::vector<int64_t> c = coord;
+    for (int64_t rest = i, k = model.getIntraAxes().size() - 1; k >= 0; --k) {
+      int16_t a = model.getIntraAxes()[k];
+      c[a] = rest % gridShape[a];
+      rest /= gridShape[a];
+    }
+    int64_t q = 0;
+    for (int64_t d = 0; d < int64_t(gridShape.size()); ++d)
+      q = q * gridShape[d] + c[d];
+    std::mt19937_64 rng = expertRng(seed, name, arg, q);
+    copyPart(drawParameter(name, whole, rng), whole, dim, shards, part, out,
+             i * whole[0]);
+  }
+  return out;
 }
 
 /// Parameters: deterministic from their name (replicated weights equal on
@@ -138,6 +259,18 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
     return isa<ExpertOp>(u) ||
            (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
   });
+  if (auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
+          arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
+      shard && expert && !b.isInt) {
+    auto values = shardedExpertValues(func, arg, rank, seed, sources, b.shape,
+                                      shard[0], shard[1]);
+    if (!values)
+      return values.takeError();
+    b.f = std::move(*values);
+    b.fromSource = sources && func.getArgAttr(arg.getArgNumber(),
+                                              MoeDialect::getSourceAttrName());
+    return b;
+  }
   uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
   std::mt19937_64 rng(seed ^ h ^ (expert || !name ? (rank + 1) * 7919 : 0) ^
                       arg.getArgNumber());
@@ -175,16 +308,7 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
     b.fromSource = true;
     return b;
   }
-  bool isNormScale = name && name.getValue().ends_with(".scale");
-  bool isNormBias = name && name.getValue().ends_with(".bias");
-  int64_t fanIn = b.shape.size() >= 2 ? b.shape[b.shape.size() - 2] : 1;
-  std::uniform_real_distribution<float> d(-1.0f / std::sqrt(float(fanIn)),
-                                          1.0f / std::sqrt(float(fanIn)));
-  b.f.resize(numel);
-  for (float &v : b.f)
-    v = isNormScale  ? 1.0f + 0.1f * d(rng)
-        : isNormBias ? 0.1f * d(rng)
-                     : d(rng);
+  b.f = drawParameter(name, b.shape, rng);
   return b;
 }
 

@@ -54,6 +54,7 @@
 #include "moe/Dialect/Moe/MoeOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include "moe_rt/ops.h"
@@ -774,6 +775,35 @@ template <> struct RuntimeCall<arith::AddFOp> {
   }
 };
 
+/// Expert sharding's collectives (upstream shard ops; moe-expert-sharding):
+/// along their axis over the group of `grid_axes`, on the intra-node
+/// communication stream. No backward: moe-build-train-step emits each one's
+/// adjoint as the other collective.
+template <> struct RuntimeCall<shard::AllGatherOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(shard::AllGatherOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_all_gather_axis), v.stream(),
+                  v.comm(cast<CollectiveOpInterface>(op.getOperation())),
+                  v.i64(op.getGatherAxis().getSExtValue()),
+                  v.in(op.getInput()), v.out(op.getResult()));
+  }
+};
+
+template <> struct RuntimeCall<shard::ReduceScatterOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V>
+  static LogicalResult forward(shard::ReduceScatterOp op, V &v) {
+    if (op.getReduction() != shard::ReductionKind::Sum)
+      return v.unsupported("moe_rt reduces only by sum");
+    return v.call(MOE_RT_FN(moe_rt_reduce_scatter_axis), v.stream(),
+                  v.comm(cast<CollectiveOpInterface>(op.getOperation())),
+                  v.i64(op.getScatterAxis().getSExtValue()),
+                  v.in(op.getInput()), v.out(op.getResult()));
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Looking an op up
 //===----------------------------------------------------------------------===//
@@ -786,7 +816,7 @@ template <class... Ops> struct OpList {};
 using TableOps = OpList<
 #define GET_OP_LIST
 #include "moe/Dialect/Moe/MoeOps.cpp.inc"
-    , arith::AddFOp>;
+    , arith::AddFOp, shard::AllGatherOp, shard::ReduceScatterOp>;
 
 /// Whether entry E has a backward for OpT (any visitor type will do: a
 /// backward is a template over it).

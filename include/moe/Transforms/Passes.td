@@ -108,6 +108,34 @@ def MoeVariableDropless : Pass<"moe-variable-dropless", "::mlir::ModuleOp"> {
   ];
 }
 
+def MoeExpertSharding : Pass<"moe-expert-sharding", "::mlir::ModuleOp"> {
+  let summary = "FSMoE's expert-sharding parallelism: each expert's hidden "
+                "dimension over a node's ranks (all-gather, reduce-scatter)";
+  let description = [{
+    FSMoE §2.2 / Fig. 2 (docs/passes/moe-expert-sharding.md), on the forward
+    model before `moe-microbatch`. The experts are spread over the nodes
+    (the model's `ep_axes` without its `intra_axes`) and each expert's
+    hidden dimension H over the S ranks of a node (`intra_axes`): every
+    MoE layer becomes
+
+    ```mlir
+    %d = moe.dispatch ... on @cluster axes = [0]        // E/N x (N C) x M
+    %g = shard.all_gather %d on @cluster grid_axes = [1] gather_axis = 1
+    %y = moe.expert ... %g up(%up) down(%down)          // H/S: partial sums
+    %r = shard.reduce_scatter %y on @cluster grid_axes = [1] scatter_axis = 1
+    %c = moe.combine %r, ... on @cluster axes = [0]
+    ```
+
+    and every expert weight the rank's shard of the plain step's, marked
+    `moe.hidden_shard = [dim, S]` (its part is the rank's coordinate on
+    the intra axes), so that moe-run and moe-export-params start from the
+    same model as the plain step. `moe-build-train-step` differentiates
+    each collective into the other. Capacity-routed token choice or expert
+    choice layers `dispatch -> expert -> combine` only; a layer it cannot
+    shard is named.
+  }];
+}
+
 def MoeNetMoe : Pass<"moe-netmoe", "::mlir::ModuleOp"> {
   let summary = "NetMoE: place whole samples at every MoE block's combine "
                 "(dynamic sample placement, residual inlined)";

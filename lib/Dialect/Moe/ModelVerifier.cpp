@@ -135,6 +135,26 @@ struct ModelChecker {
            << " or a micro-batch of it";
   }
 
+  /// H, or H / S for an expert whose weights are a shard (expert sharding:
+  /// moe.hidden_shard on its up weight, reached through a vjp body's
+  /// argument in a training step).
+  int64_t expectedHidden(ExpertOp expert) {
+    Value up = expert.getUp();
+    if (auto arg = dyn_cast<BlockArgument>(up))
+      if (auto vjp = dyn_cast_or_null<VjpOp>(arg.getOwner()->getParentOp()))
+        up = vjp.getPrimals()[arg.getArgNumber()];
+    auto arg = dyn_cast<BlockArgument>(up);
+    auto f = arg ? dyn_cast_or_null<FunctionOpInterface>(
+                       arg.getOwner()->getParentOp())
+                 : FunctionOpInterface();
+    if (f && arg.getOwner()->isEntryBlock())
+      if (auto shard = f.getArgAttrOfType<DenseI64ArrayAttr>(
+              arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
+          shard && shard.size() == 2 && shard[1] > 0)
+        return model.getHidden() / shard[1];
+    return model.getHidden();
+  }
+
   LogicalResult checkExpert(ExpertOp expert) {
     int64_t localExperts = model.getExperts() / epSize;
     auto input = cast<ShapedType>(expert.getInput().getType());
@@ -143,10 +163,14 @@ struct ModelChecker {
              << "holds " << input.getDimSize(0) << " local experts but the "
              << "model spreads " << model.getExperts() << " experts over "
              << epSize << " ranks (" << localExperts << " per rank)";
-    if (!sameOrDynamic(expert.getHiddenSize(), model.getHidden()))
+    if (int64_t h = expectedHidden(expert);
+        !sameOrDynamic(expert.getHiddenSize(), h))
       return disagree(expert, func)
              << "has hidden size " << expert.getHiddenSize()
-             << " but the model has H = " << model.getHidden();
+             << " but the model has H = " << model.getHidden()
+             << (h != model.getHidden()
+                     ? " (" + std::to_string(h) + " per expert shard)"
+                     : std::string());
     return success();
   }
 

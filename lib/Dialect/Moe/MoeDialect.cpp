@@ -10,6 +10,24 @@ using namespace mlir::moe;
 
 #include "moe/Dialect/Moe/MoeDialect.cpp.inc"
 
+namespace {
+/// Upstream shard.all_gather / shard.reduce_scatter (expert sharding's
+/// collectives, docs/passes/moe-expert-sharding.md) are collectives of the
+/// step like moe's own: a group of `grid_axes` of `grid`, which the
+/// schedule, the verifier, the cost model and the runtime calls read
+/// through this interface.
+template <class OpT>
+struct ShardCollective
+    : public CollectiveOpInterface::ExternalModel<ShardCollective<OpT>, OpT> {
+  FlatSymbolRefAttr getGridAttr(Operation *op) const {
+    return cast<OpT>(op).getGridAttr();
+  }
+  ArrayRef<int16_t> getAxes(Operation *op) const {
+    return cast<OpT>(op).getGridAxes();
+  }
+};
+} // namespace
+
 void MoeDialect::initialize() {
   registerAttributes();
   registerTypes();
@@ -17,6 +35,12 @@ void MoeDialect::initialize() {
 #define GET_OP_LIST
 #include "moe/Dialect/Moe/MoeOps.cpp.inc"
       >();
+  // The shard dialect is loaded first (a dependent dialect).
+  MLIRContext *ctx = getContext();
+  shard::AllGatherOp::attachInterface<ShardCollective<shard::AllGatherOp>>(
+      *ctx);
+  shard::ReduceScatterOp::attachInterface<
+      ShardCollective<shard::ReduceScatterOp>>(*ctx);
 }
 
 template <class OpT> static mlir::moe::RoutingShape routingShapeOf(OpT op) {
@@ -170,6 +194,14 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
       return op->emitError() << "'" << getStepInputAttrName()
                              << "' of argument #" << argIndex
                              << " must be \"lr\" or \"step\"";
+    return success();
+  }
+  if (attr.getName() == getHiddenShardAttrName()) {
+    auto shard = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!shard || shard.size() != 2 || shard[0] < 0 || shard[1] < 1)
+      return op->emitError() << "'" << getHiddenShardAttrName()
+                             << "' of argument #" << argIndex
+                             << " must be [dim, shards] with shards >= 1";
     return success();
   }
   return op->emitError() << "unknown moe dialect argument attribute '"

@@ -425,6 +425,21 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
 moe_rt_status moe_rt_all_reduce_group_begin(moe_rt_stream s);
 moe_rt_status moe_rt_all_reduce_group_end(moe_rt_stream s);
 
+/* shard.all_gather / shard.reduce_scatter along dimension `axis` over the
+ * group `comm` (G ranks; FSMoE's expert-sharding collectives,
+ * docs/passes/moe-expert-sharding.md). all_gather: out has in's shape with
+ * dimension `axis` G times larger, rank g's part at [g d, (g + 1) d) of it.
+ * reduce_scatter: out has in's shape with dimension `axis` G times smaller
+ * and holds this rank's part of the sum of every rank's in. Queued in the
+ * stream's order (a pool's high-priority queue: FIFO, as FSMoE issues its
+ * intra-node collectives); each is the other's adjoint. */
+moe_rt_status moe_rt_all_gather_axis(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t axis, const moe_rt_tensor *in,
+                                     moe_rt_tensor *out);
+moe_rt_status moe_rt_reduce_scatter_axis(moe_rt_stream s, moe_rt_comm comm,
+                                         int64_t axis, const moe_rt_tensor *in,
+                                         moe_rt_tensor *out);
+
 /* Optimizers (docs/optimizers.md). lr: an F32 scalar tensor (the step's
  * "lr" input), step: an I64 scalar (the 1-based update count), scale: the
  * F32 scalar clip coefficient of moe_rt_clip_coef, or NULL for none; all

@@ -35,7 +35,8 @@ const CudaHostServices services = {kModuleAbiVersion,
                                    moe_rt_all_to_all_v,
                                    moe_rt_all_gather,
                                    moe_rt_comm_timeout,
-                                   moe_rt_last_error};
+                                   moe_rt_last_error,
+                                   moe_rt_reduce_scatter};
 
 struct Loaded {
   const CudaModuleTable *table = nullptr;

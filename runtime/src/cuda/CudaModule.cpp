@@ -48,6 +48,13 @@ extern "C" moe_rt_status moe_rt_all_gather(moe_rt_stream stream,
   return moe_rt::host->allGather(stream, comm, send, recv);
 }
 
+extern "C" moe_rt_status moe_rt_reduce_scatter(moe_rt_stream stream,
+                                               moe_rt_comm comm,
+                                               const moe_rt_tensor *send,
+                                               moe_rt_tensor *recv) {
+  return moe_rt::host->reduceScatter(stream, comm, send, recv);
+}
+
 extern "C" double moe_rt_comm_timeout(moe_rt_comm comm) {
   return moe_rt::host->commTimeout(comm);
 }

@@ -27,6 +27,7 @@
 #include "CudaDenseOps.h"
 #include "CudaOptimizerOps.h"
 #include "CudaRoutingOps.h"
+#include "CudaShardOps.h"
 #include "CudaVarRoutingOps.h"
 #include "NcclCollectives.h"
 
@@ -37,7 +38,7 @@ namespace moe_rt::cuda {
 
 /// Bumped whenever either table changes, so that a stale module from an
 /// older build is refused by name rather than called with the wrong layout.
-constexpr int kModuleAbiVersion = 2;
+constexpr int kModuleAbiVersion = 3;
 
 struct CudaModuleTable {
   int abiVersion;
@@ -62,6 +63,10 @@ struct CudaHostServices {
                              const moe_rt_tensor *send, moe_rt_tensor *recv);
   double (*commTimeout)(moe_rt_comm comm);
   const char *(*lastError)();
+  // The expert-sharding reduce-scatter (CudaShardOps.cu).
+  moe_rt_status (*reduceScatter)(moe_rt_stream stream, moe_rt_comm comm,
+                                 const moe_rt_tensor *send,
+                                 moe_rt_tensor *recv);
 };
 
 } // namespace moe_rt::cuda

@@ -113,6 +113,14 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getGradientWindowAttrName() {
       return ::llvm::StringLiteral("moe.gradient_window");
     }
+    /// Name of the argument attribute marking an expert weight sharded by
+    /// expert-sharding parallelism (moe-expert-sharding, FSMoE §2): [dim,
+    /// shards] — the rank holds part j (its coordinate on the model's
+    /// intra-node axes) of `shards` equal parts along `dim` of the plain
+    /// step's weight of the same experts.
+    static constexpr ::llvm::StringLiteral getHiddenShardAttrName() {
+      return ::llvm::StringLiteral("moe.hidden_shard");
+    }
   }];
 }
 

@@ -1,0 +1,213 @@
+//===- ExpertSharding.cpp - FSMoE's expert-sharding parallelism (ESP) -----===//
+//
+// FSMoE §2.2 / Fig. 2 on the forward model, before moe-microbatch: each
+// expert's hidden dimension H is sharded over the ranks of a node (the
+// model's intra_axes), and the experts over the nodes (the rest of the
+// expert-parallel axes). Per MoE layer:
+//
+//   dispatch (over the nodes) -> shard.all_gather (the node's tokens, along
+//   the slots) -> experts on an H/S shard (partial sums) ->
+//   shard.reduce_scatter (sum, back to each rank's slots) -> combine
+//
+// The expert weights become the rank's shard (moe.hidden_shard = [dim,
+// S]); the model's ep_axes become the nodes'. moe-build-train-step makes
+// each collective the other's adjoint. docs/passes/moe-expert-sharding.md.
+//
+//===----------------------------------------------------------------------===//
+
+#include "moe/Dialect/Moe/MoeOps.h"
+#include "moe/Transforms/PassUtils.h"
+#include "moe/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+namespace mlir::moe {
+#define GEN_PASS_DEF_MOEEXPERTSHARDING
+#include "moe/Transforms/Passes.h.inc"
+} // namespace mlir::moe
+
+using namespace mlir;
+using namespace mlir::moe;
+
+namespace {
+
+/// The sharding of one model: S ranks per node share each expert, N nodes
+/// hold E / N experts each.
+struct Sharding {
+  FlatSymbolRefAttr grid;
+  SmallVector<int16_t> intraAxes, interAxes;
+  int64_t shards = 1, nodes = 1;
+};
+
+struct ExpertShardingPass
+    : public moe::impl::MoeExpertShardingBase<ExpertShardingPass> {
+  using MoeExpertShardingBase::MoeExpertShardingBase;
+
+  FailureOr<Sharding> shardingOf(FunctionOpInterface func, ModelAttr model) {
+    Sharding s;
+    s.grid = model.getGrid();
+    SymbolTableCollection table;
+    FailureOr<shard::GridOp> grid = lookupGrid(func, s.grid, table);
+    if (failed(grid))
+      return failure();
+    ArrayRef<int64_t> shape = grid->getShape();
+    s.intraAxes.assign(model.getIntraAxes().begin(), model.getIntraAxes().end());
+    for (int16_t a : s.intraAxes)
+      s.shards *= shape[a];
+    for (int16_t a : model.getEpAxes())
+      if (!llvm::is_contained(s.intraAxes, a)) {
+        s.interAxes.push_back(a);
+        s.nodes *= shape[a];
+      }
+    if (s.intraAxes.empty() || s.shards == 1)
+      return mlir::emitError(func.getLoc())
+             << "moe-expert-sharding: the model's intra_axes ["
+             << model.getIntraAxes() << "] span one rank; nothing to shard";
+    // A node's ranks hold consecutive experts in the plain step (its
+    // experts are what the node's ranks held): the intra axes are the
+    // expert-parallel group's last.
+    ArrayRef<int16_t> ep = model.getEpAxes();
+    if (ep.size() < s.intraAxes.size() ||
+        ep.take_back(s.intraAxes.size()) != ArrayRef<int16_t>(s.intraAxes))
+      return mlir::emitError(func.getLoc())
+             << "moe-expert-sharding: the intra axes [" << model.getIntraAxes()
+             << "] must be the last expert-parallel axes (ep_axes [" << ep
+             << "])";
+    if (model.getHidden() % s.shards || model.getExperts() % s.nodes)
+      return mlir::emitError(func.getLoc())
+             << "moe-expert-sharding: H = " << model.getHidden()
+             << " must divide over " << s.shards << " ranks per node and E = "
+             << model.getExperts() << " over " << s.nodes << " nodes";
+    return s;
+  }
+
+  /// Makes weight `w` of `expert` the rank's shard along `dim`.
+  LogicalResult shardWeight(FunctionOpInterface func, ExpertOp expert, Value w,
+                            unsigned dim, const Sharding &s,
+                            int64_t localExperts) {
+    auto arg = dyn_cast<BlockArgument>(w);
+    if (!arg || arg.getOwner() != &func.getFunctionBody().front() ||
+        !llvm::hasSingleElement(arg.getUsers()))
+      return expert.emitOpError()
+             << "moe-expert-sharding: every expert weight must be a "
+                "parameter of the model used by this layer only";
+    auto type = cast<RankedTensorType>(arg.getType());
+    RankedTensorType sharded =
+        withDim(withDim(type, dim, type.getDimSize(dim) / s.shards), 0,
+                localExperts);
+    arg.setType(sharded);
+    func.setArgAttr(arg.getArgNumber(), MoeDialect::getHiddenShardAttrName(),
+                    DenseI64ArrayAttr::get(func->getContext(),
+                                           {int64_t(dim), s.shards}));
+    return success();
+  }
+
+  LogicalResult shardLayer(FunctionOpInterface func, DispatchOp dispatch,
+                           const Sharding &s, ModelAttr model) {
+    auto fail = [&](const Twine &why) {
+      return dispatch.emitOpError() << "moe-expert-sharding: " << why;
+    };
+    if (dispatch.isVariable() || dispatch.getSlots() ||
+        !dispatch.getCapacity())
+      return fail("shards capacity-routed layers not yet chunked (run it "
+                  "before moe-variable-dropless and moe-token-pipeline)");
+    if (dispatch.getAxes() != model.getEpAxes())
+      return fail("dispatches outside the model's expert-parallel group");
+    if (!dispatch.getResult().hasOneUse())
+      return fail("its tokens feed more than the experts");
+    auto expert = dyn_cast<ExpertOp>(*dispatch.getResult().getUsers().begin());
+    if (!expert || expert.getRows() || !expert.getResult().hasOneUse())
+      return fail("needs dispatch -> moe.expert -> moe.combine");
+    auto combine = dyn_cast<CombineOp>(*expert.getResult().getUsers().begin());
+    if (!combine || combine.getPlacement() || combine.getResidual())
+      return fail("needs dispatch -> moe.expert -> moe.combine");
+
+    // Slots per rank of the plain layout: G·C for G expert-parallel ranks.
+    auto plain = cast<RankedTensorType>(dispatch.getResult().getType());
+    int64_t group = s.nodes * s.shards;
+    int64_t capacitySlots = plain.getDimSize(1) / group;
+    int64_t localExperts = model.getExperts() / s.nodes;
+    MLIRContext *ctx = func->getContext();
+    auto inter = DenseI16ArrayAttr::get(ctx, s.interAxes);
+    auto intra = DenseI16ArrayAttr::get(ctx, s.intraAxes);
+
+    RankedTensorType received = withDim(
+        withDim(plain, 0, localExperts), 1, s.nodes * capacitySlots);
+    RankedTensorType gathered =
+        withDim(received, 1, s.shards * s.nodes * capacitySlots);
+    dispatch.setAxesAttr(inter);
+    dispatch.getResult().setType(received);
+    combine.setAxesAttr(inter);
+
+    OpBuilder b(expert);
+    IntegerAttr slotAxis = b.getIndexAttr(1);
+    auto gather = shard::AllGatherOp::create(b, expert.getLoc(), gathered,
+                                             s.grid, intra,
+                                             dispatch.getResult(), slotAxis);
+    expert.getInputMutable().assign(gather.getResult());
+    expert.getResult().setType(gathered);
+    b.setInsertionPointAfter(expert);
+    auto scatter = shard::ReduceScatterOp::create(
+        b, expert.getLoc(), received, s.grid, intra, expert.getResult(),
+        shard::ReductionKindAttr::get(ctx, shard::ReductionKind::Sum),
+        slotAxis);
+    combine.getInputMutable().assign(scatter.getResult());
+
+    // up, gate: E x M x H (shard H, dim 2); down: E x H x M (dim 1).
+    if (failed(shardWeight(func, expert, expert.getUp(), 2, s, localExperts)) ||
+        failed(shardWeight(func, expert, expert.getDown(), 1, s,
+                           localExperts)))
+      return failure();
+    if (Value g = expert.getGateProj())
+      if (failed(shardWeight(func, expert, g, 2, s, localExperts)))
+        return failure();
+    return success();
+  }
+
+  LogicalResult shardModel(FunctionOpInterface func, ModelAttr model) {
+    if (model.isDropless())
+      return mlir::emitError(func.getLoc())
+             << "moe-expert-sharding: shards capacity-routed models (the "
+                "model is dropless)";
+    FailureOr<Sharding> s = shardingOf(func, model);
+    if (failed(s))
+      return failure();
+    SmallVector<DispatchOp> dispatches;
+    func->walk([&](DispatchOp d) { dispatches.push_back(d); });
+    if (dispatches.empty())
+      return mlir::emitError(func.getLoc())
+             << "moe-expert-sharding: the model has no MoE layer";
+    for (DispatchOp d : dispatches)
+      if (failed(shardLayer(func, d, *s, model)))
+        return failure();
+    // The expert-parallel group is now the nodes'.
+    func->setAttr(MoeDialect::getModelAttrName(),
+                  ModelAttr::get(func->getContext(), model.getLayers(),
+                                 model.getBatch(), model.getSeq(),
+                                 model.getEmbed(), model.getHidden(),
+                                 model.getExperts(), model.getTopK(),
+                                 model.getCapacityFactor(), model.getGrid(),
+                                 s->interAxes, model.getDpAxes(),
+                                 model.getIntraAxes()));
+    SmallVector<Type> inputs;
+    for (BlockArgument a : func.getFunctionBody().front().getArguments())
+      inputs.push_back(a.getType());
+    func.setType(FunctionType::get(func->getContext(), inputs,
+                                   func.getResultTypes()));
+    return success();
+  }
+
+  void runOnOperation() override {
+    auto models = functionsWith(getOperation(), MoeDialect::getModelAttrName(),
+                                "moe-expert-sharding",
+                                "no function carries a #moe.model");
+    if (failed(models))
+      return signalPassFailure();
+    for (FunctionOpInterface func : *models)
+      if (failed(shardModel(func, func->getAttrOfType<ModelAttr>(
+                                      MoeDialect::getModelAttrName()))))
+        return signalPassFailure();
+  }
+};
+} // namespace
