@@ -16,8 +16,12 @@ in one run:
   policy alike;
 - the measured speedup over vanilla;
 - SIMULATED: `moe-opt --moe-simulate` on the profile moe-profile measured
-  on the same cluster at the start of the run, its error against the
-  measurement, and the simulated lower bound max(compute, communication);
+  on the same cluster at the start of the run (with its comm_cpu_share),
+  plus the model's op_scale (bench/calibrate_ops.py, one rank), on the
+  routing each timed step had (a routing trace of the policy's twin with
+  routing-stats=1), its error against the measurement, and the simulated
+  lower bound max(compute, communication); beside it the prediction with
+  uniform routing and with the alpha-beta rates only;
 - the PyTorch peer (python/torch_moe_peer.py: DP + EP over
   torch.distributed gloo, as a user writes it) on the same cluster, ranks,
   weights and data, and whether its loss lines equal moe-run's.
@@ -30,7 +34,8 @@ numerics); the bench says so, or says which differ.
       [--cluster NAME] [--markdown FILE]
 
 Needs root (network namespaces); run it on a quiet machine: every figure
-is a wall-clock time on shared CPUs.
+is a wall-clock time on shared CPUs (docs/measured-policies.md says what
+"quiet" took on a machine with sched_autogroup).
 """
 import argparse
 import json
