@@ -105,7 +105,9 @@ def calibrate(moe_run, moe_opt, step, profile, out, steps=8, data=None,
         modelled, comm = modelled_classes(moe_opt, step, base, tmp)
     rows, scales = {}, {}
     for cls, model_us in sorted(modelled.items()):
-        if cls in comm or model_us < MIN_MODELLED_US or cls not in measured:
+        # A class measured at 0 us (below the profiler's 1 us) keeps 1.
+        if (cls in comm or model_us < MIN_MODELLED_US or
+                measured.get(cls, 0) <= 0):
             continue
         scales[cls] = measured[cls] / model_us
         rows[cls] = (measured[cls], model_us, scales[cls])
