@@ -118,9 +118,11 @@ def expected_a2a_beta(cluster):
     return cluster.ranks_per_node / tc_rate_bytes(cluster.rate) * 1e6
 
 
-def simulate(moe_opt, step, profile):
-    """The simulator's prediction for a scheduled step (a dict)."""
-    out = run([moe_opt, step, f"--moe-simulate=profile={profile} json=true",
+def simulate(moe_opt, step, profile, extra=""):
+    """The simulator's prediction for a scheduled step (a dict); `extra`:
+    more --moe-simulate options (routing-trace=F routing-step=S)."""
+    out = run([moe_opt, step,
+               f"--moe-simulate=profile={profile} json=true {extra}".strip(),
                "-o", os.devnull])
     return json.loads(out[out.index("["):])[0]
 

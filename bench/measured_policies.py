@@ -16,8 +16,12 @@ in one run:
   policy alike;
 - the measured speedup over vanilla;
 - SIMULATED: `moe-opt --moe-simulate` on the profile moe-profile measured
-  on the same cluster at the start of the run, its error against the
-  measurement, and the simulated lower bound max(compute, communication);
+  on the same cluster at the start of the run (with its comm_cpu_share),
+  plus the model's op_scale (bench/calibrate_ops.py, one rank), on the
+  routing each timed step had (a routing trace of the policy's twin with
+  routing-stats=1), its error against the measurement, and the simulated
+  lower bound max(compute, communication); beside it the prediction with
+  uniform routing and with the alpha-beta rates only;
 - the PyTorch peer (python/torch_moe_peer.py: DP + EP over
   torch.distributed gloo, as a user writes it) on the same cluster, ranks,
   weights and data, and whether its loss lines equal moe-run's.
@@ -30,9 +34,11 @@ numerics); the bench says so, or says which differ.
       [--cluster NAME] [--markdown FILE]
 
 Needs root (network namespaces); run it on a quiet machine: every figure
-is a wall-clock time on shared CPUs.
+is a wall-clock time on shared CPUs (docs/measured-policies.md says what
+"quiet" took on a machine with sched_autogroup).
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -40,6 +46,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+import calibrate_ops
 import cluster_lib as cl
 
 
@@ -109,7 +116,10 @@ EXPERTS = 8
 class Row:
     label: str
     step: str = ""
-    sim: dict = field(default_factory=dict)
+    sim: dict = field(default_factory=dict)      # the full model
+    uniform: dict = field(default_factory=dict)  # ... with uniform routing
+    plain: dict = field(default_factory=dict)    # alpha-beta rates only
+    stats_step: str = ""  # the same schedule with routing statistics
     runs: list = field(default_factory=list)   # per-run median step (s)
     losses: list = field(default_factory=list)
     note: str = ""
@@ -126,27 +136,44 @@ class Bench:
         self.bound = (["--moe-bound-dropless"] if args.dropless == "padded"
                       else [])
 
-    def spec(self, model):
-        """The model's generator / peer arguments for this cluster."""
-        return [*model.spec, "--grid", self.cluster.grid, "--experts-per-rank",
-                str(EXPERTS // self.cluster.ranks)]
+    def spec(self, model, grid=None, ranks=None):
+        """The model's generator / peer arguments for this cluster (or for
+        `grid` of `ranks` ranks)."""
+        return [*model.spec, "--grid", grid or self.cluster.grid,
+                "--experts-per-rank", str(EXPERTS // (ranks or self.cluster.ranks))]
 
-    def build(self, model):
+    def build(self, model, grid=None, ranks=None, name="model"):
         out = os.path.join(self.tmp, model.name)
         os.makedirs(out, exist_ok=True)
-        mlir = os.path.join(out, "model.mlir")
+        mlir = os.path.join(out, f"{name}.mlir")
         if model.onnx:
             onnx = os.path.join(out, "byte-moe.onnx")
-            cl.run([cl.SYSTEM_PYTHON, cl.MAKE_TRAINER, "-o", onnx])
-            cl.run([self.moe_opt, onnx, f"--onnx-grid={self.cluster.grid}",
+            if not os.path.exists(onnx):
+                cl.run([cl.SYSTEM_PYTHON, cl.MAKE_TRAINER, "-o", onnx])
+            cl.run([self.moe_opt, onnx, f"--onnx-grid={grid or self.cluster.grid}",
                     *self.bound, "-o", mlir])
         else:
-            gen = cl.run([sys.executable, cl.GEN, *self.spec(model)])
+            gen = cl.run([sys.executable, cl.GEN, *self.spec(model, grid, ranks)])
             cl.run([self.moe_opt, "-", *self.bound, "-o", mlir], stdin=gen)
         return out, mlir
 
+    def calibrate(self, model, log):
+        """The cluster's profile plus the op classes' scales measured on
+        one rank (bench/calibrate_ops.py), for this model's shapes."""
+        out, one = self.build(model, "1x1", 1, "one-rank")
+        step = os.path.join(out, "one-rank-vanilla.mlir")
+        cl.run([self.moe_opt, one, *[a.format(lr=self.args.lr) for a in
+                                      POLICIES[0].args], "-o", step])
+        self.model_profile = os.path.join(out, "profile-calibrated.json")
+        log(f"\n{model.name}: op classes measured on one rank (moe-run "
+            "--profile, compute only) against the cost model on the "
+            "profile above: the profile's op_scale for this model\n")
+        calibrate_ops.calibrate(self.moe_run, self.moe_opt, step,
+                                self.profile_path, self.model_profile,
+                                data=cl.TEXT if model.text else None, log=log)
+
     def schedule(self, out, mlir, policy, i):
-        fill = {"chunk": self.args.chunk, "profile": self.profile_path,
+        fill = {"chunk": self.args.chunk, "profile": self.model_profile,
                 "lr": self.args.lr}
         step = os.path.join(out, f"step{i}.mlir")
         label = policy.name.format(**fill)
@@ -156,12 +183,19 @@ class Bench:
             # Reported in the table; the other policies still run.
             first = next((l for l in p.stderr.splitlines() if "error" in l),
                          p.stderr.strip()[:200])
-            return label, None, first[:240]
+            return label, None, None, first[:240]
         report = p.stdout + p.stderr
         best = re.search(r"best:\s+S_p =\s+(\d+) B", report)
         if best:
             label += f" ({int(best.group(1)) // 1024} KiB)"
-        return label, step, ""
+            fill["chunk"] = best.group(1)  # the twin below: the same S_p
+        # Its twin with routing statistics, run once to record the routing
+        # the simulator then prices (the timed step has no statistics).
+        stats = step.replace(".mlir", "-stats.mlir")
+        args = [a.format(**fill).replace("chunk-bytes=auto", f"chunk-bytes={fill['chunk']}")
+                .replace(" lr=", " routing-stats=1 lr=") for a in policy.args]
+        cl.run([self.moe_opt, mlir, *args, "-o", stats])
+        return label, step, stats, ""
 
     def trainer_cmd(self, model, step):
         cmd = [self.moe_run, step, "--steps", str(self.args.steps),
@@ -173,14 +207,35 @@ class Bench:
                "--steps", str(self.args.steps), "--lr", str(self.args.lr)]
         return cmd + (["--data", cl.TEXT] if model.text else [])
 
-    def measure(self, model):
+    def routed(self, model, row, out, i):
+        """The simulator on the routing the step really had: the twin with
+        statistics runs --steps steps once (untimed) and writes its routing
+        trace; each timed step (3..N: the ones the measured median is
+        over) is simulated on its own record, and the median taken."""
+        trace = os.path.join(out, f"routing{i}.trace")
+        cl.run(self.cluster.mpirun([self.moe_run, row.stats_step, "--steps",
+                                    str(self.args.steps), "--routing-trace",
+                                    trace, "--timeout", "300"]
+                                   + (["--data", cl.TEXT] if model.text else [])),
+               timeout=900)
+        sims = [cl.simulate(self.moe_opt, row.step, self.model_profile,
+                            f"routing-trace={trace} routing-step={s}")
+                for s in range(3, self.args.steps + 1)]
+        sims.sort(key=lambda r: r["iteration_us"])
+        return sims[len(sims) // 2]
+
+    def measure(self, model, log):
+        self.calibrate(model, log)
         out, mlir = self.build(model)
         rows = []
         for i, policy in enumerate(POLICIES):
-            label, step, error = self.schedule(out, mlir, policy, i)
-            rows.append(Row(label, step, cl.simulate(self.moe_opt, step,
-                                                     self.profile_path)
-                            if step else {}, note=error))
+            label, step, stats, error = self.schedule(out, mlir, policy, i)
+            row = Row(label, step, stats_step=stats or "", note=error)
+            if step:
+                row.uniform = cl.simulate(self.moe_opt, step, self.model_profile)
+                row.plain = cl.simulate(self.moe_opt, step, self.plain_profile)
+                row.sim = self.routed(model, row, out, i)
+            rows.append(row)
         failed = [r for r in rows if not r.step]
         rows = [r for r in rows if r.step]
         if not rows or rows[0].label != "vanilla":
@@ -268,6 +323,12 @@ class Bench:
         prof, report = cl.measure_profile(self.cluster, os.path.join(
             self.args.build, "bin", "moe-profile"), self.profile_path,
             max_bytes=self.args.profile_max_bytes)
+        # The alpha-beta rates alone: no contention, no op scales (the
+        # simulator before they were modelled), for the "plain" column.
+        self.plain_profile = os.path.join(self.tmp, "profile-plain.json")
+        with open(self.plain_profile, "w") as f:
+            json.dump({k: v for k, v in prof.items()
+                       if k not in ("comm_cpu_share", "op_scale")}, f)
         return prof, report
 
 
@@ -290,18 +351,23 @@ def table(model, rows, peer, log):
     v_sim = rows[0].sim["iteration_us"] / 1e6
     log(f"\n### {model.name}: {model.note}\n")
     log("| policy | measured ms | measured speedup | simulated ms | simulated speedup "
-        "| sim error | sim lower bound ms (compute, comm) |")
-    log("|---|---|---|---|---|---|---|")
+        "| sim error | sim lower bound ms (compute, comm) | uniform routing: "
+        "simulated ms (error) | alpha-beta only: simulated ms (error) |")
+    log("|---|---|---|---|---|---|---|---|---|")
+    def other(sim, m):
+        t = sim["iteration_us"] / 1e6
+        return f"{t * 1e3:.1f} ({100 * (t - m) / m:+.0f}%)"
     for r in rows:
         m, s = cl.median(r.runs), r.sim["iteration_us"] / 1e6
         lb = r.sim["lower_bound_us"] / 1e3
         log(f"| {r.label} | {m * 1e3:.1f} | {v / m:.2f}x | {s * 1e3:.1f} | "
             f"{v_sim / s:.2f}x | {100 * (s - m) / m:+.0f}% | {lb:.1f} "
-            f"({r.sim['compute_busy_us'] / 1e3:.1f}, {r.sim['comm_busy_us'] / 1e3:.1f}) |")
+            f"({r.sim['compute_busy_us'] / 1e3:.1f}, {r.sim['comm_busy_us'] / 1e3:.1f}) | "
+            f"{other(r.uniform, m)} | {other(r.plain, m)} |")
     if peer.runs:
         p = cl.median(peer.runs)
         best = min(cl.median(r.runs) for r in rows)
-        log(f"| {peer.label} | {p * 1e3:.1f} | {v / p:.2f}x | - | - | - | - |")
+        log(f"| {peer.label} | {p * 1e3:.1f} | {v / p:.2f}x | - | - | - | - | - | - |")
         log(f"\nmoe-run's fastest policy / the PyTorch peer: {p / best:.2f}x "
             f"(> 1: moe-run faster)")
     elif peer.note:
@@ -365,7 +431,13 @@ def main():
             log("MEASURED: moe-run step times (median of per-step times, median "
                 f"over {args.repeats} interleaved runs of {args.steps} steps, first 2 "
                 "dropped). SIMULATED: moe-opt --moe-simulate on the profile below "
-                "(moe-profile on this cluster, at the start of this run). "
+                "(moe-profile on this cluster, at the start of this run) with "
+                "its comm_cpu_share (what a running collective takes from "
+                "compute) and each model's op_scale (the runtime's kernels "
+                "measured on one rank), on the routing each step really had "
+                "(a routing trace of the policy's run; the median over the "
+                "timed steps); 'uniform routing': the same without the trace; "
+                "'alpha-beta only': also without comm_cpu_share and op_scale. "
                 f"Dropless models: {args.dropless} exchanges.\n")
             log("```")
             log(report.strip())
@@ -376,7 +448,7 @@ def main():
                 f"alone {want:.3e} us/B: the link delivers {100 * want / beta:.0f}% "
                 "of its rate to MPI")
             for model in (m for m in MODELS if m.name in names):
-                rows, peer, failed = bench.measure(model)
+                rows, peer, failed = bench.measure(model, log)
                 table(model, rows, peer, log)
                 for r in failed:
                     log(f"\n{r.label}: not measured: moe-opt refused to "

@@ -3,6 +3,7 @@
 #include "moe/Analysis/CostModel.h"
 #include "moe/Analysis/ModelStats.h"
 #include "moe/Analysis/OpCosts.h"
+#include "moe/Target/ProfileOpClass.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
@@ -274,6 +275,9 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
     c->us *= profile.backwardFactor;
     c->flops *= profile.backwardFactor;
   }
+  // The runtime's kernel for this class against the GEMM / memory rates
+  // (measured; 1 when the profile does not say).
+  c->us *= profile.opScaleOf(target::profileOpClass(op));
   c->us += profile.launchUs;
   return c;
 }

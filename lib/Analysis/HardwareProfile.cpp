@@ -12,6 +12,7 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Regex.h"
 
 #include <cmath>
 
@@ -126,7 +127,8 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     return r.error("(file)", "the profile must be a JSON object");
   if (auto e = r.keys(*root, "(profile)",
                       {"name", "description", "mesh", "launch_us",
-                       "backward_factor", "compute", "collectives"}))
+                       "backward_factor", "compute", "collectives",
+                       "op_scale", "comm_cpu_share"}))
     return std::move(e);
 
   HardwareProfile p;
@@ -159,6 +161,35 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     if (!factor)
       return factor.takeError();
     p.backwardFactor = *factor;
+  }
+
+  if (root->get("comm_cpu_share")) {
+    auto share = r.number(*root, "comm_cpu_share", "(profile)", false);
+    if (!share)
+      return share.takeError();
+    // A collective that takes the whole core would stop compute forever.
+    if (*share >= 0.95)
+      return r.error("comm_cpu_share", "must be below 0.95");
+    p.commCpuShare = *share;
+  }
+  if (root->get("op_scale")) {
+    auto scales = r.object(*root, "op_scale", "(profile)");
+    if (!scales)
+      return scales.takeError();
+    for (const auto &entry : **scales) {
+      // A class as moe-run --profile names it: "dialect.op" or
+      // "moe.vjp(dialect.op)"; a typo must not be silently ignored.
+      static const llvm::Regex opClass(
+          "^[a-z_]+\\.[a-z_0-9]+(\\([a-z_]+\\.[a-z_0-9]+\\))?$");
+      if (!opClass.match(entry.first))
+        return r.error("op_scale." + entry.first.str(),
+                       "not an op class (e.g. moe.attention, "
+                       "moe.vjp(moe.expert))");
+      auto scale = r.number(**scales, entry.first, "op_scale", true);
+      if (!scale)
+        return scale.takeError();
+      p.opScale[entry.first.str()] = *scale;
+    }
   }
 
   auto compute = r.object(*root, "compute", "(profile)");
@@ -210,6 +241,11 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
   return p;
 }
 
+double HardwareProfile::opScaleOf(llvm::StringRef opClass) const {
+  auto it = opScale.find(opClass.str());
+  return it == opScale.end() ? 1.0 : it->second;
+}
+
 std::vector<std::string> HardwareProfile::presetNames() {
   std::vector<std::string> names;
   for (const Preset &preset : presets)
@@ -259,5 +295,13 @@ std::string HardwareProfile::toJson() const {
                           {"all_reduce", coll(allReduce)},
                           {"all_gather", coll(allGather)},
                           {"reduce_scatter", coll(reduceScatter)}}}};
+  if (!opScale.empty()) {
+    llvm::json::Object scales;
+    for (const auto &[opClass, scale] : opScale)
+      scales[opClass] = scale;
+    root["op_scale"] = std::move(scales);
+  }
+  if (commCpuShare > 0)
+    root["comm_cpu_share"] = commCpuShare;
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
 }

@@ -18,13 +18,12 @@ struct Queue {
   size_t next = 0;
 };
 
-} // namespace
-
-bool mlir::moe::listSchedule(std::vector<QueuedTask> &tasks) {
-  // Queues in order of first appearance: ties between streams go to the
-  // queue seen first.
+/// A stream's queues in order of first appearance (the high-priority queue
+/// of a stream before its low one when both exist).
+std::vector<Queue> makeQueues(const std::vector<QueuedTask> &tasks,
+                              unsigned &numStreams) {
   std::vector<Queue> queues;
-  unsigned numStreams = 0;
+  numStreams = 0;
   for (unsigned t = 0; t < tasks.size(); ++t) {
     const QueuedTask &task = tasks[t];
     numStreams = std::max(numStreams, task.stream + 1);
@@ -37,6 +36,86 @@ bool mlir::moe::listSchedule(std::vector<QueuedTask> &tasks) {
     }
     it->tasks.push_back(t);
   }
+  return queues;
+}
+
+} // namespace
+
+bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
+                                  const std::vector<bool> &commStream,
+                                  double commCpuShare) {
+  unsigned numStreams;
+  std::vector<Queue> queues = makeQueues(tasks, numStreams);
+  std::vector<bool> done(tasks.size(), false);
+  std::vector<int> running(numStreams, -1); // task index per stream
+  std::vector<double> left(tasks.size());   // work still to do, us
+  for (unsigned t = 0; t < tasks.size(); ++t)
+    left[t] = tasks[t].durationUs;
+  auto isComm = [&](unsigned s) { return s < commStream.size() && commStream[s]; };
+  auto readyAt = [&](const Queue &q) {
+    if (q.next >= q.tasks.size())
+      return false;
+    if (q.next > 0 && !done[q.tasks[q.next - 1]])
+      return false;
+    for (unsigned producer : tasks[q.tasks[q.next]].deps)
+      if (!done[producer])
+        return false;
+    return true;
+  };
+  double now = 0;
+  for (size_t finished = 0; finished < tasks.size();) {
+    // Start what can start now: per free stream its high-priority queue's
+    // head, else its low one's (Alg. 2).
+    for (unsigned s = 0; s < numStreams; ++s) {
+      if (running[s] >= 0)
+        continue;
+      Queue *pick = nullptr;
+      for (Queue &q : queues)
+        if (q.stream == s && readyAt(q) && (!pick || (pick->low && !q.low)))
+          pick = &q;
+      if (!pick)
+        continue;
+      unsigned t = pick->tasks[pick->next++];
+      tasks[t].startUs = now;
+      running[s] = t;
+    }
+    // Rates until the next task ends.
+    int collectives = 0;
+    for (unsigned s = 0; s < numStreams; ++s)
+      collectives += running[s] >= 0 && isComm(s);
+    double computeRate = 1 - std::min(0.95, commCpuShare * collectives);
+    double step = kUnknown;
+    for (unsigned s = 0; s < numStreams; ++s)
+      if (running[s] >= 0)
+        step = std::min(step, left[running[s]] /
+                                  (isComm(s) ? 1.0 : computeRate));
+    if (step == kUnknown)
+      return false; // nothing runs and nothing can start
+    now += step;
+    for (unsigned s = 0; s < numStreams; ++s) {
+      int t = running[s];
+      if (t < 0)
+        continue;
+      double rate = isComm(s) ? 1.0 : computeRate;
+      left[t] -= step * rate;
+      // The task that set the step ends exactly now; others within
+      // rounding of it too.
+      if (left[t] <= 1e-9 * std::max(1.0, tasks[t].durationUs)) {
+        tasks[t].endUs = now;
+        done[t] = true;
+        running[s] = -1;
+        ++finished;
+      }
+    }
+  }
+  return true;
+}
+
+bool mlir::moe::listSchedule(std::vector<QueuedTask> &tasks) {
+  // Queues in order of first appearance: ties between streams go to the
+  // queue seen first.
+  unsigned numStreams;
+  std::vector<Queue> queues = makeQueues(tasks, numStreams);
 
   std::vector<double> end(tasks.size(), kUnknown);
   std::vector<double> streamFree(numStreams, 0.0);

@@ -5,6 +5,7 @@
 #include "moe/Analysis/ModelStats.h"
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Analysis/Tasks.h"
+#include "moe/Target/ProfileOpClass.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -170,15 +171,6 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     taskOf[&op] = index;
   }
 
-  if (!listSchedule(queued))
-    return mlir::emitError(func.getLoc())
-           << "simulation cannot progress: every stream "
-              "waits for a task that cannot start";
-  for (auto [task, q] : llvm::zip_equal(result.tasks, queued)) {
-    task.startUs = q.startUs;
-    task.endUs = q.endUs;
-  }
-
   std::vector<std::string> names;
   std::vector<bool> isComm;
   for (StreamAttr st : streams) {
@@ -188,6 +180,24 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
             .str());
     isComm.push_back(st.getKind() == StreamKind::comm);
   }
+  // On a CPU cluster collectives take a share of the core from compute
+  // (HardwareProfile::commCpuShare): compute tasks stretch while they run.
+  double share = model.getProfile().commCpuShare;
+  bool scheduled = share > 0 ? contendedSchedule(queued, isComm, share)
+                             : listSchedule(queued);
+  if (!scheduled)
+    return mlir::emitError(func.getLoc())
+           << "simulation cannot progress: every stream "
+              "waits for a task that cannot start";
+  for (auto [task, q] : llvm::zip_equal(result.tasks, queued)) {
+    task.startUs = q.startUs;
+    task.endUs = q.endUs;
+    // A stretched task occupies its stream (and counts as busy) for its
+    // whole span.
+    if (share > 0)
+      task.cost.us = q.endUs - q.startUs;
+  }
+
   summarizeTimeline(result, names, isComm);
 
   // Gradients held from the task that completes them to the all-reduce
@@ -254,6 +264,9 @@ std::string mlir::moe::chromeTrace(const SimulationResult &result,
           {"args",
            llvm::json::Object{{"op", t.op ? t.op->getName().getStringRef().str()
                                           : t.label},
+                              // moe-run --profile's class of the op.
+                              {"class", t.op ? target::profileOpClass(t.op)
+                                             : t.label},
                               {"flops", t.cost.flops},
                               {"bytes", t.cost.bytes},
                               {"link", t.cost.link == Link::Inter

@@ -19,6 +19,12 @@
 // RUN: not moe-opt %s --moe-simulate=profile=%t/nodes.json 2>&1 | FileCheck %s --check-prefix=NODES
 // RUN: sed 's/"nodes": 1/"nodes": 2/' %S/Inputs/unit-profile.json > %t/inter.json
 // RUN: not moe-opt %s --moe-simulate=profile=%t/inter.json 2>&1 | FileCheck %s --check-prefix=INTER
+// RUN: sed 's/"comm_cpu_share": 0.5/"comm_cpu_share": 0.97/' %S/Inputs/unit-profile-cpu.json > %t/share.json
+// RUN: not moe-opt %s --moe-simulate=profile=%t/share.json 2>&1 | FileCheck %s --check-prefix=SHARE
+// RUN: sed 's/"moe.linear": 3/"Linear": 3/' %S/Inputs/unit-profile-cpu.json > %t/class.json
+// RUN: not moe-opt %s --moe-simulate=profile=%t/class.json 2>&1 | FileCheck %s --check-prefix=CLASS
+// RUN: sed 's/"moe.linear": 3/"moe.vjp(moe.linear)": 0/' %S/Inputs/unit-profile-cpu.json > %t/scale.json
+// RUN: not moe-opt %s --moe-simulate=profile=%t/scale.json 2>&1 | FileCheck %s --check-prefix=SCALE
 // RUN: printf '\x00\x01garbage' > %t/binary.json
 // RUN: not moe-opt %s --moe-simulate=profile=%t/binary.json 2>&1 | FileCheck %s --check-prefix=JSON
 // RUN: not moe-opt %moe_src_root/examples/gpt-moe-2block.mlir --moe-simulate=profile=flowmoe-cluster1 2>&1 | FileCheck %s --check-prefix=UNSCHEDULED
@@ -34,6 +40,9 @@
 // JSON: not valid JSON
 // OBJECT: the profile must be a JSON object
 // NEGATIVE: (profile).launch_us: must not be negative
+// SHARE: comm_cpu_share: must be below 0.95
+// CLASS: op_scale.Linear: not an op class (e.g. moe.attention, moe.vjp(moe.expert))
+// SCALE: op_scale.moe.vjp(moe.linear): must be positive
 // TYPO: compute: unknown field 'gemmm'
 // STRING: compute.gemm.beta_us_per_flop: must be a finite number
 // ZERO: compute.gemm.beta_us_per_flop: must be positive

@@ -13,8 +13,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "AlphaBetaFit.h"
+#include "CommCpuShare.h"
 #include "GpuSweeps.h"
 
+#include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
 
 #include <cblas.h>
@@ -263,7 +265,12 @@ nlohmann::json alphaBeta(const Fit &f, const char *beta) {
 } // namespace
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  // As a step initializes it: the comm-CPU-share measurement runs the
+  // runtime's collectives on its pool thread.
+  if (moe_rt_mpi_init(&argc, &argv) != MOE_RT_OK) {
+    std::fprintf(stderr, "moe-profile: error: %s\n", moe_rt_last_error());
+    return 1;
+  }
   // Errors come back as codes (reported below), not aborts.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank, world;
@@ -407,6 +414,19 @@ int main(int argc, char **argv) {
   record(o.gpu ? "gemm (cuBLAS)" : "gemm", gemm, "us/flop");
   record(o.gpu ? "memory (device copy)" : "memory", memory, "us/B");
   double launch = launchCost(o);
+  // What a running collective takes from compute on a CPU cluster; a GPU's
+  // copy engines and NIC take nothing from its SMs.
+  moe_profile::CommCpuShare commCpu;
+  if (!o.gpu) {
+    std::string why = moe_profile::measureCommCpuShare(
+        std::min(o.maxBytes, 1L << 20), 5, commCpu);
+    if (!why.empty()) {
+      if (rank == 0)
+        std::fprintf(stderr, "moe-profile: error: measuring the comm CPU "
+                             "share: %s\n", why.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
 
   int status = 0;
   if (rank == 0) {
@@ -427,6 +447,8 @@ int main(int argc, char **argv) {
          {{"gemm", alphaBeta(gemm.fit, "beta_us_per_flop")},
           {"memory", alphaBeta(memory.fit, "beta_us_per_byte")}}},
         {"collectives", collectives}};
+    if (!o.gpu)
+      profile["comm_cpu_share"] = commCpu.share;
     if (!o.quiet) {
       std::fprintf(stderr,
                    "moe-profile: %d ranks on %d node(s) [measured on this "
@@ -439,6 +461,13 @@ int main(int argc, char **argv) {
             r["beta"].get<double>(), r["unit"].get<std::string>().c_str(),
             r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
       std::fprintf(stderr, "  %-22s %12.3f\n", "launch (CPU stream)", launch);
+      if (!o.gpu)
+        std::fprintf(stderr,
+                     "  %-22s %12.3f  (GEMMs/s %.0f beside an idle thread, "
+                     "%.0f beside all-to-alls)\n",
+                     "comm cpu share", commCpu.share,
+                     commCpu.gemmsPerSecondAlone,
+                     commCpu.gemmsPerSecondBesideComm);
       if (remeasured)
         std::fprintf(stderr,
                      "  (%d sweep(s) re-measured with more repetitions after "

@@ -12,6 +12,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,19 @@ struct HardwareProfile {
   double backwardFactor = 2.0;
   AlphaBeta gemm, memory;
   CollectiveModel allToAll, allReduce, allGather, reduceScatter;
+  /// Measured time / modelled time of the compute tasks of an op class
+  /// (the class moe-run --profile charges: "moe.attention",
+  /// "moe.vjp(moe.expert)"): how far the runtime's own kernels are from the
+  /// GEMM / memory rates (bench/calibrate_ops.py measures it). Classes not
+  /// listed are 1.
+  std::map<std::string, double> opScale;
+  /// The share of a core a running collective takes from the compute
+  /// stream of its rank (TCP and MPI progress on the rank's own CPU;
+  /// moe-profile measures it). 0 on GPUs, whose copy engines and NICs take
+  /// nothing from the SMs.
+  double commCpuShare = 0.0;
+
+  double opScaleOf(llvm::StringRef opClass) const;
 
   const CollectiveModel &collective(CollectiveKind kind) const;
 

@@ -37,6 +37,19 @@ struct QueuedTask {
 /// dependency on a task queued behind it).
 bool listSchedule(std::vector<QueuedTask> &tasks);
 
+/// The same rules on a CPU cluster, where a running collective takes
+/// `commCpuShare` of the core from compute (HardwareProfile::commCpuShare):
+/// an event-driven run in which a compute task progresses at rate
+/// 1 - commCpuShare x (collectives running on the rank's communication
+/// streams, at most 0.95 in all) and a collective at rate 1 (the link sets
+/// its pace). A task's durationUs is its work at full rate; its endUs -
+/// startUs is the stretched time. With a share of 0 it gives listSchedule's
+/// timeline. `commStream[s]` says whether stream s is a communication
+/// stream.
+bool contendedSchedule(std::vector<QueuedTask> &tasks,
+                       const std::vector<bool> &commStream,
+                       double commCpuShare);
+
 } // namespace mlir::moe
 
 #endif // MOE_ANALYSIS_LISTSCHEDULER_H

@@ -1,0 +1,38 @@
+//===- CommCpuShare.h - what communication takes from compute ---*- C++ -*-===//
+//
+// On a CPU cluster a collective is not free for the compute stream: TCP,
+// the kernel's packet processing and MPI's progress (the runtime's pool
+// thread polls its requests) run on the same cores as the GEMMs. This
+// measures the share of compute a running all-to-all takes, the way a step
+// runs them: a compute thread doing GEMMs back to back while the
+// runtime's own all-to-alls (moe_rt_all_to_all on a pool stream, over all
+// ranks) run -- against the same compute thread beside an idle pool,
+// interleaved.
+// The profile's `comm_cpu_share` (docs/profile-format.md).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_PROFILE_COMMCPUSHARE_H
+#define MOE_PROFILE_COMMCPUSHARE_H
+
+#include <mpi.h>
+
+#include <string>
+
+namespace moe_profile {
+
+struct CommCpuShare {
+  /// 1 - (GEMMs per second while all-to-alls run) / (GEMMs per second
+  /// beside an idle thread), the median over rounds, averaged over ranks;
+  /// clamped to [0, 0.9].
+  double share = 0;
+  double gemmsPerSecondAlone = 0, gemmsPerSecondBesideComm = 0;
+};
+
+/// All ranks call it together (MPI initialized with moe_rt_mpi_init);
+/// `bytes` is each all-to-all's send buffer per rank. Every rank gets the
+/// same result; the error of a failed runtime call, else "".
+std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out);
+
+} // namespace moe_profile
+
+#endif // MOE_PROFILE_COMMCPUSHARE_H
