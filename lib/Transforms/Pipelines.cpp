@@ -114,6 +114,11 @@ struct FlowMoePipelineOptions
       llvm::cl::desc("NetMoE: place whole samples at every MoE block's "
                      "combine (moe-netmoe, before moe-microbatch)"),
       llvm::cl::init(false)};
+  Option<bool> netmoePredict{
+      *this, "netmoe-predict",
+      llvm::cl::desc("NetMoE's planner also prices the next block's "
+                     "dispatch, with predicted counts (false: gather only)"),
+      llvm::cl::init(true)};
   Option<std::string> tune{
       *this, "tune",
       llvm::cl::desc("S_p search for chunk-bytes=auto: bo | grid | random"),
@@ -128,7 +133,8 @@ void mlir::moe::registerMoePipelines() {
       "insert syncs and verify (FlowMoE §3)",
       [](OpPassManager &pm, const FlowMoePipelineOptions &options) {
         if (options.netmoe)
-          pm.addPass(createMoeNetMoe());
+          pm.addPass(createMoeNetMoe(
+              MoeNetMoeOptions{/*identity=*/false, options.netmoePredict}));
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
         pm.addPass(createMoeVariableDropless(
             MoeVariableDroplessOptions{options.droplessBound}));

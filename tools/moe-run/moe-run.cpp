@@ -25,6 +25,7 @@
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
+#include "moe_rt/ops.h"
 #include "moe_rt/option_values.h"
 #include "moe_rt/profile.h"
 #include "moe_rt/text_data.h"
@@ -322,6 +323,11 @@ void endRoutingStep(moe_rt_routing_log *log, int s, int rank) {
     die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
   if (rank == 0)
     std::fprintf(stderr, "%s\n", moe_rt_routing_log_balance(log));
+  // NetMoE's planner, if the step has one: how well it predicted the next
+  // block's counts this step (every rank scores the same predictions).
+  const char *placement = moe_rt_placement_report();
+  if (rank == 0 && *placement)
+    std::fprintf(stderr, "step %d %s\n", s, placement);
 }
 
 } // namespace
