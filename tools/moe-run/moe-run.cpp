@@ -188,16 +188,29 @@ int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
   return fromSource;
 }
 
-/// True when `v` reaches an op of type OpT through moe.split ops (the
-/// micro-batch split sits between a token argument and its users).
+/// True when `v` reaches an op of type OpT through what carries a value
+/// without changing what it is: micro-batch splits and merges, NetMoE's
+/// sample moves (moe.move_samples), and moe.block boundaries (an input is
+/// its region's argument, a yielded value the block's result: moe-netmoe
+/// threads the labels through the blocks to the loss).
 template <typename OpT> bool reaches(Value v) {
-  for (Operation *u : v.getUsers()) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *u = use.getOwner();
     if (isa<OpT>(u))
       return true;
-    if (isa<SplitOp>(u))
+    Value next;
+    if (isa<SplitOp, MergeOp, MoveSamplesOp>(u)) {
       for (Value r : u->getResults())
         if (reaches<OpT>(r))
           return true;
+    } else if (auto block = dyn_cast<BlockOp>(u)) {
+      next = block.getBody().front().getArgument(use.getOperandNumber());
+    } else if (auto yield = dyn_cast<YieldOp>(u)) {
+      if (auto block = dyn_cast<BlockOp>(yield->getParentOp()))
+        next = block->getResult(use.getOperandNumber());
+    }
+    if (next && reaches<OpT>(next))
+      return true;
   }
   return false;
 }
