@@ -12,20 +12,29 @@
  *
  * At MPI_Finalize every rank prints one line per kind on stderr:
  *   moe-mpi-time rank R KIND calls N total_ms T bytes B
- * (B: bytes each rank passed, summed). Nothing else changes: every call
- * goes on to the MPI library.
+ * (B: bytes each rank passed, summed). With MOE_SHIM_RANKS_PER_NODE=K
+ * set (world rank = node * K + local rank, as scripts/emulated-cluster.sh
+ * launches), the all-to-all-v bytes this rank sends are also split by
+ * destination, in two more lines of the same form:
+ *   moe-mpi-time rank R ialltoallv_inter_node calls N total_ms 0 bytes B
+ *   moe-mpi-time rank R ialltoallv_intra_node calls N total_ms 0 bytes B
+ * (intra: other ranks of its node; what a rank sends itself is in
+ * neither). Nothing else changes: every call goes on to the MPI library.
  */
+#include <stdlib.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <time.h>
 
-enum { A2A, A2AV, IAR, IAG, DUP, SPLIT, BARRIER, AR, KINDS };
+enum { A2A, A2AV, IAR, IAG, IRS, DUP, SPLIT, BARRIER, AR, KINDS };
 static const char *names[KINDS] = {"ialltoall", "ialltoallv", "iallreduce",
-                                   "iallgather", "comm_dup", "comm_split",
-                                   "barrier", "allreduce"};
+                                   "iallgather", "ireduce_scatter_block",
+                                   "comm_dup", "comm_split", "barrier",
+                                   "allreduce"};
 static double total[KINDS], bytes[KINDS];
 static long calls[KINDS];
+static double a2avInter, a2avIntra; /* bytes sent off / within the node */
 
 #define SLOTS 4096
 static struct {
@@ -87,6 +96,38 @@ int MPI_Ialltoall(const void *s, int sc, MPI_Datatype st, void *r, int rc,
   return rv;
 }
 
+/* Adds this all-to-all-v's send bytes to a2avInter / a2avIntra by the
+ * destination's node (MOE_SHIM_RANKS_PER_NODE; nothing when unset). */
+static void splitByNode(const int *sc, MPI_Datatype st, MPI_Comm c, int p) {
+  const char *env = getenv("MOE_SHIM_RANKS_PER_NODE");
+  int perNode = env ? atoi(env) : 0;
+  if (perNode <= 0 || p > 4096)
+    return;
+  int mine = 0, world[4096], local[4096];
+  MPI_Group group, worldGroup;
+  MPI_Comm_rank(c, &mine);
+  MPI_Comm_group(c, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &worldGroup);
+  for (int i = 0; i < p; ++i)
+    local[i] = i;
+  MPI_Group_translate_ranks(group, p, local, worldGroup, world);
+  MPI_Group_free(&group);
+  MPI_Group_free(&worldGroup);
+  double inter = 0, intra = 0;
+  for (int i = 0; i < p; ++i) {
+    if (i == mine)
+      continue;
+    if (world[i] / perNode != world[mine] / perNode)
+      inter += typeBytes(sc[i], st);
+    else
+      intra += typeBytes(sc[i], st);
+  }
+  pthread_mutex_lock(&lock);
+  a2avInter += inter;
+  a2avIntra += intra;
+  pthread_mutex_unlock(&lock);
+}
+
 int MPI_Ialltoallv(const void *s, const int *sc, const int *sd,
                    MPI_Datatype st, void *r, const int *rc, const int *rd,
                    MPI_Datatype rt, MPI_Comm c, MPI_Request *q) {
@@ -96,6 +137,7 @@ int MPI_Ialltoallv(const void *s, const int *sc, const int *sd,
   for (int i = 0; i < p; ++i)
     n += typeBytes(sc[i], st);
   opened(*q, A2AV, n);
+  splitByNode(sc, st, c, p);
   return rv;
 }
 
@@ -110,6 +152,14 @@ int MPI_Iallgather(const void *s, int sc, MPI_Datatype st, void *r, int rc,
                    MPI_Datatype rt, MPI_Comm c, MPI_Request *q) {
   int rv = PMPI_Iallgather(s, sc, st, r, rc, rt, c, q);
   opened(*q, IAG, typeBytes(sc, st));
+  return rv;
+}
+
+int MPI_Ireduce_scatter_block(const void *s, void *r, int n, MPI_Datatype t,
+                              MPI_Op o, MPI_Comm c, MPI_Request *q) {
+  int rv = PMPI_Ireduce_scatter_block(s, r, n, t, o, c, q), p = 1;
+  MPI_Comm_size(c, &p);
+  opened(*q, IRS, typeBytes(n, t) * p);
   return rv;
 }
 
@@ -169,5 +219,11 @@ int MPI_Finalize(void) {
     if (calls[k])
       fprintf(stderr, "moe-mpi-time rank %d %s calls %ld total_ms %.3f bytes %.0f\n",
               rank, names[k], calls[k], total[k] * 1e3, bytes[k]);
+  if (getenv("MOE_SHIM_RANKS_PER_NODE") && calls[A2AV]) {
+    fprintf(stderr, "moe-mpi-time rank %d ialltoallv_inter_node calls %ld "
+            "total_ms 0 bytes %.0f\n", rank, calls[A2AV], a2avInter);
+    fprintf(stderr, "moe-mpi-time rank %d ialltoallv_intra_node calls %ld "
+            "total_ms 0 bytes %.0f\n", rank, calls[A2AV], a2avIntra);
+  }
   return PMPI_Finalize();
 }

@@ -23,9 +23,19 @@ next to the paper's, all in one run.
    moe-opt --moe-simulate on bench/netmoe-a800.json, where the all-to-all
    intra/inter bandwidth terms are scaled by the volume ratios that
    NetMoE reaches on the synthetic traces.
+5. (--measure, needs root) MEASURED in the step: the example trainer
+   under moe-run on an emulated 2-node cluster (scripts/emulated-cluster.sh)
+   without NetMoE, with it (netmoe=1) and with it planning the gather only
+   (netmoe-predict=0): step times (interleaved runs, medians), the
+   inter-node all-to-all bytes the ranks actually sent (bench/
+   mpi_time_shim.c), the in-step predictor's error (moe-run's "netmoe:"
+   lines), next to what the trace replay and the simulator predict for the
+   same routing (the plain run's recorded trace).
 
   python3 bench/netmoe.py --moe-trace build/bin/moe-trace \\
       --moe-opt build/bin/moe-opt [--quick] [--trace FILE] [--markdown OUT]
+      [--measure [--moe-run build/bin/moe-run] [--rate 300mbit]
+       [--measure-steps 12] [--measure-repeats 3]]
 """
 import argparse
 import json
@@ -33,6 +43,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+import netmoe_measured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -316,6 +328,7 @@ def main():
     ap.add_argument("--table5-lambda", type=float, default=0.8,
                     help="locality for the MB table and the step time")
     ap.add_argument("--markdown", help="also write the tables here")
+    netmoe_measured.add_arguments(ap)
     args = ap.parse_args()
     args.steps = args.steps or (3 if args.quick else 10)
     args.reps = args.reps or (3 if args.quick else 15)
@@ -338,6 +351,8 @@ def main():
         b.volumes()
         b.real_trace()
         b.step_time()
+        if args.measure:
+            netmoe_measured.measure(args, tmp, log)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -114,7 +114,8 @@ struct NetMoePass : public moe::impl::MoeNetMoeBase<NetMoePass> {
         b, loc, RankedTensorType::get({samples}, indices.getElementType()),
         counts, m.dispatch.getGridAttr(), m.dispatch.getAxesAttr(),
         m.dispatch.getNumExpertsAttr(),
-        identity ? b.getUnitAttr() : UnitAttr());
+        identity ? b.getUnitAttr() : UnitAttr(),
+        predict ? UnitAttr() : b.getUnitAttr());
     Value x = m.norm.getInput();
     if (follow == "no-residual") {
       // Test only: the residual stays on the sample's old rank.

@@ -120,6 +120,11 @@ struct FlowMoePipelineOptions
                      "hidden dimension over the model's intra-node axes "
                      "(moe-expert-sharding, before moe-microbatch)"),
       llvm::cl::init(false)};
+  Option<bool> netmoePredict{
+      *this, "netmoe-predict",
+      llvm::cl::desc("NetMoE's planner also prices the next block's "
+                     "dispatch, with predicted counts (false: gather only)"),
+      llvm::cl::init(true)};
   Option<std::string> tune{
       *this, "tune",
       llvm::cl::desc("S_p search for chunk-bytes=auto: bo | grid | random"),
@@ -134,7 +139,8 @@ void mlir::moe::registerMoePipelines() {
       "insert syncs and verify (FlowMoE §3)",
       [](OpPassManager &pm, const FlowMoePipelineOptions &options) {
         if (options.netmoe)
-          pm.addPass(createMoeNetMoe());
+          pm.addPass(createMoeNetMoe(
+              MoeNetMoeOptions{/*identity=*/false, options.netmoePredict}));
         if (options.esp)
           pm.addPass(createMoeExpertSharding());
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));

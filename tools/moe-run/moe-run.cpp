@@ -25,6 +25,7 @@
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/moe_rt.h"
+#include "moe_rt/ops.h"
 #include "moe_rt/option_values.h"
 #include "moe_rt/profile.h"
 #include "moe_rt/text_data.h"
@@ -187,16 +188,29 @@ int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
   return fromSource;
 }
 
-/// True when `v` reaches an op of type OpT through moe.split ops (the
-/// micro-batch split sits between a token argument and its users).
+/// True when `v` reaches an op of type OpT through what carries a value
+/// without changing what it is: micro-batch splits and merges, NetMoE's
+/// sample moves (moe.move_samples), and moe.block boundaries (an input is
+/// its region's argument, a yielded value the block's result: moe-netmoe
+/// threads the labels through the blocks to the loss).
 template <typename OpT> bool reaches(Value v) {
-  for (Operation *u : v.getUsers()) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *u = use.getOwner();
     if (isa<OpT>(u))
       return true;
-    if (isa<SplitOp>(u))
+    Value next;
+    if (isa<SplitOp, MergeOp, MoveSamplesOp>(u)) {
       for (Value r : u->getResults())
         if (reaches<OpT>(r))
           return true;
+    } else if (auto block = dyn_cast<BlockOp>(u)) {
+      next = block.getBody().front().getArgument(use.getOperandNumber());
+    } else if (auto yield = dyn_cast<YieldOp>(u)) {
+      if (auto block = dyn_cast<BlockOp>(yield->getParentOp()))
+        next = block->getResult(use.getOperandNumber());
+    }
+    if (next && reaches<OpT>(next))
+      return true;
   }
   return false;
 }
@@ -322,6 +336,11 @@ void endRoutingStep(moe_rt_routing_log *log, int s, int rank) {
     die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
   if (rank == 0)
     std::fprintf(stderr, "%s\n", moe_rt_routing_log_balance(log));
+  // NetMoE's planner, if the step has one: how well it predicted the next
+  // block's counts this step (every rank scores the same predictions).
+  const char *placement = moe_rt_placement_report();
+  if (rank == 0 && *placement)
+    std::fprintf(stderr, "step %d %s\n", s, placement);
 }
 
 } // namespace

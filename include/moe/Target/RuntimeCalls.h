@@ -589,7 +589,9 @@ template <> struct RuntimeCall<PlanPlacementOp> {
     auto [nodes, perNode] = nodeGridOf(op, op.getGridAttr(), op.getAxes());
     return v.call(MOE_RT_FN(moe_rt_plan_placement), v.stream(),
                   v.i64(op.getNumExperts()), v.i64(nodes), v.i64(perNode),
-                  v.i64(task ? task.getBlock() : -1), v.flag(op.getIdentity()),
+                  v.i64(task ? task.getBlock() : -1),
+                  v.i64(task ? task.getMicro() : 0),
+                  v.i64(op.getIdentity() ? 1 : op.getGatherOnly() ? 2 : 0),
                   v.in(op.getCounts()), v.out(op.getResult()));
   }
 };

@@ -154,14 +154,18 @@ def MoeNetMoe : Pass<"moe-netmoe", "::mlir::ModuleOp"> {
     - the labels follow the samples: they become a block input and result,
       moved by `moe.move_samples` after the combine, and the loss reads the
       last block's.
-    Backward reuses each placement (the combine's vjp). `identity` keeps
-    every sample in place (the same step, with the residual inlined);
+    Backward reuses each placement (the combine's vjp). `predict=false`
+    marks every planner `gather_only` (the next block's dispatch is not
+    priced). `identity` keeps every sample in place (the same step, with the residual inlined);
     `follow` is for tests only: `no-residual` / `no-labels` deliberately
     leave the residual / the labels behind, which must change the step.
   }];
   let options = [
     Option<"identity", "identity", "bool", /*default=*/"false",
            "Keep every sample where it is (a baseline)">,
+    Option<"predict", "predict", "bool", /*default=*/"true",
+           "Price the next block's dispatch too, with its counts predicted "
+           "(false: the gather only)">,
     Option<"follow", "follow", "std::string", /*default=*/"\"all\"",
            "all | no-residual | no-labels (tests: break what follows a "
            "sample)">

@@ -366,8 +366,14 @@ moe_rt_status moe_rt_expert_v_grad(
  * plan_placement: from the group's per-sample counts (I64, S x E, S = G B,
  * moe.routing_counts's rows), NetMoE's two-stage solve (moe_planning; EP's
  * E/G experts per rank in order; grid nodes x per_node) writes each
- * sample's new rank (I64, S), B per rank; identity != 0 keeps every
- * sample where it is. Inline on the stream; every rank solves the same.
+ * sample's new rank (I64, S), B per rank. mode 0: NetMoE's objective
+ * with the next MoE block's dispatch priced on predicted counts (learned
+ * from this process's earlier calls, keyed by block and micro-batch:
+ * moe_rt/step_predictor.h); 1: identity, every sample stays; 2: the
+ * gather only. Every rank of the group calls it in the same order on the
+ * same counts and solves the same problem (on a host thread, joined by the
+ * first reader of place). placement_report: one line on the predictions
+ * scored since its last call ("" when none), then resets.
  * move_samples: whole samples of an integer tensor x (B x ...) to their
  * new ranks: out holds the samples s with place[s] == this rank, in
  * increasing s. combine_v_place: the variable-count combine that sends
@@ -379,9 +385,10 @@ moe_rt_status moe_rt_expert_v_grad(
  * when residual was. */
 moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
                                     int64_t nodes, int64_t per_node,
-                                    int64_t block, int identity,
-                                    const moe_rt_tensor *counts,
+                                    int64_t block, int64_t micro,
+                                    int64_t mode, const moe_rt_tensor *counts,
                                     moe_rt_tensor *place);
+const char *moe_rt_placement_report(void);
 moe_rt_status moe_rt_move_samples(moe_rt_stream s, moe_rt_comm comm,
                                   const moe_rt_tensor *place,
                                   const moe_rt_tensor *x, moe_rt_tensor *out);

@@ -25,8 +25,8 @@ extern "C" {
 
 moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
                                     int64_t nodes, int64_t per_node,
-                                    int64_t block, int identity,
-                                    const moe_rt_tensor *counts,
+                                    int64_t block, int64_t micro,
+                                    int64_t mode, const moe_rt_tensor *counts,
                                     moe_rt_tensor *place) {
   Check c{"moe_rt_plan_placement", backendOf(s)};
   c.that(s != nullptr, "NULL stream")
@@ -41,9 +41,13 @@ moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
   p.nodes = nodes;
   p.perNode = per_node;
   p.block = block;
-  p.identity = identity != 0;
+  p.micro = micro;
+  p.identity = mode == 1;
+  p.predict = mode == 0;
   int64_t ranks = nodes * per_node;
-  c.that(nodes > 0 && per_node > 0, "the grid needs nodes and ranks")
+  c.that(mode >= 0 && mode <= 2, "mode must be 0 (predict), 1 (identity) "
+                                 "or 2 (gather only)")
+      .that(nodes > 0 && per_node > 0, "the grid needs nodes and ranks")
       .that(dim(counts, 1) == experts, "counts must be samples x experts")
       .that(ranks > 0 && experts % ranks == 0,
             "experts must divide evenly over the group")
@@ -72,6 +76,10 @@ moe_rt_status moe_rt_move_samples(moe_rt_stream s, moe_rt_comm comm,
   if (c.status)
     return c.status;
   return cpu::moveSamples(s, comm, place, x, out);
+}
+
+const char *moe_rt_placement_report(void) {
+  return cpu::placementReport();
 }
 
 } // extern "C"

@@ -190,9 +190,13 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
 
 /// NetMoE's placement in the step (CpuPlacementOps.cpp).
 struct PlacementShape {
-  int64_t samples = 0, experts = 0, nodes = 1, perNode = 1, block = -1;
-  bool identity = false;
+  int64_t samples = 0, experts = 0, nodes = 1, perNode = 1, block = -1,
+          micro = 0;
+  bool identity = false, predict = true;
 };
+/// moe_rt_placement_report's line (the predictions scored since the last
+/// call), then resets; "" when none.
+const char *placementReport();
 moe_rt_status planPlacement(moe_rt_stream s, const PlacementShape &p,
                             const moe_rt_tensor *counts, moe_rt_tensor *out);
 moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,

@@ -20,6 +20,9 @@
 #include "kernels/Placement.h"
 
 #include "moe_rt/sample_placement.h"
+#include "moe_rt/step_predictor.h"
+
+#include <cstdio>
 
 #include <future>
 #include <map>
@@ -118,25 +121,41 @@ moe_rt_status finishPlaced(moe_rt_stream s, const char *call,
 
 namespace {
 
-/// NetMoE's solve from a copy of the counts into `po`; "" or the error.
+/// One planner call's problem: the block's counts and, when predicted, the
+/// next block's (rows in the same sample order).
+struct PlacementInput {
+  planning::CountMatrix counts, next;
+  bool hasNext = false;
+};
+
+/// EP's layout: E/G experts per rank, in order.
+std::vector<int> expertRanks(int64_t experts, int64_t ranks) {
+  std::vector<int> rank(experts);
+  for (int64_t e = 0; e < experts; ++e)
+    rank[e] = int(e / (experts / ranks));
+  return rank;
+}
+
+/// NetMoE's solve into `po` and `kept`; "" or the error.
 std::string solvePlacement(const PlacementShape &p,
-                           std::vector<int64_t> counts, int64_t *po) {
+                           std::shared_ptr<const PlacementInput> in,
+                           int64_t *po, std::shared_ptr<std::vector<int>> kept) {
   int64_t samples = p.samples, ranks = p.nodes * p.perNode;
   if (p.identity) {
     for (int64_t i = 0; i < samples; ++i)
       po[i] = i / (samples / ranks);
     return "";
   }
-  planning::CountMatrix num(int(samples), int(p.experts));
-  for (int64_t i = 0; i < samples * p.experts; ++i)
-    num.values[i] = uint32_t(counts[i]);
-  // Expert parallelism's layout: E/G experts per rank, in order.
-  std::vector<int> expertRank(p.experts);
-  for (int64_t e = 0; e < p.experts; ++e)
-    expertRank[e] = int(e / (p.experts / ranks));
+  std::vector<int> expertRank = expertRanks(p.experts, ranks), nextRank;
   planning::SamplePlacementProblem problem;
   problem.grid = planning::Grid{int(p.nodes), int(p.perNode)};
-  problem.gather = {&num, &expertRank};
+  problem.gather = {&in->counts, &expertRank};
+  // Eq. 10's second term: the next block's dispatch from the new ranks,
+  // its experts laid out by EP like this block's.
+  if (in->hasNext && in->next.experts % ranks == 0) {
+    nextRank = expertRanks(in->next.experts, ranks);
+    problem.nextScatter = {&in->next, &nextRank};
+  }
   planning::SamplePlacement placement;
   std::string why = planning::planSamplePlacement(problem, placement);
   if (!why.empty())
@@ -144,7 +163,51 @@ std::string solvePlacement(const PlacementShape &p,
            why;
   for (int64_t i = 0; i < samples; ++i)
     po[i] = placement.sampleRank[i];
+  *kept = std::move(placement.sampleRank);
   return "";
+}
+
+/// What the planners keep between calls: the next-block predictor and, per
+/// micro-batch, the last solve (its placement moves the previous block's
+/// counts into the next block's sample order). Calls come in stream order,
+/// the same on every rank of the group (step_predictor.h).
+struct PlannerState {
+  std::mutex lock;
+  planning::StepPredictor predictor;
+  struct Solve {
+    std::shared_future<std::string> done;
+    std::shared_ptr<std::vector<int>> place;
+  };
+  std::map<int64_t, Solve> previous; // by micro-batch
+  std::string report;
+};
+PlannerState &planner() {
+  static PlannerState s;
+  return s;
+}
+
+/// The problem of one call: the counts, and the next block's prediction
+/// (which also teaches the predictor the previous block's transition).
+std::shared_ptr<PlacementInput> placementInput(const PlacementShape &p,
+                                               const int64_t *pc) {
+  auto in = std::make_shared<PlacementInput>();
+  in->counts = planning::CountMatrix(int(p.samples), int(p.experts));
+  for (int64_t i = 0; i < p.samples * p.experts; ++i)
+    in->counts.values[i] = uint32_t(pc[i]);
+  if (p.identity || !p.predict)
+    return in;
+  PlannerState &st = planner();
+  std::lock_guard<std::mutex> guard(st.lock);
+  const std::vector<int> *previous = nullptr;
+  auto it = st.previous.find(p.micro);
+  // The previous solve has been joined by its combine, which this block's
+  // dispatch follows: get() does not wait.
+  if (it != st.previous.end() && it->second.done.get().empty())
+    previous = it->second.place.get();
+  in->hasNext = st.predictor.beforeSolve(int(p.micro), int(p.block),
+                                         in->counts, previous,
+                                         int(p.nodes * p.perNode), in->next);
+  return in;
 }
 
 /// Placements being solved on host threads, by their output buffer: the
@@ -181,15 +244,38 @@ moe_rt_status planPlacement(moe_rt_stream s, const PlacementShape &p,
     // The counts are copied now (the solve may outlive their buffer);
     // the solve runs on its own host thread, off this stream, and is
     // joined by the first task that reads the placement (NetMoE §3.2:
-    // "joined where first used").
-    std::vector<int64_t> copy(pc, pc + p.samples * p.experts);
+    // "joined where first used"). The prediction runs here, in stream
+    // order, so that every rank learns in the same order.
+    std::shared_ptr<const PlacementInput> in = placementInput(p, pc);
+    auto kept = std::make_shared<std::vector<int>>();
     std::shared_future<std::string> solve =
-        std::async(std::launch::async, solvePlacement, p, std::move(copy), po)
+        std::async(std::launch::async, solvePlacement, p, in, po, kept)
             .share();
+    if (p.predict && !p.identity) {
+      PlannerState &st = planner();
+      std::lock_guard<std::mutex> guard(st.lock);
+      st.previous[p.micro] = {solve, kept};
+    }
     std::lock_guard<std::mutex> guard(pending().lock);
     pending().solves[po] = solve;
     return MOE_RT_OK;
   });
+}
+
+const char *placementReport() {
+  PlannerState &st = planner();
+  std::lock_guard<std::mutex> guard(st.lock);
+  planning::StepPredictor::Accuracy a = st.predictor.takeAccuracy();
+  st.report.clear();
+  if (a.blocks > 0) {
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "netmoe: next-block prediction error %.3f over %d block(s) "
+                  "(sum |predicted - true| / sum true)",
+                  a.tokens > 0 ? a.absError / a.tokens : 0.0, a.blocks);
+    st.report = line;
+  }
+  return st.report.c_str();
 }
 
 moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,

@@ -7,6 +7,7 @@ shard.grid @grid(shape = 2x2)
 // CHECK-LABEL: func.func @ok
 // CHECK: moe.plan_placement %{{.*}} on @grid axes = [0, 1] experts = 8 : (tensor<8x8xi32>) -> tensor<8xi32>
 // CHECK: moe.plan_placement %{{.*}} experts = 8 identity :
+// CHECK: moe.plan_placement %{{.*}} experts = 8 gather_only :
 // CHECK: moe.move_samples %{{.*}} to(%{{.*}}) on @grid axes = [0, 1] : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
 // CHECK: moe.combine {{.*}} rows(%{{.*}}) residual(%{{.*}}) to(%{{.*}}) on @grid
 func.func @ok(%n: tensor<8x8xi32>, %labels: tensor<2x16xi64>,
@@ -15,6 +16,7 @@ func.func @ok(%n: tensor<8x8xi32>, %labels: tensor<2x16xi64>,
               %rows: tensor<2x4xi32>, %h: tensor<2x128x32xf32>) -> tensor<2x16x32xf32> {
   %p = moe.plan_placement %n on @grid axes = [0, 1] experts = 8 : (tensor<8x8xi32>) -> tensor<8xi32>
   %q = moe.plan_placement %n on @grid axes = [0, 1] experts = 8 identity : (tensor<8x8xi32>) -> tensor<8xi32>
+  %g = moe.plan_placement %n on @grid axes = [0, 1] experts = 8 gather_only : (tensor<8x8xi32>) -> tensor<8xi32>
   %l = moe.move_samples %labels to(%p) on @grid axes = [0, 1] : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
   %c = moe.combine %y, %idx, %w, %cnt rows(%rows) residual(%h) to(%p) on @grid axes = [0, 1] experts = 8 : (tensor<2x128x32xf32>, tensor<2x16x2xi32>, tensor<2x16x2xf32>, tensor<8xi32>, tensor<2x4xi32>, tensor<2x128x32xf32>, tensor<8xi32>) -> tensor<2x16x32xf32>
   return %c : tensor<2x16x32xf32>

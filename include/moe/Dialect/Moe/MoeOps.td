@@ -591,6 +591,10 @@ def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement"> {
     solves on a host thread; the first op that reads the result joins it. The group is read
     as nodes (grid axis 0, when the group spans it) x ranks per node.
     `identity` keeps every sample where it is (tests; a baseline).
+    Unless `gather_only`, the objective also prices the next MoE block's
+    dispatch from the new ranks (Eq. 10), with that block's counts
+    predicted from a transition the runtime learns from the step's own
+    routing (`moe_rt/step_predictor.h`; none in the first step).
 
     ```mlir
     %place = moe.plan_placement %n on @cluster axes = [0, 1] experts = 8
@@ -599,11 +603,12 @@ def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement"> {
   }];
   let arguments = !con((ins Moe_IndexTensor:$counts), groupArgs,
     (ins ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
-         UnitAttr:$identity));
+         UnitAttr:$identity, UnitAttr:$gather_only));
   let results = (outs Moe_IndexTensor:$result);
   let assemblyFormat = [{
     $counts `on` $grid `axes` `=` $axes `experts` `=` $num_experts
-    (`identity` $identity^)? attr-dict `:` functional-type(operands, results)
+    (`identity` $identity^)? (`gather_only` $gather_only^)?
+    attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }
