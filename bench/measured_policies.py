@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -418,6 +419,9 @@ def main():
         print(text, flush=True)
         lines.append(text)
 
+    # A SIGTERM (timeout, a killed job) must still bring the cluster down:
+    # Python's default handler would exit without running `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("error: terminated"))
     cluster = (cl.Cluster(args.cluster, existing=True) if args.cluster else
                cl.Cluster(f"mpb{os.getpid() % 100000}", args.nodes,
                           args.ranks_per_node, args.rate))
