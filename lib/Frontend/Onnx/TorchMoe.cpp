@@ -405,31 +405,28 @@ LogicalResult groupExperts(MoeCtx &c) {
   } else if (failed(orderExperts(c))) {
     return failure();
   }
-  for (auto role : {&FfnMatch::up, &FfnMatch::gate}) {
+  // Each role's per-expert weights, when sliced from one parameter, must be
+  // blocks a strided moe.source slice names (expertSlicesOk).
+  auto role = [&](auto get) {
     std::vector<const WeightUse *> ws;
     for (const FfnMatch &f : c.ffns)
-      if ((f.*role))
-        ws.push_back(&*(f.*role));
-    if (!expertSlicesOk(ws)) {
-      g.error(*ws.back()->node)
-          << "expert weights sliced from '" << ws[0]->source.initializers[0]
-          << "' are not equal row blocks at a constant stride in expert "
-             "order; a stacked moe.source cannot name them";
-      return failure();
-    }
-  }
-  {
-    std::vector<const WeightUse *> ws;
-    for (const FfnMatch &f : c.ffns)
-      ws.push_back(&f.down);
-    if (!expertSlicesOk(ws)) {
-      g.error(*ws.back()->node)
-          << "expert weights sliced from '" << ws[0]->source.initializers[0]
-          << "' are not equal row blocks at a constant stride in expert "
-             "order; a stacked moe.source cannot name them";
-      return failure();
-    }
-  }
+      if (const WeightUse *w = get(f))
+        ws.push_back(w);
+    if (expertSlicesOk(ws))
+      return success();
+    g.error(*ws.back()->node)
+        << "expert weights sliced from '" << ws[0]->source.initializers[0]
+        << "' are not equal row blocks at a constant stride in expert "
+           "order; a stacked moe.source cannot name them";
+    return failure();
+  };
+  auto opt = [](const std::optional<WeightUse> &w) {
+    return w ? &*w : nullptr;
+  };
+  if (failed(role([&](const FfnMatch &f) { return opt(f.up); })) ||
+      failed(role([&](const FfnMatch &f) { return opt(f.gate); })) ||
+      failed(role([](const FfnMatch &f) { return &f.down; })))
+    return failure();
   const FfnMatch &first = c.ffns[0];
   c.spec.activation = first.activation;
   c.spec.gated = first.gated();
