@@ -243,18 +243,21 @@ Family pickFamily(const Config &cfg) {
 
 /// Families whose models the dialect cannot represent, refused at their
 /// `model_type` as the ONNX route refuses their exports (onnx-hf.test),
-/// rather than read as a generic transformer: Jamba's Mamba layers, DBRX's
-/// Q/K/V clamp and fused experts, encoder-decoder models. (Switch's
-/// encoder stack imports, noted, as before.)
+/// rather than read as a generic transformer: Jamba's Mamba layers,
+/// encoder-decoder models, and DBRX, whose nested attn_config / ffn_config
+/// (clip_qkv, kv_n_heads, moe_normalize_expert_weights, bias-free
+/// LayerNorms) this route does not read: DBRX imports from its ONNX export.
+/// (Switch's encoder stack imports, noted, as before.)
 void refuseFamily(const Config &cfg) {
   std::string type =
       llvm::StringRef(cfg.getString({"model_type"}).value_or("")).lower();
   static const std::pair<const char *, const char *> refused[] = {
       {"jamba", "Jamba interleaves Mamba (state-space) layers with "
                 "attention; the moe dialect has no Mamba layer"},
-      {"dbrx", "DBRX clamps Q, K and V (attn_config.clip_qkv) and keeps its "
-               "experts in one fused parameter; moe.attention does not clip "
-               "Q, K or V"},
+      {"dbrx", "DBRX keeps its attention and MoE settings in nested "
+               "attn_config / ffn_config (clip_qkv, kv_n_heads, "
+               "moe_normalize_expert_weights), which the config route does not "
+               "read; import DBRX from its ONNX export (torch.onnx.export)"},
       {"nllb", "an encoder-decoder model; the importer takes one "
                "decoder-only or encoder-only stack"},
       {"gptsan", "a prefix-LM with Switch layers exported by no supported "

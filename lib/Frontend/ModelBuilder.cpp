@@ -286,6 +286,8 @@ SourceAttr ModuleBuilder::sourceAttr(const WeightSource &s) {
   SmallVector<int64_t> slice;
   if (s.sliceAxis >= 0)
     slice = {s.sliceAxis, s.sliceBegin, s.sliceSize};
+  if (s.sliceAxis >= 0 && s.sliceStride > 0)
+    slice.push_back(s.sliceStride);
   return SourceAttr::get(b.getContext(), b.getStringAttr(s.file), names,
                          s.scale != 1.0 ? b.getF64FloatAttr(s.scale)
                                         : FloatAttr(),
@@ -440,7 +442,8 @@ ModuleBuilder::buildAttention(int64_t index, const BlockSpec &block, Value x) {
       b.getI64IntegerAttr(a.kvHeads), b.getI64IntegerAttr(a.headDim),
       a.causal ? b.getUnitAttr() : nullptr,
       a.rotary ? b.getUnitAttr() : nullptr, layout, theta, normKind,
-      epsilonAttr(a.epsilon));
+      epsilonAttr(a.epsilon),
+      a.clipQkv ? b.getF64FloatAttr(*a.clipQkv) : FloatAttr());
   return op.getResult();
 }
 

@@ -70,18 +70,22 @@ def parse_sources(text):
 
 def apply(src, tensors, gradient=False):
     """A parameter's whole-model value from named tensors, as WeightLoader
-    builds it (slice, transpose, stack, scale). For a gradient the scale
+    builds it (slice, transpose, stack, scale). A slice's optional fourth
+    entry moves stacked name n's begin by n * stride (one fused parameter
+    holding every expert, DBRX's w1 / v1 / w2). For a gradient the scale
     divides: d loss / d (s·W) = (d loss / d W) / s."""
-    def one(name):
+    def one(name, n=0):
         t = tensors[name]
         if src["slice"]:
-            axis, begin, size = src["slice"]
-            t = t.narrow(axis, begin, size)
+            axis, begin, size = src["slice"][:3]
+            stride = src["slice"][3] if len(src["slice"]) > 3 else 0
+            t = t.narrow(axis, begin + n * stride, size)
         if src["transpose"]:
             t = t.transpose(-1, -2)
         return t
     if src["stacked"]:
-        t = torch.stack([one(n) for n in src["names"]])
+        t = torch.stack([one(name, n)
+                         for n, name in enumerate(src["names"])])
     else:
         t = one(src["names"][0])
     return t / src["scale"] if gradient else t * src["scale"]

@@ -6,15 +6,17 @@ opset 17, of a module taking (input_ids, labels) and returning the loss.
   hf_models.py <family> -o out.onnx [--expect out.json]
 
 Families: mixtral (MixtralForCausalLM), qwen2-moe (Qwen2MoeForCausalLM),
-the ones the importer refuses by name: jamba (JambaForCausalLM: Mamba
-layers), dbrx (DbrxForCausalLM: clip_qkv, fused Wqkv and expert
-parameters), dbrx-ffn (Mixtral with DBRX's FFN in place of its own: the
-fused expert parameters behind DBRX's attention), nllb-moe
+dbrx (DbrxForCausalLM: clip_qkv, a fused Wqkv split into Q/K/V, expert
+w1 / v1 / w2 each one parameter for all experts, the router's L1
+renormalisation, LayerNorms without bias), and the ones the importer
+refuses by name: jamba (JambaForCausalLM: Mamba layers), nllb-moe
 (NllbMoeForConditionalGeneration: encoder-decoder; exported with
-(input_ids, decoder_input_ids, labels)). SwitchTransformers and GPTSan
-(the other MoE families of transformers 4.40) cannot be exported by torch
-1.13 (its ONNX exporter asserts on their boolean-mask index_put), so they
-are not here (docs/frontend/onnx-import.md).
+(input_ids, decoder_input_ids, labels)), and the two torch 1.13 cannot
+export at all (its ONNX exporter asserts on their boolean-mask index_put):
+switch-transformers (SwitchTransformersForConditionalGeneration, an
+encoder-decoder) and gptsan (GPTSanJapaneseForConditionalGeneration); for
+those --expect still writes the config (the config route's input) before
+the export fails (docs/frontend/torch-patterns.md).
 
 DBRX's modeling code builds nn.LayerNorm(bias=False), which needs
 torch >= 2.1; the project's torch is 1.13, so build() constructs it with
@@ -68,12 +70,13 @@ def config(family, theta):
                               use_mamba_kernels=False,
                               **{k: v for k, v in common.items()
                                  if k != "rope_theta"}), tf.JambaForCausalLM
-    if family in ("dbrx", "dbrx-ffn"):
-        # DBRX as published (clip_qkv 8; HF 4.40's attention cannot run
-        # without it: clamp(None, None) raises).
+    if family == "dbrx":
+        # DBRX's clip_qkv (8 as published; HF 4.40's attention cannot run
+        # without one: clamp(None, None) raises) at 0.6, so that the clamp
+        # cuts about half of this tiny model's Q/K/V values and matters.
         return tf.DbrxConfig(d_model=64, n_heads=4, n_layers=2,
                              max_seq_len=64, vocab_size=VOCAB,
-                             attn_config=dict(kv_n_heads=2, clip_qkv=8.0,
+                             attn_config=dict(kv_n_heads=2, clip_qkv=0.6,
                                               rope_theta=theta),
                              ffn_config=dict(ffn_hidden_size=48,
                                              moe_num_experts=4, moe_top_k=2),
@@ -89,10 +92,27 @@ def config(family, theta):
                                 max_position_embeddings=64,
                                 use_cache=False), \
             tf.NllbMoeForConditionalGeneration
+    if family == "switch-transformers":
+        return tf.SwitchTransformersConfig(
+            vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=96, num_layers=2,
+            num_decoder_layers=2, num_heads=4, num_experts=4,
+            expert_capacity=16, num_sparse_encoder_layers=1,
+            num_sparse_decoder_layers=1, use_cache=False), \
+            tf.SwitchTransformersForConditionalGeneration
+    if family == "gptsan":
+        return tf.GPTSanJapaneseConfig(
+            vocab_size=VOCAB, max_position_embeddings=64, d_model=64,
+            d_ff=96, d_ext=64, d_spout=16, num_switch_layers=2,
+            num_ext_layers=0, num_heads=4, num_experts=4,
+            expert_capacity=16, use_cache=False, separator_token_id=VOCAB - 1,
+            pad_token_id=VOCAB - 2, eos_token_id=VOCAB - 3), \
+            tf.GPTSanJapaneseForConditionalGeneration
     raise SystemExit(f"hf_models.py: unknown family '{family}'")
 
 
-FAMILIES = ["mixtral", "qwen2-moe", "jamba", "dbrx", "dbrx-ffn", "nllb-moe"]
+FAMILIES = ["mixtral", "qwen2-moe", "jamba", "dbrx", "nllb-moe",
+            "switch-transformers", "gptsan"]
+SEQ2SEQ = ("nllb-moe", "switch-transformers")
 
 
 class LayerNormBiasOptional(nn.LayerNorm):
@@ -114,25 +134,6 @@ def construct(cls, cfg):
         return cls(cfg)
     finally:
         nn.LayerNorm = plain
-
-
-def with_dbrx_ffn(lm, family, theta):
-    """Mixtral with each sparse block replaced by DBRX's FFN (router with
-    moe_normalize_expert_weights = 1, experts in fused w1 / v1 / w2)."""
-    from transformers.models.dbrx.modeling_dbrx import DbrxFFN
-    dcfg = config("dbrx", theta)[0]
-
-    class Ffn(nn.Module):  # DbrxFFN returns (out, router weights)
-        def __init__(self):
-            super().__init__()
-            self.ffn = DbrxFFN(dcfg)
-
-        def forward(self, x):
-            return self.ffn(x)
-
-    for layer in lm.model.layers:
-        layer.block_sparse_moe = Ffn()
-    return lm
 
 
 class WithLoss(nn.Module):
@@ -167,10 +168,8 @@ class Seq2SeqWithLoss(nn.Module):
 
 def build(family, theta=10000.0):
     torch.manual_seed(0)
-    cfg, cls = config("mixtral" if family == "dbrx-ffn" else family, theta)
+    cfg, cls = config(family, theta)
     lm = construct(cls, cfg)
-    if family == "dbrx-ffn":
-        lm = with_dbrx_ffn(lm, family, theta)
     lm.eval()
     with torch.no_grad():
         for name, p in lm.named_parameters():
@@ -180,7 +179,7 @@ def build(family, theta=10000.0):
                 p.normal_(0.0, 0.5)
             elif p.dim() >= 2:
                 p.normal_(0.0, 0.08)
-    wrap = Seq2SeqWithLoss if family == "nllb-moe" else WithLoss
+    wrap = Seq2SeqWithLoss if family in SEQ2SEQ else WithLoss
     return wrap(lm).eval(), cfg
 
 
@@ -192,6 +191,10 @@ def main():
     ap.add_argument("--expect")
     args = ap.parse_args()
     model, cfg = build(args.family, args.theta)
+    if args.expect:  # first: the config route's input even if export fails
+        with open(args.expect, "w") as f:
+            json.dump(cfg.to_dict(), f, indent=1, sort_keys=True,
+                      default=str)
     ids = torch.randint(0, VOCAB, (B, N))
     labels = torch.randint(0, VOCAB, (B, N))
     inputs, names = (ids, labels), ["input_ids", "labels"]
@@ -202,10 +205,6 @@ def main():
         torch.onnx.export(model, inputs, args.output, opset_version=17,
                           input_names=names,
                           output_names=["loss"], do_constant_folding=False)
-    if args.expect:
-        with open(args.expect, "w") as f:
-            json.dump(cfg.to_dict(), f, indent=1, sort_keys=True,
-                      default=str)
 
 
 if __name__ == "__main__":

@@ -536,14 +536,17 @@ TEST_P(DeviceDenseAttention, ForwardAndEveryGradient) {
   }
 }
 
-/// Rotary base and layout, and the Q/K/V/O biases (with their gradients):
+/// Rotary base and layout, the Q/K/V/O biases (with their gradients) and
+/// the Q/K/V clamp (clip_qkv 0.6 cuts about half the projections here):
 /// the device ops equal the CPU kernel.
-TEST(DeviceDenseAttentionVariants, ThetaLayoutBiases) {
+TEST(DeviceDenseAttentionVariants, ThetaLayoutBiasesClip) {
+  for (double clip : {0.0, 0.6})
   for (bool interleaved : {false, true})
     for (bool biased : {false, true}) {
       k::AttentionShape s{2, 6, 12, 4, 2, 4, true, true, 2, 1e-5};
       s.theta = interleaved ? 1e6 : 37.0;
       s.interleaved = interleaved;
+      s.clip = clip;
       const int64_t bnm = s.batch * s.seq * s.embed,
                     hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim,
                     m = s.embed;
@@ -558,7 +561,7 @@ TEST(DeviceDenseAttentionVariants, ThetaLayoutBiases) {
       if (biased)
         pb = {bq.data(), bk.data(), bv.data(), bo.data()};
       std::string at = std::string(interleaved ? " interleaved" : " half") +
-                       (biased ? " biased" : "");
+                       (biased ? " biased" : "") + (clip ? " clipped" : "");
       Vec want(bnm);
       k::attentionForward(s, x.data(), wq.data(), wk.data(), wv.data(),
                           wo.data(), scale.data(), (const float *)nullptr,

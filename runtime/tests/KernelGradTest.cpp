@@ -331,6 +331,62 @@ TEST(KernelGrad, AttentionThetaLayoutBiases) {
   }
 }
 
+// The Q/K/V clamp (clip_qkv): every gradient by finite differences (zero
+// where the clamp cuts), with and without biases; the clamp cuts a good
+// share of the projections here, and the output differs from the unclamped
+// op's, so a kernel that dropped the clamp would fail.
+TEST(KernelGrad, AttentionClipQkv) {
+  for (bool biased : {false, true}) {
+    AttentionShape s{2, 5, 8, 4, 2, 4, true, true, 2, 1e-5};
+    s.clip = 0.7;
+    std::mt19937 rng(70 + biased);
+    int64_t hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim;
+    Vec x = random(s.batch * s.seq * s.embed, rng),
+        wq = random(s.embed * hd, rng), wk = random(s.embed * kvd, rng),
+        wv = random(s.embed * kvd, rng), wo = random(hd * s.embed, rng),
+        scale = random(s.embed, rng), bq = random(hd, rng),
+        bk = random(kvd, rng), bv = random(kvd, rng), bo = random(s.embed, rng);
+    AttentionBias<double> pb;
+    if (biased)
+      pb = {bq.data(), bk.data(), bv.data(), bo.data()};
+    auto forwardWith = [&](double clip) {
+      AttentionShape t = s;
+      t.clip = clip;
+      Vec y(x.size());
+      attentionForward(t, x.data(), wq.data(), wk.data(), wv.data(),
+                       wo.data(), scale.data(), (const double *)nullptr,
+                       y.data(), pb);
+      return y;
+    };
+    auto forward = [&] { return forwardWith(s.clip); };
+    Vec clipped = forward(), plain = forwardWith(0.0);
+    double diff = 0;
+    for (size_t i = 0; i < plain.size(); ++i)
+      diff = std::max(diff, std::abs(clipped[i] - plain[i]));
+    EXPECT_GT(diff, 0.05) << "the clamp changes the output";
+    Vec c = random(x.size(), rng);
+    Vec dx(x.size()), dwq(wq.size()), dwk(wk.size()), dwv(wv.size()),
+        dwo(wo.size()), ds(scale.size()), dbq(hd), dbk(kvd), dbv(kvd),
+        dbo(s.embed);
+    AttentionBiasGrad<double> dpb;
+    if (biased)
+      dpb = {dbq.data(), dbk.data(), dbv.data(), dbo.data()};
+    attentionBackward(s, x.data(), wq.data(), wk.data(), wv.data(), wo.data(),
+                      scale.data(), (const double *)nullptr, c.data(),
+                      dx.data(), dwq.data(), dwk.data(), dwv.data(),
+                      dwo.data(), ds.data(), (double *)nullptr, pb, dpb);
+    checkGradient("clipped attention dx", x, dx, forward, c);
+    checkGradient("clipped attention dwq", wq, dwq, forward, c);
+    checkGradient("clipped attention dwk", wk, dwk, forward, c);
+    checkGradient("clipped attention dwv", wv, dwv, forward, c);
+    checkGradient("clipped attention dscale", scale, ds, forward, c);
+    if (biased) {
+      checkGradient("clipped attention dbq", bq, dbq, forward, c);
+      checkGradient("clipped attention dbv", bv, dbv, forward, c);
+    }
+  }
+}
+
 // Rotary against the formula (RoFormer eq. 15) for one head of size 4 at
 // position 3: pair j turns by 3 * theta^(-j/2); rotate-half pairs lanes
 // (0, 2), (1, 3), interleaved (0, 1), (2, 3). The table is built once.

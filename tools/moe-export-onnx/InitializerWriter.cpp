@@ -203,7 +203,7 @@ llvm::Error InitializerWriter::store(llvm::StringRef param, SourceAttr source,
     llvm::ArrayRef<int64_t> slice = source.getSlice();
     if (!slice.empty()) {
       axis = slice[0];
-      begin = slice[1];
+      begin = slice[1] + (slice.size() > 3 ? int64_t(n) * slice[3] : 0);
       if (axis < 0 || axis >= int64_t(expect.size()) ||
           begin + slice[2] > expect[axis])
         return fail("'" + path + "': initializer '" + name + "' (" +

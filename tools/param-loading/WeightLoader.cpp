@@ -201,8 +201,10 @@ WeightLoader::load(SourceAttr source, llvm::ArrayRef<int64_t> shape,
     return nullptr;
   };
 
-  // One initializer -> its values after slice and transpose.
-  auto one = [&](llvm::StringRef name) -> llvm::Expected<HostTensor> {
+  // Initializer n of the list -> its values after slice and transpose (a
+  // slice's fourth entry moves initializer n's begin by n * stride).
+  auto one = [&](llvm::StringRef name,
+                 int64_t n = 0) -> llvm::Expected<HostTensor> {
     const onnx::TensorProto *t = find(name);
     if (!t)
       return fail("'" + path + "' has no initializer '" + name + "'");
@@ -210,7 +212,8 @@ WeightLoader::load(SourceAttr source, llvm::ArrayRef<int64_t> shape,
     if (!h)
       return h.takeError();
     if (!slice.empty()) {
-      int64_t axis = slice[0], begin = slice[1], size = slice[2];
+      int64_t axis = slice[0], size = slice[2],
+              begin = slice[1] + (slice.size() > 3 ? n * slice[3] : 0);
       int64_t rank = h->shape.size();
       if (axis < 0 || axis >= rank || begin < 0 || size <= 0 ||
           begin + size > h->shape[axis])
@@ -263,7 +266,7 @@ WeightLoader::load(SourceAttr source, llvm::ArrayRef<int64_t> shape,
     all.shape.push_back(local);
     for (int64_t e = firstExpert; e < firstExpert + local; ++e) {
       StringAttr name = names[e];
-      auto h = one(name.getValue());
+      auto h = one(name.getValue(), e);
       if (!h)
         return h.takeError();
       if (e == firstExpert)

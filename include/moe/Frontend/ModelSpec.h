@@ -45,6 +45,11 @@ struct WeightSource {
   /// Take `sliceSize` entries from `sliceBegin` along `sliceAxis` (e.g. Q, K
   /// or V rows of nn.MultiheadAttention's packed in_proj_weight); -1: whole.
   int64_t sliceAxis = -1, sliceBegin = 0, sliceSize = 0;
+  /// With `stacked`: initializer n's slice starts at sliceBegin + n ·
+  /// sliceStride (DBRX's experts: the same (E·F) x M parameter listed once
+  /// per expert, expert e its rows [e·F, (e+1)·F)); 0: every one at
+  /// sliceBegin.
+  int64_t sliceStride = 0;
   /// Multiply by this after the other steps (e.g. a folded 1/sqrt(d) or a
   /// sign); 1 leaves the values alone.
   double scale = 1.0;
@@ -72,6 +77,9 @@ struct AttentionSpec {
   /// Qwen2, nn.MultiheadAttention) and on the output projection
   /// (block<i>.attn.bo).
   bool qkvBias = false, outBias = false;
+  /// Clamp of the Q, K, V projections to [-c, c] (DBRX's clip_qkv);
+  /// nullopt: none.
+  std::optional<double> clipQkv;
   /// Where the rotary embedding is (its first ONNX node); errors about it
   /// point there. nullopt: at `loc`.
   std::optional<Location> rotaryLoc;

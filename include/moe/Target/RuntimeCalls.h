@@ -274,7 +274,8 @@ template <> struct RuntimeCall<AttentionOp> {
         v.flag(op.getCausal()), v.flag(op.getRotary()),
         v.named(norm ? normKind(*norm) : MOE_RT_NAMED(MOE_RT_NORM_NONE)),
         v.f64(op.getEpsilon().convertToDouble()), v.f64(op.getRotaryTheta()),
-        v.flag(op.getRotaryLayout() == RotaryLayout::interleaved));
+        v.flag(op.getRotaryLayout() == RotaryLayout::interleaved),
+        v.f64(op.getClipBound()));
   }
   static bool biased(AttentionOp op) {
     return !op.getQkvBias().empty() || op.getOutBias();

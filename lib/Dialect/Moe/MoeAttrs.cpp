@@ -248,10 +248,14 @@ LogicalResult SourceAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (names.size() > 1 && !stacked)
     return emitError() << "#moe.source lists " << names.size()
                        << " initializers but is not `stacked`";
-  if (!slice.empty() &&
-      (slice.size() != 3 || slice[0] < 0 || slice[1] < 0 || slice[2] <= 0))
+  if (!slice.empty() && ((slice.size() != 3 && slice.size() != 4) ||
+                         slice[0] < 0 || slice[1] < 0 || slice[2] <= 0))
     return emitError() << "#moe.source `slice` must be [axis, begin, size] "
-                          "with size > 0";
+                          "or [axis, begin, size, stride] with size > 0";
+  if (slice.size() == 4 && (slice[3] <= 0 || !stacked))
+    return emitError() << "#moe.source `slice` has a stride (initializer n "
+                          "of a stack starts at begin + n * stride) but "
+                       << (stacked ? "it is not positive" : "is not `stacked`");
   return success();
 }
 

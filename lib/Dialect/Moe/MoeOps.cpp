@@ -306,6 +306,9 @@ LogicalResult NormOp::verify() {
 }
 
 LogicalResult AttentionOp::verifyRotary() {
+  if (getClipQkv() && !(getClipBound() > 0.0 && std::isfinite(getClipBound())))
+    return emitOpError() << "clip_qkv must be positive and finite, got "
+                         << getClipBound();
   if (!getRotary() && (getLayout() || getTheta()))
     return emitOpError() << "has a rotary layout or theta but no rotary";
   if (getRotary() && getHeadDim() % 2)

@@ -262,7 +262,9 @@ std::optional<Typed> RoutingTyper::typeGate(const NodeProto &n,
     return Typed{Kind::indices, OpSite::gate};
   if (op == "ReduceMax" && o.all(Kind::probs))
     return Typed{Kind::probs, OpSite::gate};
-  if (op == "ReduceSum" && o.all(Kind::probs) && p.normalize)
+  // The L1 norm of positive weights is their sum (readNormalize).
+  if ((op == "ReduceSum" || op == "ReduceL1") && o.all(Kind::probs) &&
+      p.normalize)
     return Typed{Kind::sum, OpSite::gate};
   if (op == "Div" && o.in.size() == 2 && o.in[0].first == 0 &&
       o.in[0].second == Kind::probs && o.in[1].second == Kind::sum)

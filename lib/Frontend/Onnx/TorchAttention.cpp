@@ -10,7 +10,9 @@
 //   pre-norm            matchNorm (any factor order, fp32 Casts)
 //   projections         MatMul/Gemm by a weight (+ the weight's Transpose)
 //   paths               Q, K, V, P and O: head reshapes/transposes, no-op
-//                       Casts, GQA repeats (K/V), packed slices (MHA), a
+//                       Casts, GQA repeats (K/V), packed slices (MHA's
+//                       Slice, DBRX's Split), the clamp of the projection
+//                       (DBRX's clip_qkv: a symmetric constant Clip), a
 //                       1/sqrt(d) scale, rotary (Q/K; fitted by evaluation,
 //                       Rotary.h)
 //   scores              Q·Kᵀ, its scale, the causal mask (evaluated:
@@ -67,6 +69,9 @@ struct AttnCtx {
   std::optional<RotaryFit> qRotary, kRotary;
   const NodeProto *qRotaryAt = nullptr, *kRotaryAt = nullptr;
   bool repeatsKv = false;
+  /// The clamp bound each of the Q, K, V paths applies (clip_qkv), and the
+  /// Clip node that applies it.
+  std::map<int, std::pair<double, const NodeProto *>> clips;
   /// A projection's bias: the initializer and, when a separate Add adds it
   /// (not a Gemm's third input), that Add.
   struct Bias {
@@ -189,9 +194,11 @@ void cutPath(const std::vector<const NodeProto *> &nodes, llvm::StringRef from,
     for (const std::string &o : n->output())
       if (int k = readers(o))
         pending[o] = k;
-    if (pending.size() == 1 && n->output_size() >= 1 &&
-        pending.count(n->output(0))) {
-      cuts.push_back(n->output(0));
+    // One value left to follow, and this node made it: a cut (for a Split,
+    // whichever of its outputs the path reads).
+    if (pending.size() == 1 &&
+        llvm::is_contained(n->output(), pending.begin()->first)) {
+      cuts.push_back(pending.begin()->first);
       segments.push_back(cur);
       cur.clear();
     }
@@ -223,6 +230,27 @@ const char *pathName(PathKind k) {
   return "?";
 }
 
+/// The bound c of a clamp of a projection to [-c, c] (DBRX's clip_qkv):
+/// constant, symmetric, positive and finite; anything else is refused.
+FailureOr<double> clipBound(AttnCtx &c, const NodeProto &clip) {
+  auto bound = [&](int k) -> std::optional<double> {
+    if (clip.input_size() <= k || clip.input(k).empty())
+      return std::nullopt;
+    const StaticTensor *t = c.eval.value(clip.input(k));
+    if (!t || t->numel() != 1)
+      return std::nullopt;
+    return t->data[0];
+  };
+  std::optional<double> lo = bound(1), hi = bound(2);
+  if (!lo || !hi || *lo != -*hi || !(*hi > 0) || !std::isfinite(*hi)) {
+    c.g.error(clip) << "clamps a Q/K/V projection to a range that is not a "
+                       "constant [-c, c] with c > 0; moe.attention's "
+                       "clip_qkv clamps to [-c, c] only";
+    return failure();
+  }
+  return *hi;
+}
+
 /// Claims the nodes between `from` and `to` by role: layout, a packed
 /// projection's slice, scale (Q/K), GQA repeat (K/V), rotary (Q/K). Errors
 /// at the first node that is none of these.
@@ -245,9 +273,22 @@ LogicalResult claimPath(AttnCtx &c, PathKind kind, llvm::StringRef from,
       ++i;
       continue;
     }
-    if (s.size() == 1 && n->op_type() == "Slice" && i == 0 &&
-        c.projAt(n->input(0))) {
-      c.claimed.insert(n); // a packed projection's Q/K/V rows (addRole)
+    bool atProjection = c.projAt(n->input(0)) ||
+                        (i == 1 && c.clips.count(int(kind)) &&
+                         c.clips[int(kind)].second == segs[0].front());
+    if (s.size() == 1 && (n->op_type() == "Slice" || n->op_type() == "Split") &&
+        i <= 1 && atProjection) {
+      c.claimed.insert(n); // a packed projection's Q/K/V rows (roleSource)
+      ++i;
+      continue;
+    }
+    if (s.size() == 1 && n->op_type() == "Clip" && i == 0 &&
+        c.projAt(n->input(0)) && kind != PathKind::O) {
+      FailureOr<double> bound = clipBound(c, *n);
+      if (failed(bound))
+        return failure();
+      c.clips[int(kind)] = {*bound, n};
+      c.claimed.insert(n);
       ++i;
       continue;
     }
@@ -556,32 +597,55 @@ LogicalResult assignProjections(AttnCtx &c) {
   return success();
 }
 
-/// A packed Q/K/V projection that is not Slice-d into its roles. Names
-/// what the model does to it instead: a clamp (DBRX's clip_qkv), a Split
-/// (DBRX's Wqkv.split), or neither.
+/// The value a packed projection's slices read: its output (bias
+/// included), or the clamp's (clip_qkv) when one clamps it first.
+std::string packedOut(AttnCtx &c, const WeightUse *w) {
+  for (const NodeProto *u : c.rv.users(c.projOut(w)))
+    if (u->op_type() == "Clip")
+      return u->output(0); // claimPath checks the bound
+  return c.projOut(w);
+}
+
+/// A packed Q/K/V projection that is neither Slice-d nor Split into its
+/// roles: refused, naming it.
 LogicalResult refuseUnslicedPacked(AttnCtx &c, const WeightUse *w) {
-  const std::string &name = w->source.initializers[0];
-  for (const NodeProto *u : c.rv.users(c.projOut(w))) {
-    if (u->op_type() == "Clip") {
-      c.g.error(*u) << "clamps the packed Q/K/V projection '" << name
-                    << "' (DBRX's clip_qkv); moe.attention does not clip "
-                       "Q, K or V";
-      return failure();
-    }
-    if (u->op_type() == "Split") {
-      c.g.error(*u) << "splits the packed Q/K/V projection '" << name
-                    << "' with Split (DBRX's fused Wqkv); packed projections "
-                       "are imported when Slice-d (nn.MultiheadAttention's "
-                       "in_proj)";
-      return failure();
-    }
-  }
-  c.g.error(*w->node) << "packed projection '" << name
-                      << "' is used for several of Q, K, V without slicing";
+  c.g.error(*w->node) << "packed projection '" << w->source.initializers[0]
+                      << "' is used for several of Q, K, V without slicing "
+                         "it (Slice, or Split along its features)";
   return failure();
 }
 
-/// A role's weight; nn.MultiheadAttention's packed in_proj is sliced.
+/// [begin, begin + size) of the features a Split output `index` holds, from
+/// its split sizes (input 1 since opset 13, else the attribute; none:
+/// equal parts).
+bool splitRange(AttnCtx &c, const NodeProto &split, int index, int64_t rows,
+                int64_t &begin, int64_t &size) {
+  std::vector<int64_t> sizes;
+  if (split.input_size() > 1 && !split.input(1).empty()) {
+    auto v = evalInts(c.g, split.input(1));
+    if (!v)
+      return false;
+    sizes = *v;
+  } else {
+    sizes = attrInts(split, "split");
+  }
+  if (sizes.empty()) {
+    int parts = split.output_size();
+    if (parts <= 0 || rows % parts)
+      return false;
+    sizes.assign(parts, rows / parts);
+  }
+  if (index >= int(sizes.size()))
+    return false;
+  begin = 0;
+  for (int k = 0; k < index; ++k)
+    begin += sizes[k];
+  size = sizes[index];
+  return true;
+}
+
+/// A role's weight; a packed projection (nn.MultiheadAttention's in_proj,
+/// DBRX's Wqkv) is sliced: by Slice, or by Split along its features.
 LogicalResult roleSource(AttnCtx &c, const WeightUse *w,
                          llvm::StringRef consumerValue, WeightSource &s,
                          std::vector<int64_t> &shape) {
@@ -590,47 +654,70 @@ LogicalResult roleSource(AttnCtx &c, const WeightUse *w,
   bool packed = (w == c.wq) + (w == c.wk) + (w == c.wv) > 1;
   if (!packed)
     return success();
+  std::string in = packedOut(c, w);
   const NodeProto *slice = nullptr;
   for (const NodeProto *n : c.rv.backwardNodes(
            consumerValue, [&](const NodeProto &m) { return c.isProj(m); }))
-    if (n->op_type() == "Slice" && c.projAt(n->input(0)) == w)
+    if ((n->op_type() == "Slice" || n->op_type() == "Split") &&
+        n->input(0) == in)
       slice = n;
   if (!slice)
     return refuseUnslicedPacked(c, w);
   int64_t rows = w->shape[1];
-  std::vector<const NodeProto *> slices;
-  for (const NodeProto *u : c.rv.users(c.projOut(w)))
-    if (u->op_type() == "Slice")
-      slices.push_back(u);
-  auto st = evalInts(c.g, slice->input(1)), en = evalInts(c.g, slice->input(2));
-  int64_t begin, size;
-  if (st && en && st->size() == 1 && en->size() == 1) {
-    begin = (*st)[0];
-    size = std::min((*en)[0], rows) - begin;
-  } else if (slices.size() == 3 && rows % 3 == 0) {
-    size = rows / 3; // torch's chunk(3) slices in order: q, k, v
-    begin = size * (llvm::find(slices, slice) - slices.begin());
-  } else {
-    c.g.error(*slice) << "cannot evaluate the slice bounds of packed "
-                         "projection '"
-                      << s.initializers[0] << "'";
-    return failure();
-  }
-  if (slice->input_size() > 3 && !slice->input(3).empty()) {
-    auto ax = evalInts(c.g, slice->input(3));
-    auto rank = c.g.shape(slice->input(0));
-    if (!ax || ax->size() != 1 ||
-        ((*ax)[0] != -1 && (!rank || (*ax)[0] != (int64_t)rank->size() - 1))) {
-      c.g.error(*slice) << "packed projection is sliced along an axis other "
+  int64_t begin = 0, size = 0;
+  auto rank = c.g.shape(slice->input(0));
+  auto lastAxis = [&](int64_t axis) {
+    return axis == -1 || (rank && axis == int64_t(rank->size()) - 1);
+  };
+  if (slice->op_type() == "Split") {
+    int index = -1;
+    for (int k = 0; k < slice->output_size(); ++k)
+      if (c.rv.forwardCone({slice->output(k)}).count(consumerValue.str()))
+        index = k;
+    if (!lastAxis(attrInt(*slice, "axis", 0))) {
+      c.g.error(*slice) << "packed projection is split along an axis other "
                            "than its features";
       return failure();
     }
-  }
-  if (slice->input_size() > 4 && !slice->input(4).empty()) {
-    auto step = evalInts(c.g, slice->input(4));
-    if (!step || step->size() != 1 || (*step)[0] != 1) {
-      c.g.error(*slice) << "packed projection is sliced with a step";
+    if (index < 0 || !splitRange(c, *slice, index, rows, begin, size)) {
+      c.g.error(*slice) << "cannot evaluate the split sizes of packed "
+                           "projection '"
+                        << s.initializers[0] << "'";
       return failure();
+    }
+  } else {
+    std::vector<const NodeProto *> slices;
+    for (const NodeProto *u : c.rv.users(in))
+      if (u->op_type() == "Slice")
+        slices.push_back(u);
+    auto st = evalInts(c.g, slice->input(1)),
+         en = evalInts(c.g, slice->input(2));
+    if (st && en && st->size() == 1 && en->size() == 1) {
+      begin = (*st)[0];
+      size = std::min((*en)[0], rows) - begin;
+    } else if (slices.size() == 3 && rows % 3 == 0) {
+      size = rows / 3; // torch's chunk(3) slices in order: q, k, v
+      begin = size * (llvm::find(slices, slice) - slices.begin());
+    } else {
+      c.g.error(*slice) << "cannot evaluate the slice bounds of packed "
+                           "projection '"
+                        << s.initializers[0] << "'";
+      return failure();
+    }
+    if (slice->input_size() > 3 && !slice->input(3).empty()) {
+      auto ax = evalInts(c.g, slice->input(3));
+      if (!ax || ax->size() != 1 || !lastAxis((*ax)[0])) {
+        c.g.error(*slice) << "packed projection is sliced along an axis "
+                             "other than its features";
+        return failure();
+      }
+    }
+    if (slice->input_size() > 4 && !slice->input(4).empty()) {
+      auto step = evalInts(c.g, slice->input(4));
+      if (!step || step->size() != 1 || (*step)[0] != 1) {
+        c.g.error(*slice) << "packed projection is sliced with a step";
+        return failure();
+      }
     }
   }
   if (begin < 0 || size <= 0 || begin + size > rows) {
@@ -812,6 +899,21 @@ LogicalResult headGeometry(AttnCtx &c, RoleWeights &w, AttentionSpec &a) {
                     c.qRotary->theta != c.kRotary->theta)) {
     g.error(*c.kRotaryAt) << "Q and K use different rotary embeddings";
     return failure();
+  }
+  if (!c.clips.empty()) {
+    const auto &[bound, at] = c.clips.begin()->second;
+    for (PathKind k : {PathKind::Q, PathKind::K, PathKind::V}) {
+      auto it = c.clips.find(int(k));
+      if (it == c.clips.end() || it->second.first != bound) {
+        g.error(*at) << "clamps " << (it == c.clips.end() ? "not " : "")
+                     << "the " << pathName(k) << " projection "
+                     << (it == c.clips.end() ? "" : "to another bound ")
+                     << "as it does the others; moe.attention's clip_qkv "
+                        "clamps Q, K and V to one [-c, c]";
+        return failure();
+      }
+    }
+    a.clipQkv = bound;
   }
   a.loc = g.loc(*c.scores);
   a.heads = heads;

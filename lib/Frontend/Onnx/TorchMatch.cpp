@@ -5,13 +5,17 @@
 //===----------------------------------------------------------------------===//
 #include "TorchMatch.h"
 
+#include "StaticEval.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
+#include <set>
 
 namespace mlir::moe::frontend::torchpat {
 
@@ -305,6 +309,118 @@ std::string initializerOf(const OnnxGraph &g, std::string value) {
   return "";
 }
 
+namespace {
+
+/// The nodes between initializer `init` and `value` (those `value` is
+/// computed from that read `init`, directly or not), in graph order.
+std::vector<const NodeProto *> chainFrom(const OnnxGraph &g,
+                                         llvm::StringRef init,
+                                         llvm::StringRef value) {
+  std::map<std::string, bool> reads; // value -> computed from init
+  std::set<const NodeProto *> nodes;
+  std::function<bool(const std::string &, int)> visit =
+      [&](const std::string &v, int depth) -> bool {
+    if (v == init)
+      return true;
+    if (auto it = reads.find(v); it != reads.end())
+      return it->second;
+    const NodeProto *p = g.producer(v);
+    bool r = false;
+    if (p && depth < 48)
+      for (const std::string &i : p->input())
+        if (!i.empty() && visit(i, depth + 1))
+          r = true;
+    if (r)
+      nodes.insert(p);
+    return reads[v] = r;
+  };
+  visit(value.str(), 0);
+  std::vector<const NodeProto *> out(nodes.begin(), nodes.end());
+  llvm::sort(out, [&](const NodeProto *a, const NodeProto *b) {
+    return g.indexOf(*a) < g.indexOf(*b);
+  });
+  return out;
+}
+
+/// A MatMul weight operand `b` computed from one 2-D initializer [R, C] by
+/// movement ops only, that is a block of its consecutive rows [r0, r0 + k)
+/// (k x C) or that block transposed (C x k): DBRX's experts, which view one
+/// (E·F) x M parameter as E x F x M and chunk it per expert. Decided by
+/// value: `b` is evaluated with the initializer replaced by the indices of
+/// its elements (StaticEval::probe), so any movement chain that selects such
+/// a block qualifies and nothing else does. Bounded by StaticEval's
+/// kMaxElements (larger parameters are not recognised, and refused).
+std::optional<WeightUse> rowBlockWeight(const OnnxGraph &g,
+                                        const NodeProto &node,
+                                        const std::string &b) {
+  if (node.op_type() != "MatMul" || g.isInitializer(b) ||
+      !isConstantValue(g, b))
+    return std::nullopt;
+  if (isConstantValue(g, node.input(0)))
+    return std::nullopt;
+  std::string init;
+  // The one initializer among b's ancestors.
+  std::vector<std::string> todo{b};
+  std::set<std::string> seen, inits;
+  while (!todo.empty() && seen.size() < 256) {
+    std::string v = todo.back();
+    todo.pop_back();
+    if (!seen.insert(v).second)
+      continue;
+    if (g.isInitializer(v)) {
+      if (auto s = g.shape(v); s && s->size() == 2)
+        inits.insert(v);
+      continue;
+    }
+    if (const NodeProto *p = g.producer(v))
+      for (const std::string &i : p->input())
+        if (!i.empty())
+          todo.push_back(i);
+  }
+  if (inits.size() != 1)
+    return std::nullopt;
+  init = *inits.begin();
+  std::vector<int64_t> is = *g.shape(init);
+  int64_t rows = is[0], cols = is[1];
+  if (rows * cols > StaticEval::kMaxElements)
+    return std::nullopt;
+  StaticTensor index;
+  index.shape = is;
+  index.data.resize(size_t(rows * cols));
+  for (size_t i = 0; i < index.data.size(); ++i)
+    index.data[i] = double(i);
+  StaticEval eval(g);
+  std::optional<StaticTensor> t = eval.probe({{init, index}}, b);
+  if (!t || t->shape.size() != 2 || t->numel() == 0)
+    return std::nullopt;
+  int64_t a = t->shape[0], c = t->shape[1];
+  auto at = [&](int64_t i, int64_t j) { return int64_t(t->data[i * c + j]); };
+  // Rows [r0, r0 + a) as they are, or rows [r0, r0 + c) transposed.
+  bool plain = c == cols, transposed = a == cols;
+  int64_t r0 = at(0, 0) / cols;
+  for (int64_t i = 0; i < a && (plain || transposed); ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      plain = plain && at(i, j) == (r0 + i) * cols + j;
+      transposed = transposed && at(i, j) == (r0 + j) * cols + i;
+    }
+  if (!plain && !transposed)
+    return std::nullopt;
+  WeightUse w;
+  w.node = &node;
+  w.data = node.input(0);
+  w.source.initializers = {init};
+  attachFile(g, w.source);
+  w.source.transpose = !plain;
+  w.source.sliceAxis = 0;
+  w.source.sliceBegin = r0;
+  w.source.sliceSize = plain ? a : c;
+  w.shape = {a, c};
+  w.chain = chainFrom(g, init, b);
+  return w;
+}
+
+} // namespace
+
 std::optional<WeightUse> weightUse(const OnnxGraph &g, const NodeProto &node) {
   llvm::StringRef op = node.op_type();
   if ((op != "MatMul" && op != "Gemm" && op != "Einsum") ||
@@ -324,11 +440,10 @@ std::optional<WeightUse> weightUse(const OnnxGraph &g, const NodeProto &node) {
   std::vector<int64_t> perm;
   if (init.empty()) {
     const NodeProto *t = g.producer(b);
-    if (!t || t->op_type() != "Transpose")
-      return std::nullopt;
-    init = initializerOf(g, t->input(0));
+    if (t && t->op_type() == "Transpose")
+      init = initializerOf(g, t->input(0));
     if (init.empty())
-      return std::nullopt;
+      return rowBlockWeight(g, node, b);
     perm = attrInts(*t, "perm");
     transposed = !transposed;
   }
@@ -666,7 +781,27 @@ static ParamSpec stackParam(const std::string &name,
   for (const WeightUse *w : ws)
     p.source.initializers.push_back(w->source.initializers[0]);
   p.source.stacked = true;
+  // Row blocks of one parameter (rowBlockWeight): expert n's begins n
+  // strides after expert 0's (checked by the caller: expertSlicesOk).
+  if (ws.size() > 1 && p.source.sliceAxis >= 0)
+    p.source.sliceStride = ws[1]->source.sliceBegin - ws[0]->source.sliceBegin;
   return p;
+}
+
+bool expertSlicesOk(const std::vector<const WeightUse *> &ws) {
+  if (ws.empty() || ws[0]->source.sliceAxis < 0)
+    return llvm::all_of(
+        ws, [](const WeightUse *w) { return w->source.sliceAxis < 0; });
+  const WeightSource &s0 = ws[0]->source;
+  int64_t stride =
+      ws.size() > 1 ? ws[1]->source.sliceBegin - s0.sliceBegin : s0.sliceSize;
+  for (size_t n = 0; n < ws.size(); ++n) {
+    const WeightSource &s = ws[n]->source;
+    if (s.sliceAxis != s0.sliceAxis || s.sliceSize != s0.sliceSize ||
+        s.sliceBegin != s0.sliceBegin + int64_t(n) * stride || stride <= 0)
+      return false;
+  }
+  return true;
 }
 
 void addFfnParams(const OnnxGraph &g, const std::vector<FfnMatch> &ffns,

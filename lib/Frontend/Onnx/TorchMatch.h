@@ -63,12 +63,18 @@ struct WeightUse {
   WeightSource source;
   /// Shape in the `moe` layout.
   std::vector<int64_t> shape;
+  /// The nodes that compute the weight from its initializer when it is a
+  /// block of rows of one (DBRX's experts: w1.view(E, F, M).chunk(E)[e]),
+  /// in graph order; empty for a plain initializer (or its Transpose).
+  std::vector<const onnx::NodeProto *> chain;
 };
 
 /// Recognises `node` as a weight projection: MatMul / Gemm whose second
 /// operand is a 2-D initializer or a Transpose of one (torch Linear), or a
 /// MatMul / Einsum whose second operand is a 3-D initializer (stacked
-/// experts). nullopt otherwise.
+/// experts), or a MatMul whose second operand is a block of consecutive
+/// rows of a 2-D initializer, or its transpose, computed by movement ops
+/// (rowBlockWeight). nullopt otherwise.
 std::optional<WeightUse> weightUse(const OnnxGraph &g,
                                    const onnx::NodeProto &node);
 
@@ -157,6 +163,12 @@ struct RoutingParts {
 /// experts and their add; an error at the first node that is none of
 /// these.
 LogicalResult claimRouting(const RoutingParts &p, Claims &claims);
+
+/// Whether per-expert weights that are row blocks of a parameter
+/// (WeightUse::chain non-empty) are blocks of one size at a constant stride
+/// in expert order, the form a stacked #moe.source slice can name; true
+/// for weights that are not sliced at all.
+bool expertSlicesOk(const std::vector<const WeightUse *> &ws);
 
 /// Adds params "<prefix>.{up,gate,down}" for a list of FFNs: stacked along
 /// an expert axis when `stacked`, else the single FFN.

@@ -234,7 +234,11 @@ LogicalResult readTopK(MoeCtx &c) {
 }
 
 /// Renormalisation (Mixtral's w / w.sum()): a Div of the kept weights by a
-/// ReduceSum of them. Sigmoid scores renormalised so (DeepSeek-V3) have no
+/// ReduceSum of them, or by their ReduceL1 (DBRX's moe_normalize_expert_
+/// weights = 1, torch.norm(w, p=1)): the kept weights are softmax
+/// probabilities, positive, so their L1 norm is their sum, and so is its
+/// gradient (sign(w) = 1). Another p-norm (ReduceL2, Pow / ReduceSum) is
+/// refused by name. Sigmoid scores renormalised so (DeepSeek-V3) have no
 /// moe.gate equivalent: refused at the Div.
 LogicalResult readNormalize(MoeCtx &c) {
   const NodeProto *normDiv = nullptr;
@@ -245,11 +249,24 @@ LogicalResult readNormalize(MoeCtx &c) {
     for (const NodeProto *d : c.rv.ofType("Div")) {
       if (!kept.count(d->input(0)))
         continue;
-      for (const NodeProto *n : c.rv.backwardNodes(d->input(1)))
-        if (n->op_type() == "ReduceSum" && kept.count(n->input(0))) {
+      for (const NodeProto *n : c.rv.backwardNodes(d->input(1))) {
+        llvm::StringRef op = n->op_type();
+        if (n->input_size() < 1 || !kept.count(n->input(0)))
+          continue;
+        if (op == "ReduceL2" || op == "ReduceLogSum" || op == "Pow" ||
+            op == "ReduceSumSquare" || op == "ReduceLogSumExp") {
+          c.g.error(*n) << "renormalises the top-" << c.spec.topK
+                        << " routing weights by another norm than their sum ("
+                        << op << "; DBRX's moe_normalize_expert_weights "
+                        << "other than 1?): moe.gate's normalize divides by "
+                           "their sum (p = 1) only";
+          return failure();
+        }
+        if (op == "ReduceSum" || op == "ReduceL1") {
           c.spec.normalize = true;
           normDiv = d;
         }
+      }
     }
   }
   if (c.spec.normalize && c.spec.gate == GateKind::sigmoid) {
@@ -388,6 +405,28 @@ LogicalResult groupExperts(MoeCtx &c) {
   } else if (failed(orderExperts(c))) {
     return failure();
   }
+  // Each role's per-expert weights, when sliced from one parameter, must be
+  // blocks a strided moe.source slice names (expertSlicesOk).
+  auto role = [&](auto get) {
+    std::vector<const WeightUse *> ws;
+    for (const FfnMatch &f : c.ffns)
+      if (const WeightUse *w = get(f))
+        ws.push_back(w);
+    if (expertSlicesOk(ws))
+      return success();
+    g.error(*ws.back()->node)
+        << "expert weights sliced from '" << ws[0]->source.initializers[0]
+        << "' are not equal row blocks at a constant stride in expert "
+           "order; a stacked moe.source cannot name them";
+    return failure();
+  };
+  auto opt = [](const std::optional<WeightUse> &w) {
+    return w ? &*w : nullptr;
+  };
+  if (failed(role([&](const FfnMatch &f) { return opt(f.up); })) ||
+      failed(role([&](const FfnMatch &f) { return opt(f.gate); })) ||
+      failed(role([](const FfnMatch &f) { return &f.down; })))
+    return failure();
   const FfnMatch &first = c.ffns[0];
   c.spec.activation = first.activation;
   c.spec.gated = first.gated();
@@ -546,6 +585,19 @@ FailureOr<bool> matchTorchMoe(const OnnxGraph &g, const Region &r,
                      c.spec.normalize, c.sharedGate ? &*c.sharedGate : nullptr};
   if (failed(claimRouting(parts, t.claims)))
     return failure();
+  // The nodes that slice a weight out of a fused parameter (DBRX's w1 / v1
+  // / w2 views and chunks) belong to the op that uses the weight.
+  auto claimChains = [&](const std::vector<FfnMatch> &ffns, OpSite site) {
+    for (const FfnMatch &f : ffns)
+      for (const WeightUse *w :
+           {f.up ? &*f.up : nullptr, f.gate ? &*f.gate : nullptr, &f.down})
+        if (w)
+          for (const NodeProto *n : w->chain)
+            if (c.rv.contains(n))
+              t.claims.add(n, site);
+  };
+  claimChains(c.ffns, OpSite::expert);
+  claimChains(c.shared, OpSite::sharedExpert);
   t.params.insert(t.params.end(), normParams.begin(), normParams.end());
   t.params.push_back(
       {prefix + ".gate.weight", c.router->shape, c.router->source});

@@ -44,6 +44,10 @@ typedef struct moe_rt_attention_attrs {
    * initialiser that stops at eps keeps the defaults. */
   double rotary_theta;
   int rotary_interleaved;
+  /* Clamp of the Q, K, V projections (bias included, before rotary) to
+   * [-clip_qkv, clip_qkv]: DBRX's clip_qkv. 0: no clamp. Its gradient is
+   * zero where a projection lies outside the range (torch.clamp's). */
+  double clip_qkv;
 } moe_rt_attention_attrs;
 
 /* x, out: B x N x M; norm_scale / norm_bias may be NULL. */

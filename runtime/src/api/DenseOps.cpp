@@ -33,7 +33,7 @@ k::AttentionShape attentionShape(const moe_rt_attention_attrs *a,
           a->kv_heads,  a->head_dim, a->causal != 0, a->rotary != 0,
           int(a->norm), a->eps,
           a->rotary_theta == 0 ? 10000.0 : a->rotary_theta,
-          a->rotary_interleaved != 0};
+          a->rotary_interleaved != 0, a->clip_qkv};
 }
 
 /// The Q, K, V, output biases: F32 vectors of the projections' widths,
@@ -55,7 +55,9 @@ void biasChecks(Check &c, const moe_rt_attention_attrs *a,
       .that(!a->rotary || (a->head_dim % 2 == 0 && a->rotary_theta >= 0 &&
                            std::isfinite(a->rotary_theta)),
             "rotary needs an even head_dim and a finite theta >= 0 (0: "
-            "10000)");
+            "10000)")
+      .that(a->clip_qkv >= 0 && std::isfinite(a->clip_qkv),
+            "clip_qkv must be finite and >= 0 (0: no clamp)");
 }
 
 Check attentionChecks(const char *call, moe_rt_stream s,

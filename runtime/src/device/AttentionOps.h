@@ -5,7 +5,9 @@
 // Q/K/V projections (optional biases), rotary embeddings (rotate-half or
 // interleaved, angle pos * theta^(-2j/D)), scaled dot-product attention
 // with `heads` query heads sharing `kvHeads` key/value heads (GQA), causal
-// or not, and the output projection (optional bias). The backward recomputes the forward from x, as the CPU
+// or not, and the output projection (optional bias), with the optional clamp
+// of Q, K, V (clip_qkv, before rotary; zero gradient outside the range).
+// The backward recomputes the forward from x, as the CPU
 // kernel does, and OVERWRITES its gradients (as moe_rt_attention_grad).
 //
 // Layout: activations are token-major (B*N rows of H*D or KV*D); scores
@@ -55,6 +57,29 @@ struct RotaryBody {
     float x = row[p], y = row[q];
     row[p] = float(x * c - y * s);
     row[q] = float(y * c + x * s);
+  }
+};
+
+/// The clamp of a projection (clip_qkv), one thread per value: keeps the
+/// value before the clamp in `raw` (the backward's mask) and clamps `v`.
+struct ClampKeepBody {
+  float *v, *raw;
+  double clip;
+  MOE_HD void operator()(int64_t i) const {
+    raw[i] = v[i];
+    v[i] = kernels::clipValue(clip, v[i]);
+  }
+};
+
+/// The clamp's vjp in place: the gradient is zero where the projection lay
+/// outside [-clip, clip] (kernels::clipPasses, as torch.clamp).
+struct ClampGradBody {
+  const float *raw;
+  float *grad;
+  double clip;
+  MOE_HD void operator()(int64_t i) const {
+    if (!kernels::clipPasses(clip, raw[i]))
+      grad[i] = 0;
   }
 };
 
@@ -131,6 +156,8 @@ inline int64_t chunkSamples(const kernels::AttentionShape &s,
 struct Activations {
   const float *xn = nullptr;
   float *q = nullptr, *k = nullptr, *v = nullptr, *p = nullptr, *o = nullptr;
+  /// Q, K, V before the clamp (only with clip_qkv).
+  float *qRaw = nullptr, *kRaw = nullptr, *vRaw = nullptr;
   int64_t chunk = 1, pFirst = -1;
 };
 
@@ -199,6 +226,16 @@ moe_rt_status forwardToO(X &x, const kernels::AttentionShape &s,
       (pb.v &&
        x.forEach(z.rows * z.kvd, dense::AddBiasBody{a.v, pb.v, z.kvd})))
     return x.status();
+  if (s.clip > 0) {
+    a.qRaw = x.scratchF32(z.rows * z.hd);
+    a.kRaw = x.scratchF32(z.rows * z.kvd);
+    a.vRaw = x.scratchF32(z.rows * z.kvd);
+    if (!a.qRaw || !a.kRaw || !a.vRaw ||
+        x.forEach(z.rows * z.hd, ClampKeepBody{a.q, a.qRaw, s.clip}) ||
+        x.forEach(z.rows * z.kvd, ClampKeepBody{a.k, a.kRaw, s.clip}) ||
+        x.forEach(z.rows * z.kvd, ClampKeepBody{a.v, a.vRaw, s.clip}))
+      return x.status();
+  }
   if (s.rotary && z.d / 2 > 0 &&
       (x.forEach(z.rows * s.heads * (z.d / 2),
                  RotaryBody{a.q, z.n, s.heads, z.d, false, s.theta,
@@ -339,6 +376,12 @@ attentionBackward(X &x, const kernels::AttentionShape &s, const float *in,
        x.forEach(rows * s.kvHeads * (d / 2),
                  attn::RotaryBody{dK, n, s.kvHeads, d, true, s.theta,
                                   s.interleaved})))
+    return x.status();
+  // The clamp sits between the projections (biases included) and rotary.
+  if (s.clip > 0 &&
+      (x.forEach(rows * hd, attn::ClampGradBody{a.qRaw, dQ, s.clip}) ||
+       x.forEach(rows * kvd, attn::ClampGradBody{a.kRaw, dK, s.clip}) ||
+       x.forEach(rows * kvd, attn::ClampGradBody{a.vRaw, dV, s.clip})))
     return x.status();
   // The biases' gradients: column sums of dout, dQ, dK, dV (the latter
   // after rotary's adjoint: the biases are added before rotary).

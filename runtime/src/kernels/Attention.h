@@ -9,7 +9,11 @@
 // (j, j + D/2) (rotate-half: HF LLaMA / GPT-NeoX) or (2j, 2j + 1)
 // (interleaved: GPT-J, Meta's LLaMA), from cos/sin tables built once per
 // (seq, D, theta) (RotaryTable.h). Optional biases are added to the Q, K, V
-// projections (before rotary) and to the output projection. The backward
+// projections (before rotary) and to the output projection. An optional
+// clamp (DBRX's clip_qkv) bounds the Q, K, V projections, biases included,
+// to [-clip, clip] before rotary; its gradient is zero where a projection
+// lies outside the range (torch.clamp's: the bounds themselves pass). The
+// backward
 // recomputes the forward's intermediates from x (activation recomputation).
 //
 // Per head, the score, value and gradient products are BLAS GEMMs on the
@@ -26,6 +30,7 @@
 #define MOE_RT_KERNELS_ATTENTION_H
 
 #include "AttentionShape.h"
+#include "ClipQkv.h"
 #include "Dense.h"
 #include "RotaryTable.h"
 
@@ -42,6 +47,8 @@ namespace detail {
 
 template <typename T> struct Activations {
   std::vector<T> xn, q, k, v, p, o; // per batch element
+  /// Q, K, V before the clamp (kept only when there is one).
+  std::vector<T> qRaw, kRaw, vRaw;
 };
 
 template <typename T> using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
@@ -70,6 +77,22 @@ void softmaxRowsGrad(int64_t n, const T *p, T inv, T *dp) {
   }
 }
 
+/// Clamps `v` in place, keeping its values before the clamp in `raw`.
+template <typename T>
+void clampKeeping(double clip, std::vector<T> &v, std::vector<T> &raw) {
+  raw = v;
+  for (T &x : v)
+    x = clipValue(clip, x);
+}
+
+/// Zeroes the gradient where the clamp cut the projection.
+template <typename T>
+void clampGrad(double clip, const std::vector<T> &raw, std::vector<T> &grad) {
+  for (size_t i = 0; i < grad.size(); ++i)
+    if (!clipPasses(clip, raw[i]))
+      grad[i] = T(0);
+}
+
 /// Forward of one sample; keeps what the backward needs in `act`.
 template <typename T>
 void forwardSample(const AttentionShape &s, const T *x, const T *wq,
@@ -89,6 +112,11 @@ void forwardSample(const AttentionShape &s, const T *x, const T *wq,
   linearForward(n, m, hd, act.xn.data(), wq, pb.q, act.q.data());
   linearForward(n, m, kvd, act.xn.data(), wk, pb.k, act.k.data());
   linearForward(n, m, kvd, act.xn.data(), wv, pb.v, act.v.data());
+  if (s.clip > 0) {
+    clampKeeping(s.clip, act.q, act.qRaw);
+    clampKeeping(s.clip, act.k, act.kRaw);
+    clampKeeping(s.clip, act.v, act.vRaw);
+  }
   if (s.rotary) {
     auto table = rotaryTable(n, d, s.theta);
     for (int64_t t = 0; t < n; ++t) {
@@ -175,6 +203,11 @@ void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
         rotaryApply(*table, s.interleaved, dK.data() + t * kvd, s.kvHeads, d,
                     t, true);
       }
+    }
+    if (s.clip > 0) { // the clamp sits between the projections and rotary
+      detail::clampGrad(s.clip, act.qRaw, dQ);
+      detail::clampGrad(s.clip, act.kRaw, dK);
+      detail::clampGrad(s.clip, act.vRaw, dV);
     }
     std::fill(dxn.begin(), dxn.end(), T(0));
     linearBackward(n, m, hd, act.xn.data(), wq, dQ.data(), dxn.data(), dwq,

@@ -21,6 +21,8 @@ struct AttentionShape {
   /// Rotary base and lane pairing (moe.attention's theta and layout).
   double theta = 10000.0;
   bool interleaved = false;
+  /// Clamp of Q, K, V to [-clip, clip] (moe.attention's clip_qkv); 0: none.
+  double clip = 0.0;
 };
 
 /// The optional biases of the Q, K, V and output projections (null: none).

@@ -10,6 +10,14 @@ func.func @ok(%w: tensor<2x2x4xf32> {moe.param = "block0.experts.up", moe.source
   return
 }
 
+// One parameter holding both experts (DBRX's w1): named once per expert,
+// expert n's rows start at 0 + n * 4.
+// CHECK-LABEL: func.func @strided
+// CHECK-SAME: moe.source = #moe.source<file = "m.onnx", names = ["w1", "w1"], slice = [0, 0, 4, 4], stacked, transpose>
+func.func @strided(%w: tensor<2x3x4xf32> {moe.param = "block0.experts.gate", moe.source = #moe.source<file = "m.onnx", names = ["w1", "w1"], slice = [0, 0, 4, 4], stacked, transpose>}) {
+  return
+}
+
 // CHECK-LABEL: func.func @plain
 // CHECK-SAME: moe.source = #moe.source<file = "dir/m.onnx", names = ["w"]>
 func.func @plain(%w: tensor<4xf32> {moe.param = "w", moe.source = #moe.source<file = "dir/m.onnx", names = ["w"]>}) {
@@ -46,8 +54,22 @@ func.func @f(%w: tensor<4xf32> {moe.source = #moe.source<file = "m.onnx", names 
 
 // -----
 
-// expected-error @+1 {{#moe.source `slice` must be [axis, begin, size] with size > 0}}
+// expected-error @+1 {{#moe.source `slice` must be [axis, begin, size] or [axis, begin, size, stride] with size > 0}}
 func.func @f(%w: tensor<4xf32> {moe.source = #moe.source<file = "m.onnx", names = ["a"], slice = [0, 1]>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#moe.source `slice` has a stride (initializer n of a stack starts at begin + n * stride) but is not `stacked`}}
+func.func @f(%w: tensor<4xf32> {moe.source = #moe.source<file = "m.onnx", names = ["a"], slice = [0, 0, 4, 4]>}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{#moe.source `slice` has a stride (initializer n of a stack starts at begin + n * stride) but it is not positive}}
+func.func @f(%w: tensor<2x4xf32> {moe.source = #moe.source<file = "m.onnx", names = ["a", "a"], slice = [0, 0, 4, 0], stacked>}) {
   return
 }
 

@@ -210,7 +210,10 @@ def Moe_SourceAttr : Moe_Attr<"Source", "source"> {
     - `names`: the initializers, exactly one unless `stacked`.
     - `scale = s`: every value times s (a constant the importer folded).
     - `slice = [axis, begin, size]`: each initializer's slice along `axis`
-      (one part of a packed projection), size > 0.
+      (one part of a packed projection), size > 0. With `stacked`, an
+      optional fourth entry `stride` > 0 moves initializer n's begin to
+      begin + n·stride: one parameter holding every expert's matrix (DBRX's
+      w1 / v1 / w2), named once per expert.
     - `stacked`: one initializer per expert, stacked along a new first
       dimension.
     - `transpose`: each initializer's last two dimensions swapped.

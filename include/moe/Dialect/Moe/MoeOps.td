@@ -193,7 +193,10 @@ def Moe_AttentionOp : Moe_ComputeOp<"attention", [AttrSizedOperandSegments]> {
     `prenorm rms(%scale)`) is applied to the input first. Optional biases
     (`qkv_bias(%bq, %bk, %bv)`: Qwen2, nn.MultiheadAttention;
     `out_bias(%bo)`) are added to the Q, K, V projections (before rotary)
-    and to the output projection. The residual add is not part of the op.
+    and to the output projection. `clip_qkv = c` (DBRX's clip_qkv) clamps
+    the Q, K and V projections, biases included, to [-c, c] before rotary;
+    its gradient is zero where a projection lies outside the range
+    (torch.clamp's). The residual add is not part of the op.
 
     ```mlir
     %a = moe.attention %x weights(%wq, %wk, %wv, %wo) heads = 8 kv_heads = 2
@@ -221,13 +224,15 @@ def Moe_AttentionOp : Moe_ComputeOp<"attention", [AttrSizedOperandSegments]> {
     OptionalAttr<Moe_RotaryLayoutAttr>:$layout,
     OptionalAttr<F64Attr>:$theta,
     OptionalAttr<Moe_NormKindAttr>:$norm,
-    DefaultValuedAttr<F64Attr, "1e-5">:$epsilon);
+    DefaultValuedAttr<F64Attr, "1e-5">:$epsilon,
+    OptionalAttr<F64Attr>:$clip_qkv);
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
     $input `weights` `(` $wq `,` $wk `,` $wv `,` $wo `)`
     `heads` `=` $num_heads `kv_heads` `=` $num_kv_heads `head_dim` `=` $head_dim
     (`causal` $causal^)? (`rotary` $rotary^)?
     (`layout` `=` `` $layout^)? (`theta` `=` $theta^)?
+    (`clip_qkv` `=` $clip_qkv^)?
     (`prenorm` `` $norm^ `(` $norm_params `)`)?
     (`qkv_bias` `(` $qkv_bias^ `)`)? (`out_bias` `(` $out_bias^ `)`)?
     attr-dict `:` functional-type(operands, results)
@@ -236,6 +241,10 @@ def Moe_AttentionOp : Moe_ComputeOp<"attention", [AttrSizedOperandSegments]> {
     /// The rotary base: `theta`, else 10000 (GPT-NeoX, LLaMA).
     double getRotaryTheta() {
       return getTheta() ? getTheta()->convertToDouble() : 10000.0;
+    }
+    /// The Q/K/V clamp bound: `clip_qkv`, else 0 (no clamp).
+    double getClipBound() {
+      return getClipQkv() ? getClipQkv()->convertToDouble() : 0.0;
     }
     /// The rotary lane pairing: `layout`, else rotate-half.
     ::mlir::moe::RotaryLayout getRotaryLayout() {
