@@ -26,6 +26,7 @@
 #include "DenseOps.h"
 
 #include "kernels/AttentionShape.h"
+#include "kernels/ClipQkv.h"
 
 #include <cmath>
 #include <cstdint>
