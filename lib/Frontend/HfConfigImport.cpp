@@ -395,8 +395,11 @@ void readExpertSizes(const Config &cfg, const ModelSpec &spec, HfFields &f) {
   f.experts = cfg.requireInt(
       {"num_local_experts", "num_experts", "n_routed_experts"},
       (std::string("routed experts, e.g. '") + expertKeys + "'").c_str());
+  // Switch's router is top-1 (Fedus et al. §2.1); the `top_k` that
+  // transformers writes into every config is the generation default (50),
+  // not experts per token.
   f.topK = f.family == Family::Switch
-               ? cfg.getInt({"num_experts_per_tok", "top_k"}).value_or(1)
+               ? cfg.getInt({"num_experts_per_tok"}).value_or(1)
                : cfg.requireInt({"num_experts_per_tok", "top_k", "moe_top_k"},
                                 "experts per token k");
   if (f.topK > f.experts)
@@ -457,8 +460,19 @@ void readLayerFlavour(const Config &cfg, HfFields &f) {
   if (f.family == Family::Bert)
     if (std::optional<bool> dec = cfg.getBool("is_decoder"))
       f.causal = *dec;
-  if (f.family == Family::Switch)
+  if (f.family == Family::Switch) {
+    // transformers writes num_decoder_layers into every Switch config: a
+    // model with a decoder is encoder-decoder (refused, as NLLB-MoE is); a
+    // config without one describes an encoder stack, which imports.
+    if (std::optional<int64_t> d = cfg.getInt({"num_decoder_layers"}, 0);
+        d && *d > 0)
+      cfg.failKey("num_decoder_layers",
+                  "is " + std::to_string(*d) +
+                      ": Switch Transformers with a decoder is an "
+                      "encoder-decoder model; the importer builds one stack "
+                      "(a config without decoder layers imports the encoder)");
     f.notes.push_back("Switch Transformers: the encoder stack only");
+  }
 }
 
 /// The router: softmax or sigmoid (DeepSeek-V3's `scoring_func`),
