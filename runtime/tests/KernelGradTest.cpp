@@ -285,6 +285,28 @@ TEST(KernelGrad, AttentionEveryVariant) {
   }
 }
 
+/// moe.attention's operands for a gradient check, drawn in one order: x,
+/// the four projections, the pre-norm scale, the four biases.
+struct AttentionOperands {
+  Vec x, wq, wk, wv, wo, scale, bq, bk, bv, bo;
+};
+AttentionOperands drawAttentionOperands(const AttentionShape &s,
+                                        std::mt19937 &rng) {
+  int64_t hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim;
+  AttentionOperands a;
+  a.x = random(s.batch * s.seq * s.embed, rng);
+  a.wq = random(s.embed * hd, rng);
+  a.wk = random(s.embed * kvd, rng);
+  a.wv = random(s.embed * kvd, rng);
+  a.wo = random(hd * s.embed, rng);
+  a.scale = random(s.embed, rng);
+  a.bq = random(hd, rng);
+  a.bk = random(kvd, rng);
+  a.bv = random(kvd, rng);
+  a.bo = random(s.embed, rng);
+  return a;
+}
+
 // Rotary base and layout, and the Q/K/V/O biases: every gradient, bias
 // gradients included (head size 4: with 2 lanes theta would not matter).
 TEST(KernelGrad, AttentionThetaLayoutBiases) {
@@ -298,11 +320,9 @@ TEST(KernelGrad, AttentionThetaLayoutBiases) {
     s.interleaved = v.interleaved;
     std::mt19937 rng(40 + v.interleaved);
     int64_t hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim;
-    Vec x = random(s.batch * s.seq * s.embed, rng),
-        wq = random(s.embed * hd, rng), wk = random(s.embed * kvd, rng),
-        wv = random(s.embed * kvd, rng), wo = random(hd * s.embed, rng),
-        scale = random(s.embed, rng), bq = random(hd, rng),
-        bk = random(kvd, rng), bv = random(kvd, rng), bo = random(s.embed, rng);
+    AttentionOperands a = drawAttentionOperands(s, rng);
+    Vec &x = a.x, &wq = a.wq, &wk = a.wk, &wv = a.wv, &wo = a.wo,
+        &scale = a.scale, &bq = a.bq, &bk = a.bk, &bv = a.bv, &bo = a.bo;
     AttentionBias<double> pb{bq.data(), bk.data(), bv.data(), bo.data()};
     auto forward = [&] {
       Vec y(x.size());
@@ -341,11 +361,9 @@ TEST(KernelGrad, AttentionClipQkv) {
     s.clip = 0.7;
     std::mt19937 rng(70 + biased);
     int64_t hd = s.heads * s.headDim, kvd = s.kvHeads * s.headDim;
-    Vec x = random(s.batch * s.seq * s.embed, rng),
-        wq = random(s.embed * hd, rng), wk = random(s.embed * kvd, rng),
-        wv = random(s.embed * kvd, rng), wo = random(hd * s.embed, rng),
-        scale = random(s.embed, rng), bq = random(hd, rng),
-        bk = random(kvd, rng), bv = random(kvd, rng), bo = random(s.embed, rng);
+    AttentionOperands a = drawAttentionOperands(s, rng);
+    Vec &x = a.x, &wq = a.wq, &wk = a.wk, &wv = a.wv, &wo = a.wo,
+        &scale = a.scale, &bq = a.bq, &bk = a.bk, &bv = a.bv, &bo = a.bo;
     AttentionBias<double> pb;
     if (biased)
       pb = {bq.data(), bk.data(), bv.data(), bo.data()};
