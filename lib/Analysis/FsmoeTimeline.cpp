@@ -473,9 +473,12 @@ StepPlan mlir::moe::planStep(const FsmoeStack &s, LayerSchedule schedule,
   partition.degrees = options.degrees;
   partition.differentialEvolution = options.differentialEvolution;
   partition.evolution = options.evolution;
-  if (options.smallAllToAllRule &&
-      s.layer.forward.allToAll.whole() < 1000.0)
-    partition.degrees.degrees = {1};
+  // FSMoE's code (tools/optim.py) fixes only the forward degree (d0) at 1
+  // for a small all-to-all; the backward degree of a layer it gives a
+  // gradient slice is Algorithm 1's for that slice (it forces only d1, the
+  // degree it reports for the layer it plans without one).
+  const bool smallForward = options.smallAllToAllRule &&
+                            s.layer.forward.allToAll.whole() < 1000.0;
   if (!iio) {
     // Without the overlap Algorithm 1's cases do not apply: the same
     // decisions, taken on the one-link timeline.
@@ -487,7 +490,8 @@ StepPlan mlir::moe::planStep(const FsmoeStack &s, LayerSchedule schedule,
   DegreeChoice forward =
       iio ? findOptimalPipelineDegree(s.layer.forward, 0, partition.degrees)
           : sharedLinkDegree(s.layer.forward, 0, partition.degrees);
-  StepPlan plan = uniform(s, schedule, forward.degree, iio);
+  StepPlan plan =
+      uniform(s, schedule, smallForward ? 1 : forward.degree, iio);
   plan.gradients = partitionGradients(backwardWindows(s),
                                       s.layer.gradientAllReduce, partition);
   std::vector<WindowSlot> slots = windowSlots(s);

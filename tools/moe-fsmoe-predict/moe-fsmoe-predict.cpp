@@ -73,6 +73,13 @@ static cl::opt<bool> sharedNic(
              "inter-node collective's bandwidth term is GPUs-per-node x the "
              "profile's"),
     cl::cat(category));
+static cl::opt<bool> literalBackward(
+    "literal-backward",
+    cl::desc("FSMoE §4.4 read literally: FSMoE plans the backward expert "
+             "with alpha, beta and n all doubled (its volume term 4x the "
+             "forward's); the step is still simulated at the profile's "
+             "backward factor"),
+    cl::cat(category));
 static cl::opt<bool> enumerate(
     "enumerate",
     cl::desc("Algorithm 1 by enumerating the degrees instead of SLSQP"),
@@ -254,8 +261,13 @@ json::Object report(const Config &c, const HardwareProfile &p,
   for (LayerSchedule schedule : schedules) {
     const FsmoeStack &stack =
         schedule == LayerSchedule::DeepSpeedMoE ? einsum : sparse;
+    // What the planner believes; the simulation below runs `stack`.
+    FsmoeStack believed = stack;
+    if (literalBackward && (schedule == LayerSchedule::Fsmoe ||
+                            schedule == LayerSchedule::FsmoeNoIIo))
+      believed.layer.backward.expert.workUs *= 2;
     auto start = std::chrono::steady_clock::now();
-    StepPlan plan = planStep(stack, schedule, options);
+    StepPlan plan = planStep(believed, schedule, options);
     std::chrono::duration<double, std::milli> planning =
         std::chrono::steady_clock::now() - start;
     SimulationResult sim = simulateStep(stack, plan);
@@ -300,7 +312,7 @@ json::Object report(const Config &c, const HardwareProfile &p,
       };
       out["algorithm1_forward"] = choice(f);
       out["algorithm1_backward_no_gar"] = choice(findOptimalPipelineDegree(
-          stack.layer.backward, 0, options.degrees));
+          believed.layer.backward, 0, options.degrees));
     }
     if (traced && traceSchedule == scheduleName(schedule))
       *traced = sim;

@@ -88,8 +88,9 @@ struct PlanOptions {
   DegreeOptions degrees;
   bool differentialEvolution = true;
   EvolutionOptions evolution;
-  /// FSMoE's published code, not the paper: r_fwd = r_bwd = 1 when one
-  /// whole forward all-to-all takes under 1 ms.
+  /// FSMoE's published code, not the paper: r_fwd = 1 when one whole
+  /// forward all-to-all takes under 1 ms (the backward degrees stay
+  /// Algorithm 1's for each layer's gradient slice, as in the code).
   bool smallAllToAllRule = false;
 };
 
