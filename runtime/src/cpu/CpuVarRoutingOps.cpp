@@ -89,8 +89,6 @@ struct VarState {
     if (!why.empty())
       return fail(r, "the routing counts do not match the rows tensor: " +
                          why);
-    sendBoth.resize(capacity * r.M);
-    recvBoth.resize(capacity * r.M);
     sendPos.resize(r.T * r.k);
     recvPos.resize(r.T * r.k);
     k::shiftRows(r.T * r.k, r.El, idx, pos.data(), twoWay.gradSent.data(),
@@ -252,6 +250,9 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
                            const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
                            moe_rt_tensor *dweights) {
   auto st = std::make_shared<VarState>(r);
+  // The exchange is queued with these buffers' addresses: sized now.
+  st->sendBoth.resize((r.T * r.k + r.El * r.R) * r.M);
+  st->recvBoth.resize(st->sendBoth.size());
   const int64_t *idx = i64(indices), *rows = i64(rowsIn);
   float *pe = f32(expertOut), *pw = f32(weights), *pdy = f32(dout),
         *pde = f32(dexpertOut), *pdw = f32(dweights);
