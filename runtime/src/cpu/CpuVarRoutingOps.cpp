@@ -51,9 +51,20 @@ struct VarState {
                             bothWays = std::make_shared<PeerPlan>();
   std::string error;
 
-  VarState(const Var &r)
-      : pos(r.T * r.k), mine(r.E), all(r.G * r.E),
-        tokens(r.T * r.k * r.M), experts(r.El * r.R * r.M) {}
+  /// The buffers of a one-way exchange (tokens, experts) or, `bothWays`,
+  /// of combine's vjp (sendBoth, recvBoth): sized here, since the exchange
+  /// is queued with their addresses.
+  VarState(const Var &r, bool bothWays = false)
+      : pos(r.T * r.k), mine(r.E), all(r.G * r.E) {
+    int64_t tokenSide = r.T * r.k * r.M, expertSide = r.El * r.R * r.M;
+    if (bothWays) {
+      sendBoth.resize(tokenSide + expertSide);
+      recvBoth.resize(tokenSide + expertSide);
+    } else {
+      tokens.resize(tokenSide);
+      experts.resize(expertSide);
+    }
+  }
 
   /// Token-side packed rows of `idx` and this rank's per-expert counts.
   void route(const Var &r, const int64_t *idx) {
@@ -249,10 +260,7 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
                            const moe_rt_tensor *weights,
                            const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
                            moe_rt_tensor *dweights) {
-  auto st = std::make_shared<VarState>(r);
-  // The exchange is queued with these buffers' addresses: sized now.
-  st->sendBoth.resize((r.T * r.k + r.El * r.R) * r.M);
-  st->recvBoth.resize(st->sendBoth.size());
+  auto st = std::make_shared<VarState>(r, /*bothWays=*/true);
   const int64_t *idx = i64(indices), *rows = i64(rowsIn);
   float *pe = f32(expertOut), *pw = f32(weights), *pdy = f32(dout),
         *pde = f32(dexpertOut), *pdw = f32(dweights);
