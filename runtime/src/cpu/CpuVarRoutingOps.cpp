@@ -119,20 +119,6 @@ struct VarState {
   }
 };
 
-/// The op's last task: `body` unless an error was found, then the error.
-moe_rt_status finish(moe_rt_stream s, const char *call,
-                     std::shared_ptr<VarState> st, std::function<void()> body) {
-  std::string name = call;
-  return enqueue(s, [=](std::string &message) {
-    if (st->error.empty()) {
-      body();
-      return MOE_RT_OK;
-    }
-    message = name + ": " + st->error;
-    return MOE_RT_INVALID_ARGUMENT;
-  });
-}
-
 moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm,
                        std::shared_ptr<const PeerPlan> plan,
                        std::vector<float> &from, std::vector<float> &to) {
@@ -198,7 +184,7 @@ moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   if (moe_rt_status e = exchange(s, comm, st->toExperts, st->tokens,
                                  st->experts))
     return e;
-  return finish(s, "moe_rt_dispatch_v", st, [=] {
+  return finishOp(s, "moe_rt_dispatch_v", st, [=] {
     k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(), py,
                          false);
   });
@@ -232,7 +218,7 @@ moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   if (moe_rt_status e = exchange(s, comm, st->toTokens, st->experts,
                                  st->tokens))
     return e;
-  return finish(s, "moe_rt_dispatch_v_grad", st, [=] {
+  return finishOp(s, "moe_rt_dispatch_v_grad", st, [=] {
     std::fill(pdx, pdx + r.T * r.M, 0.0f);
     k::scatterAddRows(r.T, r.k, r.M, st->pos.data(), st->tokens.data(), pdx);
   });
@@ -248,7 +234,7 @@ moe_rt_status combineV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   float *pe = f32(expertOut), *pw = f32(weights), *py = f32(out);
   if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
     return e;
-  return finish(s, "moe_rt_combine_v", st, [=] {
+  return finishOp(s, "moe_rt_combine_v", st, [=] {
     k::combineRows(r.T, r.k, r.M, st->pos.data(), pw, st->tokens.data(), py);
   });
 }
@@ -283,7 +269,7 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   if (moe_rt_status e =
           exchange(s, comm, st->bothWays, st->sendBoth, st->recvBoth))
     return e;
-  return finish(s, "moe_rt_combine_v_grad", st, [=] {
+  return finishOp(s, "moe_rt_combine_v_grad", st, [=] {
     float *recv = st->recvBoth.data();
     k::combineWeightsBackward(r.T, r.k, r.M, st->recvPos.data(), recv, pdy,
                               pdw);
