@@ -105,6 +105,12 @@ CostModel::groupShape(Operation *op, FlatSymbolRefAttr grid,
   return std::make_pair(*size, perNode);
 }
 
+bool CostModel::exchangesBothWays(Operation *op, Operation *forward) {
+  auto combine = dyn_cast<CombineOp>(forward);
+  return op != forward && combine && combine.getRows() &&
+         !combine.getPlacement();
+}
+
 FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
                                               Operation *forward) {
   auto collective = cast<CollectiveOpInterface>(forward);
@@ -168,6 +174,10 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
                      : 1;
       c.bytes = tokens(tokensSide) * k * m;
     }
+    // Both ways in one exchange: each rank sends its rows of either
+    // direction (the expected loads are the same both ways).
+    if (exchangesBothWays(op, forward))
+      c.bytes *= 2;
   }
   c.us = collectiveUs(profile, kind, c.bytes * workScale, size, perNode);
   c.link = collectiveLink(size, perNode);
@@ -233,11 +243,13 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
   if (isa<CollectiveOpInterface>(forward) &&
       !isa<shard::AllGatherOp, shard::ReduceScatterOp>(forward)) {
     FailureOr<TaskCost> c = collectiveCost(op, forward);
-    // The runtime's combine vjp exchanges twice (moe_rt_combine_grad,
-    // moe_rt_combine_v_grad): the expert outputs come to the tokens again,
-    // for the gate weights' gradient, then the gradient goes to the
-    // experts -- two all-to-alls of the forward's size.
-    if (succeeded(c) && backward && isa<CombineOp>(forward)) {
+    // The padded combine's vjp (moe_rt_combine_grad) and the placing one
+    // exchange twice: the expert outputs come to the tokens again, for the
+    // gate weights' gradient, then the gradient goes to the experts -- two
+    // all-to-alls of the forward's size. The variable-count one moves both
+    // in one all-to-all-v (collectiveCost prices it).
+    if (succeeded(c) && backward && isa<CombineOp>(forward) &&
+        !exchangesBothWays(op, forward)) {
       c->us *= 2;
       c->bytes *= 2;
     }

@@ -89,19 +89,23 @@ FailureOr<TaskCost> CostModel::tracedExchange(Operation *op,
       dimOf(tokensSide, 2) * ((type.getElementTypeBitWidth() + 7) / 8);
   const CollectiveModel &links = profile.collective(CollectiveKind::AllToAll);
   // A combine sends back what the dispatch received: the larger of each
-  // rank's two directions bounds either exchange.
+  // rank's two directions bounds either exchange. One that moves both ways
+  // at once (a variable-count combine's vjp) sends and receives both.
+  bool both = exchangesBothWays(op, forward);
+  auto rows = [&](double send, double recv) {
+    return (both ? send + recv : std::max(send, recv)) * rowBytes;
+  };
   TaskCost c;
   c.communication = true;
   c.link = collectiveLink(size, perNode);
   for (int64_t j = 0; j < size; ++j) {
-    double intra = std::max(load->sendIntra[j], load->recvIntra[j]) * rowBytes,
-           inter = std::max(load->sendInter[j], load->recvInter[j]) * rowBytes;
+    double intra = rows(load->sendIntra[j], load->recvIntra[j]),
+           inter = rows(load->sendInter[j], load->recvInter[j]);
     double us = std::max(intra > 0 ? links.intra.time(intra) : 0.0,
                          inter > 0 ? links.inter.time(inter) : 0.0);
     c.us = std::max(c.us, us);
     c.bytes = std::max(c.bytes, intra + inter);
   }
-  (void)forward;
   c.us += profile.launchUs;
   return c;
 }

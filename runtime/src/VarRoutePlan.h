@@ -126,6 +126,40 @@ inline std::string planExchanges(const VarRouteShape &r, const RankRows &n,
              : "the routing counts do not match the rows tensor: " + why;
 }
 
+/// Combine's vjp moves rows both ways at once, in one all-to-all-v: the
+/// token side's gradient rows (w dy) to the experts, n.toRank[p] to rank p,
+/// and the expert side's output rows (for the gate weights' gradient) to
+/// the tokens, n.fromRank[p] to rank p. The two are independent (neither
+/// needs what the other brings), so one exchange carries both: per peer p
+/// the send buffer holds the gradient rows for p's experts, then the
+/// output rows for p's tokens; what comes from p, the gradient rows for
+/// this rank's experts, then the output rows for its tokens. Each row
+/// keeps its one-way packed index (kernels/VarRouting.h) plus a shift per
+/// peer, so the layouts write and read the exchange's buffers in place.
+struct TwoWayRows {
+  /// Rows to and from each peer (equal: both parts each way).
+  std::vector<int64_t> perPeer;
+  /// Shifts by peer: the gradient rows sent (token side) and received
+  /// (expert side), the output rows sent (expert side) and received
+  /// (token side).
+  std::vector<int64_t> gradSent, gradReceived, outputSent, outputReceived;
+};
+
+inline TwoWayRows twoWayRows(const RankRows &n) {
+  TwoWayRows t;
+  int64_t G = int64_t(n.toRank.size()), to = 0, from = 0;
+  for (int64_t p = 0; p < G; ++p) {
+    t.perPeer.push_back(n.toRank[p] + n.fromRank[p]);
+    t.gradSent.push_back(from);
+    t.gradReceived.push_back(to);
+    to += n.toRank[p];
+    from += n.fromRank[p];
+    t.outputSent.push_back(to);
+    t.outputReceived.push_back(from);
+  }
+  return t;
+}
+
 /// "" when every local expert's rows fit the expert buffer (`slots` rows
 /// each, moe_rt_expert_v's x), else why not.
 inline std::string expertRowsFit(int64_t ranks, int64_t experts, int64_t slots,

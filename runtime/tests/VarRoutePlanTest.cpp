@@ -95,6 +95,36 @@ TEST(VarRoutePlan, RowsPerRankAndPlansBothWays) {
             "rows of local expert 1 exceed the bound 4");
 }
 
+TEST(VarRoutePlan, CombinesVjpMovesBothWaysInOneExchange) {
+  // Rank 1 of shape(): 2 + 4 token-side rows to ranks 0, 1; 5 + 4
+  // expert-side rows from them. To (and from) each peer: the gradient rows
+  // first, then the output rows.
+  vp::RankRows n{{2, 4}, {5, 4}};
+  vp::TwoWayRows t = vp::twoWayRows(n);
+  EXPECT_EQ(t.perPeer, (std::vector<int64_t>{7, 8}));
+  // Send buffer: [token rows 0-1 | expert rows 0-4 | token rows 2-5 |
+  // expert rows 5-8]; received: [expert rows 0-4 | token rows 0-1 |
+  // expert rows 5-8 | token rows 2-5].
+  EXPECT_EQ(t.gradSent, (std::vector<int64_t>{0, 5}));
+  EXPECT_EQ(t.outputSent, (std::vector<int64_t>{2, 6}));
+  EXPECT_EQ(t.gradReceived, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(t.outputReceived, (std::vector<int64_t>{5, 9}));
+  // Both buffers: every one of the 6 + 9 rows has one place.
+  int64_t tokenFirst[] = {0, 2, 6}, expertFirst[] = {0, 5, 9};
+  for (auto [tokenShift, expertShift] :
+       {std::pair{&t.gradSent, &t.outputSent},
+        std::pair{&t.outputReceived, &t.gradReceived}}) {
+    std::vector<int> used(15, 0);
+    for (int p = 0; p < 2; ++p) {
+      for (int64_t i = tokenFirst[p]; i < tokenFirst[p + 1]; ++i)
+        ++used[i + (*tokenShift)[p]];
+      for (int64_t j = expertFirst[p]; j < expertFirst[p + 1]; ++j)
+        ++used[j + (*expertShift)[p]];
+    }
+    EXPECT_EQ(used, std::vector<int>(15, 1));
+  }
+}
+
 TEST(VarRoutePlan, RowsThatDoNotMatchTheRoutingAreRefused) {
   VarRouteShape r = shape();
   // More rows announced than the token side (T k = 6) holds.

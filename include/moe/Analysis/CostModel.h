@@ -53,6 +53,10 @@ public:
 private:
   FailureOr<TaskCost> forwardCost(Operation *op);
   FailureOr<TaskCost> collectiveCost(Operation *op, Operation *forward);
+  /// Whether `op` is a variable-count combine's vjp, which the runtime runs
+  /// as one all-to-all-v both ways (moe_rt_combine_v_grad): the gradient
+  /// rows to the experts, the expert outputs to the tokens.
+  static bool exchangesBothWays(Operation *op, Operation *forward);
   /// Ranks of the group spanned by `axes` of `grid` and how many of them
   /// share a node (axis 0 of a 2-D grid is nodes; a 1-D grid is packed
   /// gpus_per_node to a node).

@@ -103,24 +103,6 @@ moe_rt_status gatherRouting(moe_rt_stream s, moe_rt_comm comm,
   });
 }
 
-moe_rt_status finishPlaced(moe_rt_stream s, const char *call,
-                           std::shared_ptr<PlacedState> st,
-                           std::function<void()> body) {
-  std::string name = call;
-  return enqueue(s, [=](std::string &message) {
-    if (st->error.empty()) {
-      body();
-      return MOE_RT_OK;
-    }
-    message = name + ": " + st->error;
-    return MOE_RT_INVALID_ARGUMENT;
-  });
-}
-
-} // namespace
-
-namespace {
-
 /// One planner call's problem: the block's counts and, when predicted, the
 /// next block's (rows in the same sample order).
 struct PlacementInput {
@@ -328,7 +310,7 @@ moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status e = mpi::allToAllPlanned(s, comm, st->toTokens,
                                              st->send.data(), st->recv.data()))
     return e;
-  return finishPlaced(s, "moe_rt_combine_v_place", st, [=] {
+  return finishOp(s, "moe_rt_combine_v_place", st, [=] {
     k::placedGather(st->routes, r.T, r.k, r.M, st->recv.data(), py);
   });
 }
@@ -371,7 +353,7 @@ moe_rt_status combineVPlacedGrad(
   if (moe_rt_status e = mpi::reduceScatter(s, comm, st->allDw.data(), pdw,
                                            r.T * r.k))
     return e;
-  return finishPlaced(s, "moe_rt_combine_v_place_grad", st, [] {});
+  return finishOp(s, "moe_rt_combine_v_place_grad", st, [] {});
 }
 
 } // namespace moe_rt::cpu

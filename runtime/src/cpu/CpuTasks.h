@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace moe_rt::cpu {
@@ -29,6 +30,26 @@ inline moe_rt_status task(moe_rt_stream s, std::function<void()> body) {
   return enqueue(s, [body](std::string &) {
     body();
     return MOE_RT_OK;
+  });
+}
+
+/// An op's last task, after its collectives: `body`, unless an earlier
+/// task of the op recorded an error in `state->error` (its collectives
+/// then moved nothing), in which case that error, under the call's name.
+/// The task holds `state`, so the buffers in it outlive every collective
+/// that reads them.
+template <class State>
+moe_rt_status finishOp(moe_rt_stream s, const char *call,
+                       std::shared_ptr<State> state,
+                       std::function<void()> body) {
+  std::string name = call;
+  return enqueue(s, [=](std::string &message) {
+    if (state->error.empty()) {
+      body();
+      return MOE_RT_OK;
+    }
+    message = name + ": " + state->error;
+    return MOE_RT_INVALID_ARGUMENT;
   });
 }
 

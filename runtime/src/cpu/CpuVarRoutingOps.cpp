@@ -7,7 +7,8 @@
 // waiting), then moves the rows with an all-to-all-v whose counts follow
 // from those. Combine and the vjps need no counts exchange: the expert side
 // knows what it received (the `rows` tensor, E_l x G) and the token side
-// what it sent (its own indices). Layouts: kernels/VarRouting.h; counts,
+// what it sent (its own indices); combine's vjp moves both ways in one
+// all-to-all-v (varplan::TwoWayRows). Layouts: kernels/VarRouting.h; counts,
 // offsets and the over-bound message: src/VarRoutePlan.h (shared with the
 // CUDA backend). Sizes are read when the stream runs the tasks, as the
 // data is.
@@ -40,14 +41,30 @@ using Var = VarRouteShape;
 struct VarState {
   std::vector<int64_t> pos, mine, all;
   std::vector<float> tokens, experts; // T k x M packed; E_l R x M received
-  std::vector<float> dtokens, dexperts; // the same, for combine's vjp
+  // Combine's vjp: both ways in one exchange, its buffers and plan, and
+  // each token-side row's place in them.
+  std::vector<float> sendBoth, recvBoth;
+  std::vector<int64_t> sendPos, recvPos;
+  varplan::TwoWayRows twoWay;
   std::shared_ptr<PeerPlan> toExperts = std::make_shared<PeerPlan>(),
-                            toTokens = std::make_shared<PeerPlan>();
+                            toTokens = std::make_shared<PeerPlan>(),
+                            bothWays = std::make_shared<PeerPlan>();
   std::string error;
 
-  VarState(const Var &r)
-      : pos(r.T * r.k), mine(r.E), all(r.G * r.E),
-        tokens(r.T * r.k * r.M), experts(r.El * r.R * r.M) {}
+  /// The buffers of a one-way exchange (tokens, experts) or, `bothWays`,
+  /// of combine's vjp (sendBoth, recvBoth): sized here, since the exchange
+  /// is queued with their addresses.
+  VarState(const Var &r, bool bothWays = false)
+      : pos(r.T * r.k), mine(r.E), all(r.G * r.E) {
+    int64_t tokenSide = r.T * r.k * r.M, expertSide = r.El * r.R * r.M;
+    if (bothWays) {
+      sendBoth.resize(tokenSide + expertSide);
+      recvBoth.resize(tokenSide + expertSide);
+    } else {
+      tokens.resize(tokenSide);
+      experts.resize(expertSide);
+    }
+  }
 
   /// Token-side packed rows of `idx` and this rank's per-expert counts.
   void route(const Var &r, const int64_t *idx) {
@@ -67,30 +84,40 @@ struct VarState {
       fail(r, why);
   }
 
-  /// Records the first error; both exchanges then move nothing, on every
+  /// Combine's vjp: the one exchange both ways (varplan::TwoWayRows) from
+  /// the token side's counts and the expert side's rows, and where each
+  /// token-side row goes (sendPos) and comes back (recvPos).
+  void planBothWays(const Var &r, const int64_t *idx, const int64_t *rows) {
+    varplan::RankRows n;
+    std::string why = varplan::rowsPerRank(r, mine.data(), rows, n);
+    int64_t capacity = r.T * r.k + r.El * r.R;
+    if (why.empty()) {
+      twoWay = varplan::twoWayRows(n);
+      why = coll::planAllToAllV(int(r.G), twoWay.perPeer.data(),
+                                twoWay.perPeer.data(), r.M, capacity, r.M,
+                                capacity, *bothWays);
+    }
+    if (!why.empty())
+      return fail(r, "the routing counts do not match the rows tensor: " +
+                         why);
+    sendPos.resize(r.T * r.k);
+    recvPos.resize(r.T * r.k);
+    k::shiftRows(r.T * r.k, r.El, idx, pos.data(), twoWay.gradSent.data(),
+                 sendPos.data());
+    k::shiftRows(r.T * r.k, r.El, idx, pos.data(),
+                 twoWay.outputReceived.data(), recvPos.data());
+  }
+
+  /// Records the first error; every exchange then moves nothing, on every
   /// rank that found it.
   void fail(const Var &r, const std::string &why) {
     if (error.empty())
       error = why;
     std::vector<int64_t> zero(r.G, 0);
-    for (PeerPlan *p : {toExperts.get(), toTokens.get()})
+    for (PeerPlan *p : {toExperts.get(), toTokens.get(), bothWays.get()})
       p->sendCount = p->sendOffset = p->recvCount = p->recvOffset = zero;
   }
 };
-
-/// The op's last task: `body` unless an error was found, then the error.
-moe_rt_status finish(moe_rt_stream s, const char *call,
-                     std::shared_ptr<VarState> st, std::function<void()> body) {
-  std::string name = call;
-  return enqueue(s, [=](std::string &message) {
-    if (st->error.empty()) {
-      body();
-      return MOE_RT_OK;
-    }
-    message = name + ": " + st->error;
-    return MOE_RT_INVALID_ARGUMENT;
-  });
-}
 
 moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm,
                        std::shared_ptr<const PeerPlan> plan,
@@ -157,7 +184,7 @@ moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   if (moe_rt_status e = exchange(s, comm, st->toExperts, st->tokens,
                                  st->experts))
     return e;
-  return finish(s, "moe_rt_dispatch_v", st, [=] {
+  return finishOp(s, "moe_rt_dispatch_v", st, [=] {
     k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->experts.data(), py,
                          false);
   });
@@ -191,7 +218,7 @@ moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   if (moe_rt_status e = exchange(s, comm, st->toTokens, st->experts,
                                  st->tokens))
     return e;
-  return finish(s, "moe_rt_dispatch_v_grad", st, [=] {
+  return finishOp(s, "moe_rt_dispatch_v_grad", st, [=] {
     std::fill(pdx, pdx + r.T * r.M, 0.0f);
     k::scatterAddRows(r.T, r.k, r.M, st->pos.data(), st->tokens.data(), pdx);
   });
@@ -207,7 +234,7 @@ moe_rt_status combineV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   float *pe = f32(expertOut), *pw = f32(weights), *py = f32(out);
   if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
     return e;
-  return finish(s, "moe_rt_combine_v", st, [=] {
+  return finishOp(s, "moe_rt_combine_v", st, [=] {
     k::combineRows(r.T, r.k, r.M, st->pos.data(), pw, st->tokens.data(), py);
   });
 }
@@ -219,29 +246,35 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
                            const moe_rt_tensor *weights,
                            const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
                            moe_rt_tensor *dweights) {
-  auto st = std::make_shared<VarState>(r);
-  st->dtokens.resize(r.T * r.k * r.M);
-  st->dexperts.resize(r.El * r.R * r.M);
+  auto st = std::make_shared<VarState>(r, /*bothWays=*/true);
   const int64_t *idx = i64(indices), *rows = i64(rowsIn);
   float *pe = f32(expertOut), *pw = f32(weights), *pdy = f32(dout),
         *pde = f32(dexpertOut), *pdw = f32(dweights);
-  // The expert outputs come to the tokens again (no state kept from the
-  // forward), as the padded combine's vjp does.
-  if (moe_rt_status e = bringToTokens(s, comm, r, st, idx, rows, pe))
-    return e;
+  // One exchange both ways (no state kept from the forward): the gradient
+  // rows w dy go to the experts while the expert outputs come to the
+  // tokens again, for the gate weights' gradient. The gradient rows need
+  // nothing from the outputs, so they are written before it starts.
   if (moe_rt_status e = task(s, [=] {
-        if (st->error.empty())
-          k::combineRowsBackward(r.T, r.k, r.M, st->pos.data(), pw,
-                                 st->tokens.data(), pdy, st->dtokens.data(),
-                                 pdw);
+        st->route(r, idx);
+        st->planBothWays(r, idx, rows);
+        if (!st->error.empty())
+          return;
+        float *send = st->sendBoth.data();
+        k::combineRowsBackward(r.T, r.k, r.M, st->sendPos.data(), pw, pdy,
+                               send);
+        k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, send, pe, true,
+                             st->twoWay.outputSent.data());
       }))
     return e;
   if (moe_rt_status e =
-          exchange(s, comm, st->toExperts, st->dtokens, st->dexperts))
+          exchange(s, comm, st->bothWays, st->sendBoth, st->recvBoth))
     return e;
-  return finish(s, "moe_rt_combine_v_grad", st, [=] {
-    k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, st->dexperts.data(), pde,
-                         false);
+  return finishOp(s, "moe_rt_combine_v_grad", st, [=] {
+    float *recv = st->recvBoth.data();
+    k::combineWeightsBackward(r.T, r.k, r.M, st->recvPos.data(), recv, pdy,
+                              pdw);
+    k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, recv, pde, false,
+                         st->twoWay.gradReceived.data());
   });
 }
 

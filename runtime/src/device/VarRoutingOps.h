@@ -149,7 +149,7 @@ struct CombineBackRows {
 };
 
 /// dweights[t, j] = <dy[t], recv[pos[t, j]]>, float products summed in
-/// double as kernels::combineRowsBackward.
+/// double as kernels::combineWeightsBackward.
 struct CombineBackWeights {
   int64_t k, M;
   const int64_t *pos;
@@ -167,18 +167,33 @@ struct CombineBackWeights {
   }
 };
 
+/// out[i] = pos[i] + shift[g], g the rank holding pair i's expert
+/// (kernels::shiftRows); a pair without a row (pos -1, a bad index) keeps
+/// -1.
+struct ShiftRows {
+  int64_t E, El;
+  const int64_t *indices, *pos, *shift;
+  int64_t *out;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t e = indices[i];
+    out[i] = pos[i] >= 0 && e >= 0 && e < E ? pos[i] + shift[e / El] : -1;
+  }
+};
+
 /// Where rank g's rows of local expert l start: recvAt[l G + g] in the
-/// rank-major received buffer (from rank g: its rows for expert 0, 1, ...),
-/// expertAt[l G + g] inside expert l's R rows (one body).
+/// rank-major received buffer (from rank g: its rows for expert 0, 1, ...;
+/// shift[g] rows further when given: a two-way exchange's buffer,
+/// varplan::TwoWayRows), expertAt[l G + g] inside expert l's R rows (one
+/// body).
 struct BlockStarts {
   int64_t G, El;
-  const int64_t *rows;
+  const int64_t *rows, *shift; // shift may be null
   int64_t *recvAt, *expertAt;
   MOE_HD void operator()(int64_t) const {
     int64_t at = 0;
     for (int64_t g = 0; g < G; ++g)
       for (int64_t l = 0; l < El; ++l) {
-        recvAt[l * G + g] = at;
+        recvAt[l * G + g] = at + (shift ? shift[g] : 0);
         at += rows[l * G + g];
       }
     for (int64_t l = 0; l < El; ++l) {
@@ -240,15 +255,18 @@ moe_rt_status packedRows(X &ex, const VarRouteShape &r, const int64_t *indices,
 }
 
 /// The expert side (E_l x R x M) `to` from the received rows `from`, or,
-/// toRecv, the expert side `from` into the send buffer `to`.
+/// toRecv, the expert side `from` into the send buffer `to`; `shift`
+/// (device, G, may be null) as BlockStarts'.
 template <class X>
 moe_rt_status expertMajor(X &ex, const VarRouteShape &r, const int64_t *rows,
-                          const float *from, float *to, bool toRecv) {
+                          const float *from, float *to, bool toRecv,
+                          const int64_t *shift = nullptr) {
   int64_t *recvAt = ex.scratchI64(r.El * r.G),
           *expertAt = ex.scratchI64(r.El * r.G);
   if (ex.status())
     return ex.status();
-  ex.forEach(1, varrouting::BlockStarts{r.G, r.El, rows, recvAt, expertAt});
+  ex.forEach(1, varrouting::BlockStarts{r.G, r.El, rows, shift, recvAt,
+                                                  expertAt});
   return ex.forEach(r.El * r.R * r.M,
                     varrouting::ExpertMajorRows{r.G, r.R, r.M, rows, recvAt,
                                                 expertAt, from, to, toRecv});
@@ -439,35 +457,54 @@ moe_rt_status combineV(X &ex, L &link, const VarRouteShape &r,
 }
 
 /// moe_rt_combine_v_grad: dexpertOut (E_l x R x M) and dweights (T x k)
-/// overwritten. The expert outputs come to the tokens again (no state kept
-/// from the forward), the gradient rows go back.
+/// overwritten. One exchange both ways (varplan::TwoWayRows, as the CPU
+/// op): the gradient rows go to the experts while the expert outputs come
+/// to the tokens again (no state kept from the forward).
 template <class X, class L>
 moe_rt_status combineVGrad(X &ex, L &link, const VarRouteShape &r,
                            const int64_t *rows, const float *expertOut,
                            const int64_t *indices, const float *weights,
                            const float *dout, float *dexpertOut,
                            float *dweights) {
-  int64_t *pos = ex.scratchI64(r.T * r.k);
-  float *tokens = ex.scratchF32(r.T * r.k * r.M),
-        *dtokens = ex.scratchF32(r.T * r.k * r.M),
-        *dexperts = ex.scratchF32(r.El * r.R * r.M);
+  int64_t pairs = r.T * r.k, both = pairs + r.El * r.R;
+  int64_t *pos = ex.scratchI64(pairs), *sendPos = ex.scratchI64(pairs),
+          *recvPos = ex.scratchI64(pairs), *shifts = ex.scratchI64(4 * r.G);
+  float *send = ex.scratchF32(both * r.M), *recv = ex.scratchF32(both * r.M);
   if (ex.status())
     return ex.status();
   varrouting::Deferred later;
   varplan::RankRows n;
-  if (moe_rt_status st =
-          varrouting::bringToTokens(ex, link, "moe_rt_combine_v_grad", r, rows,
-                                    expertOut, indices, pos, tokens, n, later))
+  std::vector<int64_t> mine;
+  if (moe_rt_status st = varrouting::countRoutes(ex, link, r, indices, pos,
+                                                 false, mine, later))
     return st;
-  ex.forEach(r.T * r.k * r.M, varrouting::CombineBackRows{
-                                  r.k, r.M, pos, weights, dout, dtokens});
-  ex.forEach(r.T * r.k, varrouting::CombineBackWeights{r.k, r.M, pos, tokens,
-                                                       dout, dweights});
-  if (moe_rt_status st =
-          link.allToAllV(dtokens, r.T * r.k, n.toRank.data(), dexperts,
-                         r.El * r.R, n.fromRank.data(), r.M))
+  if (moe_rt_status st = varrouting::planFromRows(
+          "moe_rt_combine_v_grad", link, r, mine, rows, n, later))
     return st;
-  return later.report(expertMajor(ex, r, rows, dexperts, dexpertOut, false));
+  varplan::TwoWayRows two = varplan::twoWayRows(n);
+  std::vector<int64_t> shift;
+  for (const std::vector<int64_t> *v : {&two.gradSent, &two.outputReceived,
+                                        &two.outputSent, &two.gradReceived})
+    shift.insert(shift.end(), v->begin(), v->end());
+  if (moe_rt_status st = link.toDevice(shifts, shift.data(),
+                                       sizeof(int64_t) * shift.size()))
+    return st;
+  const int64_t *gradSent = shifts, *outputReceived = shifts + r.G,
+                *outputSent = shifts + 2 * r.G, *gradReceived = shifts + 3 * r.G;
+  ex.forEach(pairs, varrouting::ShiftRows{r.E, r.El, indices, pos, gradSent,
+                                          sendPos});
+  ex.forEach(pairs, varrouting::ShiftRows{r.E, r.El, indices, pos,
+                                          outputReceived, recvPos});
+  ex.forEach(pairs * r.M, varrouting::CombineBackRows{r.k, r.M, sendPos,
+                                                      weights, dout, send});
+  expertMajor(ex, r, rows, expertOut, send, true, outputSent);
+  if (moe_rt_status st = link.allToAllV(send, both, two.perPeer.data(), recv,
+                                        both, two.perPeer.data(), r.M))
+    return st;
+  ex.forEach(pairs, varrouting::CombineBackWeights{r.k, r.M, recvPos, recv,
+                                                   dout, dweights});
+  return later.report(
+      expertMajor(ex, r, rows, recv, dexpertOut, false, gradReceived));
 }
 
 //===--- experts over their filled rows ----------------------------------===//

@@ -177,7 +177,7 @@ void placedScatterCotangents(const PlacedRoutes &r, int64_t m, const T *dout,
 
 /// Expert side, backward: dy[row] = w · d, dh[row] = d (first choices),
 /// dweights of the choice = <d, y[row]> into the group-wide buffer
-/// (combineRowsBackward's arithmetic).
+/// (combineRowsBackward's and combineWeightsBackward's arithmetic).
 template <typename T>
 void placedBackward(const PlacedRoutes &r, int64_t m, const T *allWeights,
                     const T *y, const T *recv, T *dy, T *dresidual,

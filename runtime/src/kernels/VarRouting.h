@@ -75,39 +75,60 @@ void combineRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
     }
 }
 
-/// Adjoint of combineRows: drecv[pos] = w dy[t]; dweights[t, j] =
-/// <dy[t], recv[pos]> (both overwritten: every packed row is one choice).
+/// Adjoint of combineRows for the expert rows: drecv[pos[t, j]] = w[t, j]
+/// dy[t] (overwritten: every packed row is one choice).
 template <typename T>
 void combineRowsBackward(int64_t tokens, int64_t k, int64_t m,
-                         const int64_t *pos, const T *weights, const T *recv,
-                         const T *dy, T *drecv, T *dweights) {
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      int64_t base = pos[t * k + j] * m;
-      double d = 0;
-      for (int64_t i = 0; i < m; ++i) {
-        drecv[base + i] = weights[t * k + j] * dy[t * m + i];
-        d += dy[t * m + i] * recv[base + i];
-      }
-      dweights[t * k + j] = T(d);
-    }
+                         const int64_t *pos, const T *weights, const T *dy,
+                         T *drecv) {
+  for (int64_t tj = 0; tj < tokens * k; ++tj)
+    for (int64_t i = 0; i < m; ++i)
+      drecv[pos[tj] * m + i] = weights[tj] * dy[tj / k * m + i];
+}
+
+/// Adjoint of combineRows for the weights: dweights[t, j] = <dy[t],
+/// recv[pos[t, j]]>, float products summed in double.
+template <typename T>
+void combineWeightsBackward(int64_t tokens, int64_t k, int64_t m,
+                            const int64_t *pos, const T *recv, const T *dy,
+                            T *dweights) {
+  for (int64_t tj = 0; tj < tokens * k; ++tj) {
+    const T *row = recv + pos[tj] * m, *d = dy + tj / k * m;
+    double sum = 0;
+    for (int64_t i = 0; i < m; ++i)
+      sum += d[i] * row[i];
+    dweights[tj] = T(sum);
+  }
+}
+
+/// out[i] = pos[i] + shift[g], g the rank holding the expert of pair i
+/// (E_l = `local` experts per rank): a packed row's place in a two-way
+/// exchange's buffer (varplan::TwoWayRows).
+inline void shiftRows(int64_t pairs, int64_t local, const int64_t *indices,
+                      const int64_t *pos, const int64_t *shift, int64_t *out) {
+  for (int64_t i = 0; i < pairs; ++i)
+    out[i] = pos[i] + shift[indices[i] / local];
 }
 
 /// The received (source-rank-major) buffer -> E_l x bound x m, tail rows
-/// zero; `toRecv` runs it backwards (expert side -> send buffer).
+/// zero; `toRecv` runs it backwards (expert side -> send buffer). With
+/// `rankShift`, rank g's rows sit rankShift[g] rows further into recv (a
+/// two-way exchange's buffer, varplan::TwoWayRows).
 template <typename T>
 void recvToExpertMajor(int64_t ranks, int64_t local, int64_t bound, int64_t m,
-                       const int64_t *rows, T *recv, T *out, bool toRecv) {
-  int64_t at = 0; // rows into recv
+                       const int64_t *rows, T *recv, T *out, bool toRecv,
+                       const int64_t *rankShift = nullptr) {
+  int64_t at = 0; // rows into recv, before the shift
   std::vector<int64_t> filled(local, 0);
   for (int64_t g = 0; g < ranks; ++g)
     for (int64_t l = 0; l < local; ++l) {
       int64_t n = rows[l * ranks + g];
       T *e = out + (l * bound + filled[l]) * m;
+      T *r = recv + (at + (rankShift ? rankShift[g] : 0)) * m;
       if (toRecv)
-        std::copy(e, e + n * m, recv + at * m);
+        std::copy(e, e + n * m, r);
       else
-        std::copy(recv + at * m, recv + (at + n) * m, e);
+        std::copy(r, r + n * m, e);
       filled[l] += n;
       at += n;
     }
