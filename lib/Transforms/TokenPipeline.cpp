@@ -31,6 +31,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 
+#include <type_traits>
+
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOETOKENPIPELINE
 #include "moe/Transforms/Passes.h.inc"
@@ -163,28 +165,34 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
       layer.combine.getIndices() != d.getIndices())
     return fail(layer.expert, "the expert must feed exactly one moe.combine "
                               "of the dispatch's routing (and its vjp)");
-  // Backward: C' -> [AG'] -> E' -> [RS'] -> D', each value used once.
+  // Backward: C' -> [AG'] -> E' -> [RS'] -> D', each value used once. In a
+  // sharded layer `v` must feed one collective of kind OpT (kept in
+  // `slot`), and the chain goes on from its result.
+  auto through = [&](auto *kind, Value &v, Operation *&slot, Operation *at,
+                     StringRef what) -> LogicalResult {
+    using OpT = std::remove_pointer_t<decltype(kind)>;
+    if (!layer.gather)
+      return success();
+    if (!(slot = slotCollectiveAfter<OpT>(v)))
+      return fail(at, what);
+    v = slot->getResult(0);
+    return success();
+  };
   Value ct = layer.combineVjp.getResult(0);
-  if (layer.gather) {
-    layer.gatherBwd = slotCollectiveAfter<shard::AllGatherOp>(ct);
-    if (!layer.gatherBwd)
-      return fail(layer.combineVjp, "the combine's input gradient must feed "
-                                    "only one all-gather (the reduce-"
-                                    "scatter's adjoint)");
-    ct = layer.gatherBwd->getResult(0);
-  }
+  if (failed(through(static_cast<shard::AllGatherOp *>(nullptr), ct,
+                     layer.gatherBwd, layer.combineVjp,
+                     "the combine's input gradient must feed only one "
+                     "all-gather (the reduce-scatter's adjoint)")))
+    return failure();
   if (onlyUser(ct) != layer.expertVjp.getOperation())
     return fail(layer.combineVjp, "the combine's input gradient must feed "
                                   "only the expert's vjp");
   Value dInput = layer.expertVjp.getResult(0);
-  if (layer.gather) {
-    layer.scatterBwd = slotCollectiveAfter<shard::ReduceScatterOp>(dInput);
-    if (!layer.scatterBwd)
-      return fail(layer.expertVjp, "the experts' input gradient must feed "
-                                   "only one reduce-scatter (the all-"
-                                   "gather's adjoint)");
-    dInput = layer.scatterBwd->getResult(0);
-  }
+  if (failed(through(static_cast<shard::ReduceScatterOp *>(nullptr), dInput,
+                     layer.scatterBwd, layer.expertVjp,
+                     "the experts' input gradient must feed only one "
+                     "reduce-scatter (the all-gather's adjoint)")))
+    return failure();
   layer.dispatchVjp = dyn_cast_or_null<VjpOp>(onlyUser(dInput));
   if (!layer.dispatchVjp ||
       layer.dispatchVjp.getForwardOp()->getName() != d->getName())
