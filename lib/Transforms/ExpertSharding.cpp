@@ -169,7 +169,8 @@ struct ExpertShardingPass
     if (model.isDropless())
       return mlir::emitError(func.getLoc())
              << "moe-expert-sharding: shards capacity-routed models (the "
-                "model is dropless)";
+                "model is dropless: bound it first with moe-bound-dropless; "
+                "the variable-count path is not sharded)";
     FailureOr<Sharding> s = shardingOf(func, model);
     if (failed(s))
       return failure();

@@ -350,10 +350,14 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     for (int64_t w = 0; w < L; ++w)
       for (TaskKind kind : {TaskKind::E, TaskKind::AT}) {
         TaskKind anchor = kind == TaskKind::E ? TaskKind::C : TaskKind::D;
+        // The anchors are the inter-node all-to-alls the slices queue
+        // behind (FSMoE's FIFO), not expert sharding's intra-node
+        // collectives of the same tasks (AG' in C', RS' in D').
         auto isAnchor = [&](Operation *op) {
           TaskAttr t = getTask(op);
           return t && t.getPhase() == Phase::bwd && t.getBlock() == w &&
-                 t.getKind() == anchor && isCommunicationTask(op);
+                 t.getKind() == anchor && isCommunicationTask(op) &&
+                 !isShardingCollective(op);
         };
         auto inWindow = [&](Operation *op) {
           TaskAttr t = windowOf(op);

@@ -16,6 +16,11 @@
 // chunk routes with the whole capacity, so the step computes what the
 // unchunked one does.
 //
+// An expert-sharded layer (moe-expert-sharding: D -> AG -> E -> RS -> C,
+// backward C' -> AG' -> E' -> RS' -> D') is cut the same way, each chunk
+// with its own all-gather and reduce-scatter (FSMoE Fig. 4: chunk j's
+// all-gather on the intra-node link overlaps chunk j+1's all-to-all).
+//
 //===----------------------------------------------------------------------===//
 
 #include "moe/Analysis/Tasks.h"
@@ -25,6 +30,8 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+
+#include <type_traits>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOETOKENPIPELINE
@@ -56,13 +63,19 @@ SmallVector<Window> windowsOf(int64_t r, int64_t capacity) {
   return windows;
 }
 
-/// One MoE layer of a training step: D -> E -> C and their vjps.
+/// One MoE layer of a training step: D -> E -> C and their vjps, with
+/// expert sharding's collectives around the experts where the layer has
+/// them (FSMoE Fig. 2): D -> AG -> E -> RS -> C and, in the backward, the
+/// adjoints C' -> AG' -> E' -> RS' -> D' (AG' gathers the combine's input
+/// gradient, RS' scatters the experts').
 struct MoeLayer {
   DispatchOp dispatch;
   ExpertOp expert;
   CombineOp combine;
   VjpOp combineVjp, expertVjp, dispatchVjp;
-  int64_t groups = 1;
+  Operation *gather = nullptr, *scatter = nullptr;
+  Operation *gatherBwd = nullptr, *scatterBwd = nullptr;
+  int64_t groups = 1; // source ranks of the dispatched buffer
 };
 
 template <class OpT> VjpOp vjpUserOf(Value v) {
@@ -79,8 +92,29 @@ template <class OpT> OpT forwardUserOf(Value v) {
   return nullptr;
 }
 
+/// The op behind `v`'s only use if it is expert sharding's collective of
+/// kind `OpT` along the slots (dimension 1), else null.
+template <class OpT> Operation *slotCollectiveAfter(Value v) {
+  if (!v.hasOneUse())
+    return nullptr;
+  auto op = dyn_cast<OpT>(*v.getUsers().begin());
+  if (!op)
+    return nullptr;
+  int64_t axis;
+  if constexpr (std::is_same_v<OpT, shard::AllGatherOp>)
+    axis = op.getGatherAxis().getSExtValue();
+  else
+    axis = op.getScatterAxis().getSExtValue();
+  return axis == 1 ? op.getOperation() : nullptr;
+}
+
+/// The only user of `v`, if it has exactly one.
+Operation *onlyUser(Value v) {
+  return v.hasOneUse() ? *v.getUsers().begin() : nullptr;
+}
+
 /// The layer around `d`, or an error naming what does not fit the
-/// D -> E -> C shape the pass rewrites.
+/// D -> E -> C shape (D -> AG -> E -> RS -> C sharded) the pass rewrites.
 FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
   auto fail = [&](Operation *at, const Twine &why) {
     return at->emitOpError() << "moe-token-pipeline: " << why;
@@ -94,11 +128,6 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
                    "along its slots; use token-choice routing");
   if (d.getSlots())
     return fail(d, "is already a token chunk");
-  if (llvm::any_of(d.getResult().getUsers(),
-                   [](Operation *u) { return isa<shard::AllGatherOp>(u); }))
-    return fail(d, "token chunks of an expert-sharded layer (moe-expert-"
-                   "sharding: all-gather, experts, reduce-scatter) are not "
-                   "implemented yet; use token degree 1 with esp");
   if (maxDegree > *capacity)
     return fail(d, "degree " + Twine(maxDegree) + " exceeds the capacity C = " +
                        Twine(*capacity) + " (a chunk would hold no slot)");
@@ -108,27 +137,63 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
   MoeLayer layer;
   layer.dispatch = d;
   layer.groups = cast<ShapedType>(d.getResult().getType()).getDimSize(1) / *capacity;
-  layer.expert = forwardUserOf<ExpertOp>(d.getResult());
-  layer.expertVjp = vjpUserOf<ExpertOp>(d.getResult());
+  // Expert sharding: the dispatched tokens are all-gathered over the node.
+  layer.gather = slotCollectiveAfter<shard::AllGatherOp>(d.getResult());
+  Value expertIn =
+      layer.gather ? layer.gather->getResult(0) : Value(d.getResult());
+  layer.expert = forwardUserOf<ExpertOp>(expertIn);
+  layer.expertVjp = vjpUserOf<ExpertOp>(expertIn);
   if (!layer.expert || !layer.expertVjp ||
-      !llvm::hasNItems(d.getResult().getUsers(), 2))
+      !llvm::hasNItems(expertIn.getUsers(), 2))
     return fail(d, "the dispatch must feed exactly one moe.expert (and its "
-                   "vjp) in a training step");
-  layer.combine = forwardUserOf<CombineOp>(layer.expert.getResult());
-  layer.combineVjp = vjpUserOf<CombineOp>(layer.expert.getResult());
+                   "vjp) in a training step, directly or through one "
+                   "all-gather along the slots (expert sharding)");
+  layer.scatter =
+      layer.gather
+          ? slotCollectiveAfter<shard::ReduceScatterOp>(layer.expert.getResult())
+          : nullptr;
+  if (layer.gather && !layer.scatter)
+    return fail(layer.expert, "an expert-sharded layer's experts must feed "
+                              "exactly one reduce-scatter along the slots");
+  Value combineIn =
+      layer.scatter ? layer.scatter->getResult(0)
+                    : Value(layer.expert.getResult());
+  layer.combine = forwardUserOf<CombineOp>(combineIn);
+  layer.combineVjp = vjpUserOf<CombineOp>(combineIn);
   if (!layer.combine || !layer.combineVjp ||
-      !llvm::hasNItems(layer.expert.getResult().getUsers(), 2) ||
+      !llvm::hasNItems(combineIn.getUsers(), 2) ||
       layer.combine.getIndices() != d.getIndices())
     return fail(layer.expert, "the expert must feed exactly one moe.combine "
                               "of the dispatch's routing (and its vjp)");
-  if (!layer.combineVjp.getResult(0).hasOneUse() ||
-      *layer.combineVjp.getResult(0).getUsers().begin() != layer.expertVjp)
+  // Backward: C' -> [AG'] -> E' -> [RS'] -> D', each value used once. In a
+  // sharded layer `v` must feed one collective of kind OpT (kept in
+  // `slot`), and the chain goes on from its result.
+  auto through = [&](auto *kind, Value &v, Operation *&slot, Operation *at,
+                     StringRef what) -> LogicalResult {
+    using OpT = std::remove_pointer_t<decltype(kind)>;
+    if (!layer.gather)
+      return success();
+    if (!(slot = slotCollectiveAfter<OpT>(v)))
+      return fail(at, what);
+    v = slot->getResult(0);
+    return success();
+  };
+  Value ct = layer.combineVjp.getResult(0);
+  if (failed(through(static_cast<shard::AllGatherOp *>(nullptr), ct,
+                     layer.gatherBwd, layer.combineVjp,
+                     "the combine's input gradient must feed only one "
+                     "all-gather (the reduce-scatter's adjoint)")))
+    return failure();
+  if (onlyUser(ct) != layer.expertVjp.getOperation())
     return fail(layer.combineVjp, "the combine's input gradient must feed "
                                   "only the expert's vjp");
   Value dInput = layer.expertVjp.getResult(0);
-  layer.dispatchVjp = dInput.hasOneUse()
-                          ? dyn_cast<VjpOp>(*dInput.getUsers().begin())
-                          : nullptr;
+  if (failed(through(static_cast<shard::ReduceScatterOp *>(nullptr), dInput,
+                     layer.scatterBwd, layer.expertVjp,
+                     "the experts' input gradient must feed only one "
+                     "reduce-scatter (the all-gather's adjoint)")))
+    return failure();
+  layer.dispatchVjp = dyn_cast_or_null<VjpOp>(onlyUser(dInput));
   if (!layer.dispatchVjp ||
       layer.dispatchVjp.getForwardOp()->getName() != d->getName())
     return fail(layer.expertVjp, "the expert's input gradient must feed only "
@@ -142,7 +207,9 @@ TaskAttr chunkTask(TaskAttr t, int64_t micro) {
 }
 
 /// Gives a dispatch or combine the slots of `w` (nothing for the whole
-/// capacity), retyping a dispatch's or expert's result.
+/// capacity), retyping a dispatch's, expert's or sharding collective's
+/// result: each holds groups x count slots, a collective as many groups as
+/// before (a node's ranks' after an all-gather).
 void restrictToWindow(Operation *op, Window w, int64_t groups,
                       int64_t capacity) {
   Builder b(op->getContext());
@@ -156,7 +223,16 @@ void restrictToWindow(Operation *op, Window w, int64_t groups,
       c.setSlotsAttr(b.getDenseI64ArrayAttr({w.first, w.count}));
   } else if (auto e = dyn_cast<ExpertOp>(op)) {
     e.getResult().setType(e.getInput().getType());
+  } else if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(op)) {
+    Value r = op->getResult(0);
+    int64_t slots = cast<ShapedType>(r.getType()).getDimSize(1);
+    r.setType(withDim(r.getType(), 1, slots / capacity * w.count));
   }
+}
+
+/// Source groups of a whole-capacity E_l x (groups·C) x M buffer.
+int64_t slotGroups(Value v, int64_t capacity) {
+  return cast<ShapedType>(v.getType()).getDimSize(1) / capacity;
 }
 
 /// a_0 + a_1 + ... as arith.addf, labelled `task`.
@@ -177,27 +253,30 @@ struct TokenPipelinePass
   int64_t rFwd() const { return degree; }
   int64_t rBwd() const { return degreeBwd > 0 ? degreeBwd : degree; }
 
-  /// The forward chunks of `layer`: D_j, E_j, C_j per window, then
-  /// y = Σ C_j in place of the combine's result.
+  /// The forward chunks of `layer`: D_j, [AG_j,] E_j, [RS_j,] C_j per
+  /// window, then y = Σ C_j in place of the combine's result. `inChunks`
+  /// and `outChunks` get what each chunk's experts read and its combine
+  /// reads (the primals the backward cuts its windows from).
   void chunkForward(MoeLayer &layer, ArrayRef<Window> windows, int64_t capacity,
-                    SmallVector<Value> &dChunks, SmallVector<Value> &eChunks) {
+                    SmallVector<Value> &inChunks,
+                    SmallVector<Value> &outChunks) {
     OpBuilder b(layer.dispatch);
     SmallVector<Value> cChunks;
+    SmallVector<Operation *> chain = {layer.dispatch, layer.gather,
+                                      layer.expert, layer.scatter,
+                                      layer.combine};
+    llvm::erase(chain, nullptr);
     for (auto [j, w] : llvm::enumerate(windows)) {
       IRMapping map;
-      b.setInsertionPoint(layer.dispatch);
-      Operation *d = b.clone(*layer.dispatch, map);
-      b.setInsertionPoint(layer.expert);
-      Operation *e = b.clone(*layer.expert, map);
-      b.setInsertionPoint(layer.combine);
-      Operation *c = b.clone(*layer.combine, map);
-      for (Operation *op : {d, e, c}) {
-        restrictToWindow(op, w, layer.groups, capacity);
-        setTask(op, chunkTask(getTask(op), j));
+      for (Operation *op : chain) {
+        b.setInsertionPoint(op);
+        Operation *chunk = b.clone(*op, map);
+        restrictToWindow(chunk, w, layer.groups, capacity);
+        setTask(chunk, chunkTask(getTask(chunk), j));
       }
-      dChunks.push_back(d->getResult(0));
-      eChunks.push_back(e->getResult(0));
-      cChunks.push_back(c->getResult(0));
+      inChunks.push_back(map.lookup(layer.expert.getInput()));
+      outChunks.push_back(map.lookup(layer.combine.getInput()));
+      cChunks.push_back(map.lookup(layer.combine.getResult()));
     }
     // The sum waits for the last chunk: it belongs to what uses the
     // combined output (the residual add of the next task).
@@ -259,13 +338,30 @@ struct TokenPipelinePass
     return vjp;
   }
 
-  /// The backward chunks of `layer` at `windows`, their gradients summed in
-  /// place of the old vjps' results.
+  /// The backward chunks of `layer` at `windows`: C'_i, [AG'_i,] E'_i,
+  /// [RS'_i,] D'_i, their gradients summed in place of the old vjps'
+  /// results. Their primals are window i of the forward chunks' `inChunks`
+  /// / `outChunks` (cut at `fwd`).
   void chunkBackward(MoeLayer &layer, ArrayRef<Window> windows,
                      ArrayRef<Window> fwd, int64_t capacity,
-                     ArrayRef<Value> dChunks, ArrayRef<Value> eChunks) {
+                     ArrayRef<Value> inChunks, ArrayRef<Value> outChunks) {
     OpBuilder b(layer.combineVjp);
     Value dy = layer.combineVjp.getCotangents()[0];
+    int64_t inGroups = slotGroups(layer.expert.getInput(), capacity),
+            outGroups = slotGroups(layer.combine.getInput(), capacity);
+    // Expert sharding's backward collective `old` on chunk i's `input`.
+    auto collective = [&](Operation *old, Value input, Window w,
+                          size_t i) -> Value {
+      if (!old)
+        return input;
+      b.setInsertionPoint(old);
+      IRMapping map;
+      map.map(old->getOperand(0), input);
+      Operation *chunk = b.clone(*old, map);
+      restrictToWindow(chunk, w, layer.groups, capacity);
+      setTask(chunk, chunkTask(getTask(old), i));
+      return chunk->getResult(0);
+    };
     SmallVector<VjpOp> cVjps, eVjps, dVjps;
     for (auto [i, w] : llvm::enumerate(windows)) {
       TaskAttr cTask = chunkTask(getTask(layer.combineVjp), i),
@@ -273,24 +369,26 @@ struct TokenPipelinePass
                dTask = chunkTask(getTask(layer.dispatchVjp), i);
       b.setInsertionPoint(layer.combineVjp);
       SmallVector<Value> primals(layer.combineVjp.getPrimals());
-      primals[0] = cut(b, layer.combine.getLoc(), eChunks, fwd, w,
-                       layer.groups, cTask);
+      primals[0] = cut(b, layer.combine.getLoc(), outChunks, fwd, w,
+                       outGroups, cTask);
       cVjps.push_back(chunkVjp(b, layer.combineVjp, primals, dy, w, layer,
                                capacity, cTask));
+      Value dExpertOut =
+          collective(layer.gatherBwd, cVjps.back().getResult(0), w, i);
       b.setInsertionPoint(layer.expertVjp);
       primals.assign(layer.expertVjp.getPrimals().begin(),
                      layer.expertVjp.getPrimals().end());
-      primals[0] = cut(b, layer.expert.getLoc(), dChunks, fwd, w,
-                       layer.groups, eTask);
-      eVjps.push_back(chunkVjp(b, layer.expertVjp, primals,
-                               cVjps.back().getResult(0), w, layer, capacity,
-                               eTask));
+      primals[0] = cut(b, layer.expert.getLoc(), inChunks, fwd, w, inGroups,
+                       eTask);
+      eVjps.push_back(chunkVjp(b, layer.expertVjp, primals, dExpertOut, w,
+                               layer, capacity, eTask));
+      Value dDispatched =
+          collective(layer.scatterBwd, eVjps.back().getResult(0), w, i);
       b.setInsertionPoint(layer.dispatchVjp);
       primals.assign(layer.dispatchVjp.getPrimals().begin(),
                      layer.dispatchVjp.getPrimals().end());
-      dVjps.push_back(chunkVjp(b, layer.dispatchVjp, primals,
-                               eVjps.back().getResult(0), w, layer, capacity,
-                               dTask));
+      dVjps.push_back(chunkVjp(b, layer.dispatchVjp, primals, dDispatched, w,
+                               layer, capacity, dTask));
     }
     // Gradients leaving the layer (routing weights, expert weights, the
     // layer's input): the sum over the chunks, complete after chunk 0, the
@@ -352,14 +450,18 @@ struct TokenPipelinePass
       int64_t capacity = *d.getCapacity();
       SmallVector<Window> fwd = windowsOf(rf, capacity),
                           bwd = windowsOf(rb, capacity);
-      SmallVector<Value> dChunks, eChunks;
-      chunkForward(*layer, fwd, capacity, dChunks, eChunks);
-      chunkBackward(*layer, bwd, fwd, capacity, dChunks, eChunks);
+      SmallVector<Value> inChunks, outChunks;
+      chunkForward(*layer, fwd, capacity, inChunks, outChunks);
+      chunkBackward(*layer, bwd, fwd, capacity, inChunks, outChunks);
+      // The whole layer, users before what they use.
       for (Operation *op :
-           {layer->dispatchVjp.getOperation(), layer->expertVjp.getOperation(),
+           {layer->dispatchVjp.getOperation(), layer->scatterBwd,
+            layer->expertVjp.getOperation(), layer->gatherBwd,
             layer->combineVjp.getOperation(), layer->combine.getOperation(),
-            layer->expert.getOperation(), layer->dispatch.getOperation()})
-        op->erase();
+            layer->scatter, layer->expert.getOperation(), layer->gather,
+            layer->dispatch.getOperation()})
+        if (op)
+          op->erase();
     }
     return success();
   }
