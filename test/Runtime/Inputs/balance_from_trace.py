@@ -30,7 +30,7 @@ def main():
     i += 1
     worst, block, first = 0.0, None, None
     while i < len(lines) and lines[i][0] == "record":
-        step, b = int(lines[i][4]), int(lines[i][8])
+        step, b = int(lines[i][3]), int(lines[i][7])
         first = step if first is None else first
         i += 2  # the record and sample-ranks lines
         load = [0] * grid
