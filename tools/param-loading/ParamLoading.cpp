@@ -369,21 +369,16 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
     return isa<ExpertOp>(u) ||
            (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
   });
-  if (auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
-          arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
-      shard && expert && !b.isInt) {
-    auto values = shardedExpertValues(func, arg, rank, seed, sources, b.shape,
-                                      shard[0], shard[1]);
-    if (!values)
-      return values.takeError();
-    b.f = std::move(*values);
-    b.fromSource = sources && func.getArgAttr(arg.getArgNumber(),
-                                              MoeDialect::getSourceAttrName());
-    return b;
-  }
-  if (expert && !expertSlots.empty() && !b.isInt && !b.shape.empty()) {
-    auto values = placedExpertValues(func, arg, rank, seed, sources, b.shape,
-                                     expertSlots);
+  // Expert weights split over the hidden dimension (ESP) or placed by an
+  // expert placement: assembled from the plain step's values.
+  auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
+      arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
+  bool placed = !expertSlots.empty() && !b.shape.empty();
+  if (expert && !b.isInt && (shard || placed)) {
+    auto values = shard ? shardedExpertValues(func, arg, rank, seed, sources,
+                                              b.shape, shard[0], shard[1])
+                        : placedExpertValues(func, arg, rank, seed, sources,
+                                             b.shape, expertSlots);
     if (!values)
       return values.takeError();
     b.f = std::move(*values);
