@@ -9,6 +9,7 @@
 //                               [--timeout SECONDS] [--params FILE]
 //                               [--backend cpu|cuda] [--seed S]
 //                               [--routing-trace FILE]
+//                               [--expert-placement RANKS|@FILE]
 //   mpirun -np P codegen-driver --data TEXT --params FILE [--steps N] ...
 //
 // --inputs PREFIX reads every argument from what `moe-run --dump-inputs`
@@ -30,6 +31,11 @@
 // --seed S is moe-run's --seed for the noise of noisy_topk gates
 // (moe_step_set_gate_seed); parameters come from --params / --inputs.
 //
+// --expert-placement RANKS|@FILE (expert -> rank, as moe-run's option) sets
+// the expert placement of a step scheduled with expert-placement=1
+// (moe_step_set_expert_slots); --inputs from moe-run with the same option
+// hold the parameters in that layout.
+//
 // --routing-trace FILE records the routing trace of a step scheduled with
 // routing statistics (moe_step_set_routing_trace), as moe-run's option;
 // rank 0 then also prints each step's balance line on stderr, as moe-run.
@@ -47,6 +53,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/option_values.h"
 #include "moe_rt/text_data.h"
 
@@ -77,6 +84,7 @@ static int usage(const char *message) {
                "(--inputs PREFIX | --data TEXT --params FILE) [--dump PREFIX] "
                "[--steps N] [--timeout S] [--params FILE] "
                "[--backend cpu|cuda] [--seed S] [--routing-trace FILE] "
+               "[--expert-placement RANKS|@FILE] "
                "[--save-every N --checkpoint DIR] [--resume DIR]\n",
                message);
   moe_rt_mpi_finalize();
@@ -158,12 +166,42 @@ static int stop(moe_step *s, const std::string &message) {
   return 1;
 }
 
+/// --expert-placement: expert -> rank ("1,0,1,0" or @FILE) as the slot
+/// table of the step input `expert_slots` (G x S); "" or why not.
+std::string setExpertPlacement(moe_step *s, std::string text) {
+  namespace ep = moe_rt::expert_placement;
+  for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+    const char *name = moe_step_argument_name(s, i);
+    if (!name || std::string(name) != "expert_slots")
+      continue;
+    if (text[0] == '@') {
+      std::ifstream in(text.substr(1));
+      if (!in)
+        return "--expert-placement: cannot read '" + text.substr(1) + "'";
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    moe_rt_tensor *t = moe_step_argument_tensor(s, i);
+    std::vector<int64_t> ranks, slots;
+    std::string why = ep::parseList(text, ranks);
+    if (why.empty())
+      why = ep::slotsFromRanks(ranks, t->shape[0] * t->shape[1], t->shape[0],
+                               slots);
+    if (!why.empty())
+      return "--expert-placement: " + why;
+    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
+    return "";
+  }
+  return "--expert-placement: the step has no expert placement input "
+         "(schedule it with expert-placement=1)";
+}
+
 int main(int argc, char **argv) {
   if (moe_rt_mpi_init(&argc, &argv) != MOE_RT_OK) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump, params, data, routingTrace, checkpoint, resume;
+  std::string inputs, dump, params, data, routingTrace, checkpoint, resume,
+      placement;
   int steps = 1, saveEvery = 0;
   double timeout = 60;
   std::optional<uint64_t> seed; // moe-run's default when absent
@@ -181,6 +219,8 @@ int main(int argc, char **argv) {
       params = v;
     else if (a == "--data")
       data = v;
+    else if (a == "--expert-placement")
+      placement = v;
     else if (a == "--routing-trace")
       routingTrace = v;
     else if (a == "--checkpoint") // moe_step_save_checkpoint's directory
@@ -267,6 +307,11 @@ int main(int argc, char **argv) {
     moe_step_set_gate_seed(s, *seed);
   if (!routingTrace.empty())
     moe_step_set_routing_trace(s, routingTrace.c_str());
+  if (!placement.empty()) {
+    std::string error = setExpertPlacement(s, placement);
+    if (!error.empty())
+      return stop(s, error);
+  }
   TextArguments textArgs;
   if (!data.empty()) {
     std::string error = findTextArguments(s, textArgs);

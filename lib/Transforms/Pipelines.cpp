@@ -109,6 +109,12 @@ struct FlowMoePipelineOptions
       llvm::cl::desc("Gather each forward dispatch's per-sample expert "
                      "counts on every rank (moe-routing-stats)"),
       llvm::cl::init(false)};
+  Option<bool> expertPlacement{
+      *this, "expert-placement",
+      llvm::cl::desc("The expert placement as a step input of every "
+                     "variable-count dispatch and combine "
+                     "(moe-expert-placement)"),
+      llvm::cl::init(false)};
   Option<bool> netmoe{
       *this, "netmoe",
       llvm::cl::desc("NetMoE: place whole samples at every MoE block's "
@@ -171,6 +177,8 @@ void mlir::moe::registerMoePipelines() {
               MoeChunkGradientsOptions{options.chunkBytes}));
           pm.addPass(createMoeInsertSyncs());
         }
+        if (options.expertPlacement)
+          pm.addPass(createMoeExpertPlacement());
         if (options.routingStats)
           pm.addPass(createMoeRoutingStats());
         pm.addPass(createMoeVerifySchedule());

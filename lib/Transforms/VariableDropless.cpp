@@ -66,9 +66,10 @@ struct VariableDroplessPass
     OpBuilder b(old);
     auto rowsType = RankedTensorType::get({local, group}, b.getI32Type());
     auto dispatch = DispatchOp::create(
-        b, old.getLoc(), withDim(type, 1, *rowsBound), rowsType,
-        old.getInput(), old.getIndices(), old.getCounts(), old.getGridAttr(),
-        old.getAxesAttr(), old.getNumExpertsAttr(), /*capacity=*/nullptr,
+        b, old.getLoc(), withDim(type, 1, *rowsBound), rowsType, old.getInput(),
+        old.getIndices(), old.getCounts(), old.getExpertSlots(),
+        old.getGridAttr(), old.getAxesAttr(), old.getNumExpertsAttr(),
+        /*capacity=*/nullptr,
         /*slots=*/nullptr, b.getI64IntegerAttr(*rowsBound));
     // Discardable attributes (a task label) stay with the op.
     for (NamedAttribute attr : old->getDiscardableAttrs())

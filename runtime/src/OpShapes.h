@@ -53,6 +53,11 @@ struct RouteShape {
 struct VarRouteShape {
   int64_t T = 0, k = 1, E = 0, G = 1, El = 0, R = 0, M = 0, rank = 0;
   int64_t block = -1;
+  /// The expert placement (moe.dispatch's `expert_slots`): G x E_l, slot s
+  /// of rank g holds logical expert slots[g E_l + s]; null: expert
+  /// parallelism's order (rank g holds experts g E_l ... in order). Read
+  /// when the op's tasks run, as the data is.
+  const int64_t *slots = nullptr;
 };
 
 namespace device {

@@ -22,6 +22,8 @@
 #include "CollectivePlan.h"
 #include "OpShapes.h"
 
+#include "moe_rt/expert_placement.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -82,6 +84,33 @@ inline std::string overBound(const VarRouteShape &r, const int64_t *all) {
                "--moe-variable-dropless=bound=N; or give the gate a "
                "capacity)";
     }
+  return "";
+}
+
+/// "block B: " when the op knows its block, else "".
+inline std::string blockPrefix(const VarRouteShape &r) {
+  return r.block >= 0 ? "block " + std::to_string(r.block) + ": " : "";
+}
+
+/// The expert placement as physical ids: `phys[e]` = g E_l + s for the
+/// slot (g, s) of r.slots that holds logical expert e; "" or the entry at
+/// fault (moe_rt/expert_placement.h), after the block.
+inline std::string physicalExperts(const VarRouteShape &r,
+                                   std::vector<int64_t> &phys) {
+  std::string why = expert_placement::checkSlots(r.slots, r.G, r.El, &phys);
+  return why.empty() ? "" : blockPrefix(r) + why;
+}
+
+/// `n` routing choices `idx` as physical expert ids (entries outside
+/// [0, E) are kept: the layouts refuse them); "" or the table's fault.
+inline std::string toPhysical(const VarRouteShape &r, const int64_t *idx,
+                              int64_t n, std::vector<int64_t> &out) {
+  std::vector<int64_t> phys;
+  if (std::string why = physicalExperts(r, phys); !why.empty())
+    return why;
+  out.resize(n);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = idx[i] >= 0 && idx[i] < r.E ? phys[idx[i]] : idx[i];
   return "";
 }
 

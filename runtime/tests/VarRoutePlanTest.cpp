@@ -147,3 +147,55 @@ TEST(VarRoutePlan, ExpertRowsMustFitTheExpertBuffer) {
 }
 
 } // namespace
+
+// The expert placement (moe_rt/expert_placement.h): choices become
+// physical experts (rank, slot) by the slot table; a table that is not a
+// permutation of the experts is refused with the block and the entries.
+TEST(VarRoutePlan, ExpertPlacementMapsChoicesToPhysicalExperts) {
+  VarRouteShape r = shape();
+  // Rank 0 holds experts 3 and 0, rank 1 experts 2 and 1.
+  const std::vector<int64_t> slots = {3, 0, 2, 1};
+  r.slots = slots.data();
+  const std::vector<int64_t> idx = {0, 1, 2, 3, 3, 0};
+  std::vector<int64_t> out;
+  EXPECT_EQ(vp::toPhysical(r, idx.data(), 6, out), "");
+  EXPECT_EQ(out, (std::vector<int64_t>{1, 3, 2, 0, 0, 1}));
+}
+
+TEST(VarRoutePlan, ExpertPlacementThatIsNotAPermutationIsRefused) {
+  VarRouteShape r = shape();
+  std::vector<int64_t> out, idx = {0, 1};
+  const std::vector<int64_t> twice = {3, 1, 2, 1};
+  r.slots = twice.data();
+  EXPECT_EQ(vp::toPhysical(r, idx.data(), 2, out),
+            "block 7: expert placement: expert 1 is in two slots (rank 0 "
+            "slot 1 and rank 1 slot 1); the table must be a permutation of "
+            "the experts");
+  const std::vector<int64_t> outside = {3, 0, 4, 1};
+  r.slots = outside.data();
+  EXPECT_EQ(vp::toPhysical(r, idx.data(), 2, out),
+            "block 7: expert placement: rank 1 slot 0 holds expert 4, not "
+            "one of the 4 experts");
+}
+
+// Users give expert -> rank; the table follows, each rank's experts in
+// increasing order, and each bad entry is named.
+TEST(VarRoutePlan, ExpertRanksBecomeTheSlotTable) {
+  namespace ep = moe_rt::expert_placement;
+  std::vector<int64_t> t, ranks;
+  EXPECT_EQ(ep::parseList("1,0 1,0", ranks), "");
+  EXPECT_EQ(ep::slotsFromRanks(ranks, 4, 2, t), "");
+  EXPECT_EQ(t, (std::vector<int64_t>{1, 3, 0, 2}));
+  EXPECT_EQ(ep::ranksOf(t, 2), ranks);
+  EXPECT_EQ(ep::slotsFromRanks({1, 0, 1}, 4, 2, t),
+            "expert placement: 3 entries, expected 4 (one rank per expert)");
+  EXPECT_EQ(ep::slotsFromRanks({1, 0, 2, 0}, 4, 2, t),
+            "expert placement: entry 2 (expert 2): rank 2 is not a rank of "
+            "the 2-rank expert-parallel group");
+  EXPECT_EQ(ep::slotsFromRanks({1, 0, 0, 0}, 4, 2, t),
+            "expert placement: rank 0 holds 3 experts; every rank must hold "
+            "E/G = 2");
+  EXPECT_EQ(ep::parseList("1,x", ranks),
+            "expert placement: 'x' (entry 1) is not a rank (a non-negative "
+            "integer)");
+}

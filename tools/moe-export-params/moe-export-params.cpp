@@ -10,7 +10,10 @@
 // No MPI: the ranks are looped over here.
 //
 //   moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S]
-//                     [--random-weights]
+//                     [--random-weights] [--expert-placement RANKS|@FILE]
+//
+// --expert-placement is moe-run's: the expert weights in that placement's
+// slots (a step scheduled with expert-placement=1).
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 using namespace mlir;
 using namespace mlir::moe;
@@ -47,7 +51,7 @@ namespace {
 
 const char *kUsage =
     "usage: moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S] "
-    "[--random-weights]\n";
+    "[--random-weights] [--expert-placement RANKS|@FILE]\n";
 
 /// A non-negative integer option value, whole.
 uint64_t number(const std::string &option, const std::string &text) {
@@ -60,7 +64,7 @@ uint64_t number(const std::string &option, const std::string &text) {
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string input, output;
+  std::string input, output, placement;
   int64_t worldSize = 0;
   uint64_t seed = 1;
   bool randomWeights = false;
@@ -77,6 +81,8 @@ int main(int argc, char **argv) {
       worldSize = static_cast<int64_t>(number(a, value()));
     else if (a == "--seed")
       seed = number(a, value());
+    else if (a == "--expert-placement")
+      placement = value();
     else if (a == "--random-weights")
       randomWeights = true;
     else if (a == "-h" || a == "--help") {
@@ -111,6 +117,15 @@ int main(int argc, char **argv) {
   if (world < 1)
     die("the step names no grid; give --world-size");
 
+  std::vector<int64_t> slots;
+  if (!placement.empty()) {
+    int64_t groups = 0;
+    auto table = run::expertSlotsOf(step, placement, groups);
+    if (!table)
+      die("--expert-placement: " + llvm::toString(table.takeError()));
+    slots = std::move(*table);
+  }
+
   frontend::WeightLoader weights;
   // As moe-run: relative moe.source files are also looked up next to the
   // step's IR.
@@ -135,8 +150,9 @@ int main(int argc, char **argv) {
     for (BlockArgument arg : entry.getArguments()) {
       if (!run::isParameter(step, arg))
         continue;
-      auto values = run::initialValues(step, arg, static_cast<int>(rank), seed,
-                                       randomWeights ? nullptr : &weights);
+      auto values =
+          run::initialValues(step, arg, static_cast<int>(rank), seed,
+                             randomWeights ? nullptr : &weights, slots);
       if (!values) {
         std::fclose(f);
         std::remove(tmp.c_str());

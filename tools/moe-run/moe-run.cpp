@@ -21,9 +21,11 @@
 #include "moe/Target/Interpreter.h"
 
 #include "Checkpointing.h"
+#include "ExpertPlacement.h"
 #include "ParamLoading.h"
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
 #include "moe_rt/option_values.h"
@@ -58,6 +60,10 @@ void check(llvm::Error e) {
 
 struct Options {
   std::string input, dump, dumpInputs, dataPath, routingTrace;
+  // --expert-placement: expert -> rank, "1,0,1,0" or @FILE (the same);
+  // --expert-placement-at S:MAP: MAP from step S on (the experts move).
+  std::string expertPlacement, laterPlacement;
+  int laterPlacementStep = 0;
   int steps = 1;
   uint64_t seed = 1;
   bool seedGiven = false;
@@ -110,6 +116,19 @@ Options parseOptions(int argc, char **argv) {
       o.dataPath = value();
     } else if (a == "--routing-trace") {
       o.routingTrace = value();
+    } else if (a == "--expert-placement") {
+      o.expertPlacement = value();
+    } else if (a == "--expert-placement-at") {
+      std::string v = value();
+      size_t colon = v.find(':');
+      std::optional<uint64_t> n =
+          moe_rt::options::wholeNumber(v.substr(0, colon));
+      if (colon == std::string::npos || !n || *n < 2 ||
+          *n > uint64_t(INT32_MAX))
+        die("--expert-placement-at needs STEP:RANKS with STEP >= 2, got '" + v +
+            "'");
+      o.laterPlacementStep = int(*n);
+      o.laterPlacement = v.substr(colon + 1);
     } else if (a == "--profile") {
       o.profile = true;
     } else if (a == "--random-weights") {
@@ -132,6 +151,8 @@ Options parseOptions(int argc, char **argv) {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
                   "[--dump-inputs FILE] [--routing-trace FILE] "
+                  "[--expert-placement RANKS|@FILE] "
+                  "[--expert-placement-at STEP:RANKS|@FILE] "
                   "[--timeout SECONDS] [--profile] "
                   "[--check-collectives first-step|every-step] "
                   "[--save-every N --checkpoint DIR] [--resume DIR]\n");
@@ -147,6 +168,13 @@ Options parseOptions(int argc, char **argv) {
     die("no input step (moe-run STEP.mlir)");
   if ((o.saveEvery > 0) != !o.checkpointDir.empty())
     die("--save-every N and --checkpoint DIR go together");
+  // A checkpoint does not record which expert each slot holds: resuming
+  // under another placement would start from a silently different model.
+  if (!o.laterPlacement.empty() && o.expertPlacement.empty())
+    die("--expert-placement-at needs a first map (--expert-placement)");
+  if (!o.expertPlacement.empty() && (o.saveEvery > 0 || !o.resumeDir.empty()))
+    die("--expert-placement does not combine with checkpoints yet (they do "
+        "not record the placement)");
   return o;
 }
 
@@ -165,6 +193,7 @@ std::pair<int, int> rankAndWorld(double timeout) {
 /// writes the same values for every rank at build time); returns how many
 /// parameters came from their moe.source.
 int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
+  const std::vector<int64_t> &slots = run.options().expertSlots;
   frontend::WeightLoader weights;
   // Relative moe.source files not found from the working directory are
   // looked up next to the step's IR file.
@@ -174,9 +203,9 @@ int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
   int fromSource = 0;
   for (BlockArgument arg : func.getFunctionBody().front().getArguments()) {
     Buffer &b = *run.buffer(arg);
-    auto values = run::initialValues(func, arg, run.options().rank,
-                                     run.options().seed,
-                                     useSources ? &weights : nullptr);
+    auto values =
+        run::initialValues(func, arg, run.options().rank, run.options().seed,
+                           useSources ? &weights : nullptr, slots);
     if (!values)
       die(llvm::toString(values.takeError()));
     if (b.isInt)
@@ -186,6 +215,27 @@ int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
     fromSource += values->fromSource;
   }
   return fromSource;
+}
+
+/// --expert-placement's slot table, or the error naming the entry.
+std::vector<int64_t> placementOrDie(FunctionOpInterface step,
+                                    const std::string &map, int64_t &groups) {
+  llvm::Expected<std::vector<int64_t>> slots =
+      run::expertSlotsOf(step, map, groups);
+  if (!slots)
+    die("--expert-placement: " + llvm::toString(slots.takeError()));
+  return std::move(*slots);
+}
+
+/// The balance line's per-rank loads and the trace follow the placement.
+void setLogPlacement(moe_rt_routing_log *log, const std::vector<int64_t> &slots,
+                     int64_t groups) {
+  if (!log || slots.empty())
+    return;
+  std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(slots, groups);
+  if (moe_rt_routing_log_set_expert_ranks(log, ranks.data(),
+                                          int64_t(ranks.size())) != MOE_RT_OK)
+    die(moe_rt_last_error());
 }
 
 /// True when `v` reaches an op of type OpT through what carries a value
@@ -376,8 +426,15 @@ int main(int argc, char **argv) {
     resumed = std::move(*state);
   }
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  Interpreter run(loaded->func,
-                  {rank, world, start.seed, o.timeout, log, o.checkEveryStep});
+  int64_t groups = 0;
+  std::vector<int64_t> slots, laterSlots;
+  if (!o.expertPlacement.empty())
+    slots = placementOrDie(loaded->func, o.expertPlacement, groups);
+  if (!o.laterPlacement.empty())
+    laterSlots = placementOrDie(loaded->func, o.laterPlacement, groups);
+  setLogPlacement(log, slots, groups);
+  Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log,
+                                 o.checkEveryStep, slots});
   check(run.prepare());
   int fromSource = initArguments(run, !o.randomWeights, o.input);
   if (resumed) {
@@ -428,6 +485,14 @@ int main(int argc, char **argv) {
     int s = int(start.step) + i; // the update count, across resumes
     if (!text.empty() && i > 1)
       loadText(run, text, position);
+    // A new expert placement: the experts' weights and optimizer state
+    // move first, then the step routes by it.
+    if (!laterSlots.empty() && s == o.laterPlacementStep) {
+      check(run::migrateExperts(run, slots, laterSlots, groups, sync, all));
+      slots = laterSlots;
+      run.setExpertSlots(slots);
+      setLogPlacement(log, slots, groups);
+    }
     moe_rt_profile_step_begin();
     check(run.run(s));
     moe_rt_profile_step_end(stderr, rank, s);

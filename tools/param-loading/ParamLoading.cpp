@@ -10,6 +10,8 @@
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "moe/Target/StepState.h"
 
+#include "moe_rt/expert_placement.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -20,6 +22,9 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <random>
 
 using namespace mlir;
@@ -215,13 +220,118 @@ shardedExpertValues(FunctionOpInterface func, BlockArgument arg, int rank,
   return out;
 }
 
+/// The world rank whose expert-parallel index is `index`, its other grid
+/// coordinates those of `rank`: where the plain step keeps the experts
+/// index S ... of this rank's data-parallel replica.
+static int64_t rankWithExpertIndex(FunctionOpInterface func, int rank,
+                                   int64_t index) {
+  ModelAttr model;
+  shard::GridOp grid = modelGrid(func, model);
+  if (!grid)
+    return index;
+  ArrayRef<int64_t> shape = grid.getShape();
+  std::vector<int64_t> c = coordsOf(shape, rank);
+  ArrayRef<int16_t> axes = model.getEpAxes();
+  for (int64_t rest = index, k = int64_t(axes.size()) - 1; k >= 0; --k) {
+    c[axes[k]] = rest % shape[axes[k]];
+    rest /= shape[axes[k]];
+  }
+  int64_t q = 0;
+  for (size_t d = 0; d < shape.size(); ++d)
+    q = q * shape[d] + c[d];
+  return q;
+}
+
+/// An expert weight under an expert placement: slot s holds expert
+/// e = slots[g S + s] as the plain step starts it — local expert e mod S of
+/// the rank with expert-parallel index e / S (drawn as that rank draws its
+/// block), or expert e of the moe.source.
+static llvm::Expected<std::vector<float>>
+placedExpertValues(FunctionOpInterface func, BlockArgument arg, int rank,
+                   uint64_t seed, frontend::WeightLoader *sources,
+                   ArrayRef<int64_t> shape, ArrayRef<int64_t> slots) {
+  int64_t S = shape[0], g = expertGroupIndex(func, rank), per = 1;
+  for (size_t d = 1; d < shape.size(); ++d)
+    per *= shape[d];
+  if (S <= 0 || (g + 1) * S > int64_t(slots.size()))
+    return llvm::createStringError("parameter '" + argumentName(func, arg) +
+                                   "': the expert placement "
+                                   "has " +
+                                   std::to_string(slots.size()) +
+                                   " slots, too few for " + std::to_string(S) +
+                                   " experts on expert-parallel rank " +
+                                   std::to_string(g));
+  std::vector<float> out(S * per);
+  auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                MoeDialect::getParamAttrName());
+  auto source = func.getArgAttrOfType<SourceAttr>(
+      arg.getArgNumber(), MoeDialect::getSourceAttrName());
+  SmallVector<int64_t> one(shape.begin(), shape.end());
+  one[0] = 1;
+  for (int64_t s = 0; s < S; ++s) {
+    int64_t e = slots[g * S + s];
+    std::vector<float> values;
+    if (source && sources) {
+      auto loaded = sources->load(source, one, e);
+      if (!loaded)
+        return llvm::createStringError(
+            "parameter '" + argumentName(func, arg) +
+            "': " + llvm::toString(loaded.takeError()));
+      values = std::move(*loaded);
+    } else {
+      std::mt19937_64 rng =
+          expertRng(seed, name, arg, rankWithExpertIndex(func, rank, e / S));
+      std::vector<float> block = drawParameter(name, shape, rng);
+      values.assign(block.begin() + (e % S) * per,
+                    block.begin() + (e % S + 1) * per);
+    }
+    std::copy(values.begin(), values.end(), out.begin() + s * per);
+  }
+  return out;
+}
+
+static llvm::Error placementError(const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+llvm::Expected<std::vector<int64_t>> expertSlotsOf(FunctionOpInterface step,
+                                                   const std::string &map,
+                                                   int64_t &groups) {
+  std::optional<RankedTensorType> type;
+  for (BlockArgument arg : step.getFunctionBody().front().getArguments())
+    if (target::roleOf(step, arg) == target::ArgRole::stepInput &&
+        argumentName(step, arg) == "expert_slots")
+      type = cast<RankedTensorType>(arg.getType());
+  if (!type)
+    return placementError(
+        "the step has no expert placement input; schedule it "
+        "with --moe-flowmoe-pipeline='expert-placement=1 ...'");
+  std::string text = map;
+  if (!text.empty() && text[0] == '@') {
+    std::ifstream in(text.substr(1));
+    if (!in)
+      return placementError("cannot read '" + text.substr(1) + "'");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  namespace ep = moe_rt::expert_placement;
+  std::vector<int64_t> ranks, slots;
+  groups = type->getDimSize(0);
+  std::string why = ep::parseList(text, ranks);
+  if (why.empty())
+    why = ep::slotsFromRanks(ranks, type->getNumElements(), groups, slots);
+  if (!why.empty())
+    return placementError(why);
+  return slots;
+}
+
 /// Parameters: deterministic from their name (replicated weights equal on
 /// every rank; expert weights differ per rank, as each holds other
 /// experts). Token ids and labels: per rank.
 llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
                                             BlockArgument arg, int rank,
                                             uint64_t seed,
-                                            frontend::WeightLoader *sources) {
+                                            frontend::WeightLoader *sources,
+                                            ArrayRef<int64_t> expertSlots) {
   // Messages as moe-run has always printed them (tests match them).
   auto fail = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
@@ -259,11 +369,16 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
     return isa<ExpertOp>(u) ||
            (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
   });
-  if (auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
-          arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
-      shard && expert && !b.isInt) {
-    auto values = shardedExpertValues(func, arg, rank, seed, sources, b.shape,
-                                      shard[0], shard[1]);
+  // Expert weights split over the hidden dimension (ESP) or placed by an
+  // expert placement: assembled from the plain step's values.
+  auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
+      arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
+  bool placed = !expertSlots.empty() && !b.shape.empty();
+  if (expert && !b.isInt && (shard || placed)) {
+    auto values = shard ? shardedExpertValues(func, arg, rank, seed, sources,
+                                              b.shape, shard[0], shard[1])
+                        : placedExpertValues(func, arg, rank, seed, sources,
+                                             b.shape, expertSlots);
     if (!values)
       return values.takeError();
     b.f = std::move(*values);

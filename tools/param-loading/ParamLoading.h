@@ -67,14 +67,25 @@ std::string argumentName(FunctionOpInterface func, BlockArgument arg);
 /// True when `arg` is a parameter (has a moe.param name).
 bool isParameter(FunctionOpInterface func, BlockArgument arg);
 
+/// The slot table of `map` (expert -> rank, "1,0,1,0" or @FILE) for the
+/// step's `expert_slots` input; `groups` receives G. Errors name the
+/// entry, or the pipeline option when the step has no such input.
+llvm::Expected<std::vector<int64_t>> expertSlotsOf(FunctionOpInterface step,
+                                                   const std::string &map,
+                                                   int64_t &groups);
+
 /// The initial values of step argument `arg` on `rank`. `sources` reads
 /// moe.source weights; null means --random-weights (all from the seed).
-/// Fails with a message naming the parameter when its shape is dynamic or
-/// its source cannot be read.
-llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
-                                            BlockArgument arg, int rank,
-                                            uint64_t seed,
-                                            frontend::WeightLoader *sources);
+/// `expertSlots` (G x S, moe_rt/expert_placement.h; empty: expert
+/// parallelism's layout) is the expert placement: slot s of an expert
+/// weight then holds the values the plain step gives expert
+/// expertSlots[g S + s], g this rank's expert-parallel index, so both
+/// steps start from the same model. Fails with a message naming the
+/// parameter when its shape is dynamic or its source cannot be read.
+llvm::Expected<InitialValues>
+initialValues(FunctionOpInterface func, BlockArgument arg, int rank,
+              uint64_t seed, frontend::WeightLoader *sources,
+              llvm::ArrayRef<int64_t> expertSlots = {});
 
 } // namespace mlir::moe::run
 

@@ -63,6 +63,10 @@ public:
     /// --check-collectives=every-step); false: on the first step only,
     /// which proves a static step's signatures for the later ones.
     bool checkCollectivesEveryStep = false;
+    /// The expert placement's slot table (G x S, moe_rt/expert_placement.h)
+    /// written into the step input `expert_slots` before every step; empty:
+    /// expert parallelism's own layout.
+    std::vector<int64_t> expertSlots;
   };
 
   Interpreter(FunctionOpInterface step, Options options);
@@ -90,6 +94,9 @@ public:
   /// removes the overlap of the streams. Null (the default) waits only at
   /// the end of the step.
   void setAfterOp(std::function<llvm::Error(Operation *)> hook);
+  /// A new expert placement for the next steps (Options::expertSlots);
+  /// the caller has moved the expert weights to it.
+  void setExpertSlots(std::vector<int64_t> slots);
 
   /// The step's results by name: "loss", then each updated parameter by
   /// its moe.param name, then the optimizer state by its moe.state name

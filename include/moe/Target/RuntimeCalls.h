@@ -463,7 +463,8 @@ template <> struct RuntimeCall<DispatchOp> {
       return v.call(MOE_RT_FN(moe_rt_dispatch_v), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
                     v.in(op.getInput()), v.in(op.getIndices()),
-                    v.out(op.getResult()), v.out(op.getRows()));
+                    v.in(op.getExpertSlots()), v.out(op.getResult()),
+                    v.out(op.getRows()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
@@ -481,8 +482,8 @@ template <> struct RuntimeCall<DispatchOp> {
     if (op.isVariable())
       return v.call(MOE_RT_FN(moe_rt_dispatch_v_grad), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
-                    v.in(op.getIndices()), v.cotangent(op.getResult()),
-                    v.grad(op.getInput()));
+                    v.in(op.getIndices()), v.in(op.getExpertSlots()),
+                    v.cotangent(op.getResult()), v.grad(op.getInput()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
@@ -507,13 +508,15 @@ template <> struct RuntimeCall<CombineOp> {
       return v.call(MOE_RT_FN(moe_rt_combine_v_place), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
                     v.in(op.getInput()), v.in(op.getIndices()),
-                    v.in(op.getWeights()), v.in(op.getResidual()),
-                    v.in(op.getPlacement()), v.out(op.getResult()));
+                    v.in(op.getExpertSlots()), v.in(op.getWeights()),
+                    v.in(op.getResidual()), v.in(op.getPlacement()),
+                    v.out(op.getResult()));
     if (op.getRows())
       return v.call(MOE_RT_FN(moe_rt_combine_v), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
                     v.in(op.getInput()), v.in(op.getIndices()),
-                    v.in(op.getWeights()), v.out(op.getResult()));
+                    v.in(op.getExpertSlots()), v.in(op.getWeights()),
+                    v.out(op.getResult()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();
@@ -533,16 +536,17 @@ template <> struct RuntimeCall<CombineOp> {
       return v.call(MOE_RT_FN(moe_rt_combine_v_place_grad), v.stream(),
                     v.comm(op), v.i64(op.getNumExperts()), v.in(op.getRows()),
                     v.in(op.getInput()), v.in(op.getIndices()),
-                    v.in(op.getWeights()), v.in(op.getResidual()),
-                    v.in(op.getPlacement()), v.cotangent(op.getResult()),
-                    v.grad(op.getInput()), v.grad(op.getWeights()),
-                    v.grad(op.getResidual()));
+                    v.in(op.getExpertSlots()), v.in(op.getWeights()),
+                    v.in(op.getResidual()), v.in(op.getPlacement()),
+                    v.cotangent(op.getResult()), v.grad(op.getInput()),
+                    v.grad(op.getWeights()), v.grad(op.getResidual()));
     if (op.getRows())
       return v.call(MOE_RT_FN(moe_rt_combine_v_grad), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
                     v.in(op.getInput()), v.in(op.getIndices()),
-                    v.in(op.getWeights()), v.cotangent(op.getResult()),
-                    v.grad(op.getInput()), v.grad(op.getWeights()));
+                    v.in(op.getExpertSlots()), v.in(op.getWeights()),
+                    v.cotangent(op.getResult()), v.grad(op.getInput()),
+                    v.grad(op.getWeights()));
     FailureOr<RoutingShape> r = cappedRouting(op, v);
     if (failed(r))
       return failure();

@@ -378,6 +378,26 @@ def MoeRoutingStats : Pass<"moe-routing-stats", "::mlir::ModuleOp"> {
   }];
 }
 
+def MoeExpertPlacement : Pass<"moe-expert-placement", "::mlir::ModuleOp"> {
+  let summary = "Make the expert placement a step input of the variable-count "
+                "dispatches and combines";
+  let description = [{
+    Placement as a run-time value (docs/load-aware.md §2). In every
+    scheduled step (a function with `moe.schedule`), adds one step input,
+    `expert_slots : G x S` (`moe.step_input = "expert_slots"`, S = E/G: slot
+    s of rank g holds logical expert `expert_slots[g][s]`), and passes it to
+    every variable-count `moe.dispatch` and `moe.combine`, forward and in
+    the vjps (one more primal of each vjp, bound to its body op's operand).
+    The host writes it before each step: `moe-run --expert-placement` (and
+    `--expert-placement-at`), or `moe_step_set_expert_slots` in
+    generated code; the expert weights and their optimizer state then live
+    in that layout. Refuses a step without variable-count routing, blocks
+    whose groups or expert counts differ (one table serves them all), and
+    expert-sharded weights (`esp=1`). Runs at the end of
+    `moe-flowmoe-pipeline` with `expert-placement=1`.
+  }];
+}
+
 def MoeVerifySchedule : Pass<"moe-verify-schedule", "::mlir::ModuleOp"> {
   let summary = "Reject a schedule that breaks a dependency, can hang, or "
                 "orders collectives differently across ranks";

@@ -190,10 +190,12 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
   }
   if (attr.getName() == getStepInputAttrName()) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
-    if (!name || (name.getValue() != "lr" && name.getValue() != "step"))
-      return op->emitError() << "'" << getStepInputAttrName()
-                             << "' of argument #" << argIndex
-                             << " must be \"lr\" or \"step\"";
+    if (!name || (name.getValue() != "lr" && name.getValue() != "step" &&
+                  name.getValue() != "expert_slots"))
+      return op->emitError()
+             << "'" << getStepInputAttrName() << "' of argument #" << argIndex
+             << " must be \"lr\", \"step\" or "
+                "\"expert_slots\"";
     return success();
   }
   if (attr.getName() == getHiddenShardAttrName()) {

@@ -585,6 +585,25 @@ static LogicalResult verifyRowsOverGroup(Operation *op, Value rows,
   return verifyDim(op, "rows", shapeOf(rows), 1, groupSize, "group size G");
 }
 
+/// `expert_slots(%t)`: the slot table of a variable-count op, G x S, one
+/// slot per expert today (S = E/G, the expert side's first dimension). Its
+/// values (a permutation of the experts) are data: the runtime checks them.
+static LogicalResult verifyExpertSlots(Operation *op, Value slots, Value rows,
+                                       int64_t numExperts, int64_t groupSize) {
+  if (!slots)
+    return success();
+  if (!rows)
+    return op->emitOpError() << "'expert_slots' needs variable-count routing "
+                                "('rows'; moe-variable-dropless)";
+  if (failed(verifyRank(op, "expert_slots", shapeOf(slots), 2)) ||
+      failed(verifyDim(op, "expert_slots", shapeOf(slots), 0, groupSize,
+                       "group size G")))
+    return failure();
+  return verifyDim(op, "expert_slots", shapeOf(slots), 1,
+                   numExperts / groupSize,
+                   "slots per rank S = E/G (one slot per expert)");
+}
+
 LogicalResult DispatchOp::verify() {
   ShapedType input = shapeOf(getInput()), result = shapeOf(getResult());
   if (failed(verifyRank(*this, "input", input, 3)) ||
@@ -611,7 +630,9 @@ LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &table) {
   FailureOr<int64_t> groupSize = collectiveGroupSize(*this, table);
   if (failed(groupSize))
     return failure();
-  if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)))
+  if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)) ||
+      failed(verifyExpertSlots(*this, getExpertSlots(), getRows(),
+                               getNumExperts(), *groupSize)))
     return failure();
   return verifyExpertSideLayout(*this, "result", shapeOf(getResult()),
                                 getNumExperts(), getCapacity(), *groupSize);
@@ -667,7 +688,9 @@ LogicalResult CombineOp::verifySymbolUses(SymbolTableCollection &table) {
   FailureOr<int64_t> groupSize = collectiveGroupSize(*this, table);
   if (failed(groupSize))
     return failure();
-  if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)))
+  if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)) ||
+      failed(verifyExpertSlots(*this, getExpertSlots(), getRows(),
+                               getNumExperts(), *groupSize)))
     return failure();
   if (Value place = getPlacement()) {
     int64_t samples = shapeOf(getIndices()).getDimSize(0);

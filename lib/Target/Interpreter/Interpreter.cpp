@@ -17,6 +17,7 @@
 #include "moe/Target/StepState.h"
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/ops.h"
 #include "moe_rt/profile.h"
 
@@ -350,9 +351,21 @@ llvm::Error Interpreter::Impl::fillStepInputs() {
       if (!schedule)
         return schedule.takeError();
       b->f[0] = float(moe_rt_lr_at(&*schedule, step));
+    } else if (name == "expert_slots" && b->isInt && b->shape.size() == 2) {
+      // The expert placement (moe-run --expert-placement); by default
+      // expert parallelism's layout.
+      const std::vector<int64_t> &t = options.expertSlots;
+      if (!t.empty() && int64_t(t.size()) != b->numel())
+        return error("step input 'expert_slots': the placement has " +
+                     std::to_string(t.size()) + " slots, the step " +
+                     std::to_string(b->numel()));
+      b->i = t.empty() ? moe_rt::expert_placement::identitySlots(b->shape[0],
+                                                                 b->shape[1])
+                       : t;
     } else {
       return error("step input '" + name +
-                   "': moe-run fills 'lr' (f32) and 'step' (i64) scalars");
+                   "': moe-run fills 'lr' (f32) and 'step' (i64) scalars "
+                   "and 'expert_slots' (G x S integers)");
     }
   }
   return llvm::Error::success();
@@ -388,6 +401,9 @@ llvm::Error Interpreter::run(int64_t step) { return impl->run(step); }
 Buffer *Interpreter::buffer(Value v) { return impl->buffer(v); }
 void Interpreter::setAfterOp(std::function<llvm::Error(Operation *)> hook) {
   impl->afterOp = std::move(hook);
+}
+void Interpreter::setExpertSlots(std::vector<int64_t> slots) {
+  impl->options.expertSlots = std::move(slots);
 }
 FunctionOpInterface Interpreter::step() const { return impl->func; }
 const Interpreter::Options &Interpreter::options() const {

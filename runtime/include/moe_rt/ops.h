@@ -329,29 +329,36 @@ moe_rt_status moe_rt_combine_slots_grad(
  * and fails the stream with the same message, naming `block` (the model
  * block, -1 if unknown), the expert and its load. Its vjp counts again;
  * combine_v and its vjp take `rows`. Tokens in GShard order within an
- * expert, as the padded ops with room for every token. */
+ * expert, as the padded ops with room for every token.
+ * `expert_slots` (I64, G x E_l, or NULL) is the expert placement: slot s of
+ * rank g holds logical expert expert_slots[g][s] (NULL: experts g E_l ...
+ * in order). It must be a permutation of the experts; the op fails,
+ * naming the block and the entry, when it is not. CPU streams only. */
 moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
                                 int64_t experts, int64_t block,
                                 const moe_rt_tensor *x,
                                 const moe_rt_tensor *indices,
+                                const moe_rt_tensor *expert_slots,
                                 moe_rt_tensor *out, moe_rt_tensor *rows);
 moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
                                      int64_t experts, int64_t block,
                                      const moe_rt_tensor *indices,
+                                     const moe_rt_tensor *expert_slots,
                                      const moe_rt_tensor *dout,
                                      moe_rt_tensor *dx);
 moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
                                int64_t experts, const moe_rt_tensor *rows,
                                const moe_rt_tensor *expert_out,
                                const moe_rt_tensor *indices,
+                               const moe_rt_tensor *expert_slots,
                                const moe_rt_tensor *weights,
                                moe_rt_tensor *out);
 moe_rt_status moe_rt_combine_v_grad(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts,
     const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
-    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
-    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
-    moe_rt_tensor *dweights);
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *dout,
+    moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights);
 /* The grouped FFN of moe_rt_expert over the filled rows of x (E_l x R x M)
  * only: expert l's first sum_g rows[l][g] rows (a grouped GEMM over
  * per-expert counts); out's other rows are zero, and so are dx's. */
@@ -399,16 +406,17 @@ moe_rt_status moe_rt_move_samples(moe_rt_stream s, moe_rt_comm comm,
 moe_rt_status moe_rt_combine_v_place(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts,
     const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
-    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
-    const moe_rt_tensor *residual, const moe_rt_tensor *place,
-    moe_rt_tensor *out);
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *residual,
+    const moe_rt_tensor *place, moe_rt_tensor *out);
 moe_rt_status moe_rt_combine_v_place_grad(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts,
     const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
-    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
-    const moe_rt_tensor *residual, const moe_rt_tensor *place,
-    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
-    moe_rt_tensor *dweights, moe_rt_tensor *dresidual);
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *residual,
+    const moe_rt_tensor *place, const moe_rt_tensor *dout,
+    moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights,
+    moe_rt_tensor *dresidual);
 
 /* Elementwise and plumbing. */
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,

@@ -94,6 +94,16 @@ int64_t moe_step_updates_done(const moe_step *s);
  * set). Step n (the n-th <model>_step call) draws its noise from
  * moe_rt_gate_step_seed(base, n), as moe-run's step n does. */
 void moe_step_set_gate_seed(moe_step *s, uint64_t base);
+/* The expert placement of a step scheduled with expert-placement=1
+ * (docs/load-aware.md §2): the slot table, G x S integers, slot s of
+ * expert-parallel rank g holding logical expert slots[g S + s]
+ * (moe_rt/expert_placement.h turns expert -> rank into it). Written into
+ * the step input `expert_slots` before each step; unset: expert
+ * parallelism's own layout. Set it before the first step, with the
+ * parameters in that layout (moe-run --dump-inputs / moe-export-params
+ * --expert-placement write them so); a later change fails the step, as
+ * moving the experts' weights and optimizer state is not implemented. */
+void moe_step_set_expert_slots(moe_step *s, const int64_t *slots, int64_t n);
 /* Routing statistics (moe.routing_counts, moe-opt --moe-routing-stats):
  * rank 0 records every later step's counts to the routing trace `path`
  * (docs/routing-trace-format.md), as moe-run --routing-trace does; the

@@ -22,11 +22,13 @@ using namespace moe_rt;
 namespace {
 
 /// Checks a dropless routed call: `indices` B x N x k (token choice), the
-/// expert side E_l x R x M, the token side T x M and, when given, `rows`
-/// E_l x G (NULL only for dispatch's vjp, which has none); fills `r`.
+/// expert side E_l x R x M, the token side T x M, when given `rows`
+/// E_l x G (NULL only for dispatch's vjp, which has none) and the expert
+/// placement `slots` G x E_l (its values are checked when the op runs);
+/// fills `r`.
 Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
                 int64_t experts, int64_t block, const moe_rt_tensor *indices,
-                const moe_rt_tensor *expertSide,
+                const moe_rt_tensor *slots, const moe_rt_tensor *expertSide,
                 const moe_rt_tensor *tokenSide, const moe_rt_tensor *rows,
                 VarRouteShape &r) {
   Check c{call, backendOf(s)};
@@ -35,7 +37,8 @@ Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
       .tensor(expertSide, "the expert side", MOE_RT_F32, 3)
       .tensor(tokenSide, "the tokens", MOE_RT_F32, 1)
       .tensor(rows, "rows", MOE_RT_I64, 2,
-              /*optional=*/std::string(call) == "moe_rt_dispatch_v_grad");
+              /*optional=*/std::string(call) == "moe_rt_dispatch_v_grad")
+      .tensor(slots, "expert_slots", MOE_RT_I64, 2, /*optional=*/true);
   if (c.status)
     return c;
   r.G = moe_rt_comm_size(comm);
@@ -51,13 +54,19 @@ Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
   if (c.status)
     return c;
   r.El = experts / r.G;
-  return c.that(dim(expertSide, 0) == r.El,
-                "the expert side must be E_l x R x M")
+  c.that(dim(expertSide, 0) == r.El, "the expert side must be E_l x R x M")
       .that(dim(tokenSide, -1) == r.M &&
                 moe_rt_tensor_numel(tokenSide) == r.T * r.M,
             "the tokens must be T x M, one per row of indices")
       .that(!rows || (dim(rows, 0) == r.El && dim(rows, 1) == r.G),
-            "rows must be E_l x G");
+            "rows must be E_l x G")
+      .that(!slots || (dim(slots, 0) == r.G && dim(slots, 1) == r.El),
+            "expert_slots must be G x E_l (one slot per expert)")
+      .that(!slots || backendOf(s) != MOE_RT_CUDA,
+            "an expert placement (expert_slots) runs on CPU streams only");
+  if (slots)
+    r.slots = i64(slots);
+  return c;
 }
 
 } // namespace
@@ -68,10 +77,11 @@ moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
                                 int64_t experts, int64_t block,
                                 const moe_rt_tensor *x,
                                 const moe_rt_tensor *indices,
+                                const moe_rt_tensor *expert_slots,
                                 moe_rt_tensor *out, moe_rt_tensor *rows) {
   VarRouteShape r;
   Check c = varChecks("moe_rt_dispatch_v", s, comm, experts, block, indices,
-                      out, x, rows, r);
+                      expert_slots, out, x, rows, r);
   if (c.status)
     return c.status;
   MOE_RT_ON_CUDA(s, cuda::dispatchV(s, comm, r, f32(x), i64(indices), f32(out),
@@ -82,11 +92,12 @@ moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
 moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
                                      int64_t experts, int64_t block,
                                      const moe_rt_tensor *indices,
+                                     const moe_rt_tensor *expert_slots,
                                      const moe_rt_tensor *dout,
                                      moe_rt_tensor *dx) {
   VarRouteShape r;
   Check c = varChecks("moe_rt_dispatch_v_grad", s, comm, experts, block,
-                      indices, dout, dx, nullptr, r);
+                      indices, expert_slots, dout, dx, nullptr, r);
   if (c.status)
     return c.status;
   MOE_RT_ON_CUDA(
@@ -98,11 +109,12 @@ moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
                                int64_t experts, const moe_rt_tensor *rows,
                                const moe_rt_tensor *expert_out,
                                const moe_rt_tensor *indices,
+                               const moe_rt_tensor *expert_slots,
                                const moe_rt_tensor *weights,
                                moe_rt_tensor *out) {
   VarRouteShape r;
   Check c = varChecks("moe_rt_combine_v", s, comm, experts, -1, indices,
-                      expert_out, out, rows, r);
+                      expert_slots, expert_out, out, rows, r);
   c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
   if (c.status)
     return c.status;
@@ -114,12 +126,12 @@ moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
 moe_rt_status moe_rt_combine_v_grad(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts,
     const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
-    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
-    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
-    moe_rt_tensor *dweights) {
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *dout,
+    moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights) {
   VarRouteShape r;
   Check c = varChecks("moe_rt_combine_v_grad", s, comm, experts, -1, indices,
-                      expert_out, dout, rows, r);
+                      expert_slots, expert_out, dout, rows, r);
   c.tensor(weights, "weights", MOE_RT_F32)
       .sizeOf(weights, "weights", indices)
       .tensor(dweights, "dweights", MOE_RT_F32)
@@ -161,13 +173,13 @@ extern "C" {
 moe_rt_status moe_rt_combine_v_place(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts,
     const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
-    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
-    const moe_rt_tensor *residual, const moe_rt_tensor *place,
-    moe_rt_tensor *out) {
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *residual,
+    const moe_rt_tensor *place, moe_rt_tensor *out) {
   VarRouteShape r;
   int64_t B = 0;
   Check c = varChecks("moe_rt_combine_v_place", s, comm, experts, -1, indices,
-                      expert_out, out, rows, r);
+                      expert_slots, expert_out, out, rows, r);
   c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
   c = placedChecks(c, r, indices, place, residual, expert_out, B);
   if (c.status)
@@ -179,14 +191,15 @@ moe_rt_status moe_rt_combine_v_place(
 moe_rt_status moe_rt_combine_v_place_grad(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts,
     const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
-    const moe_rt_tensor *indices, const moe_rt_tensor *weights,
-    const moe_rt_tensor *residual, const moe_rt_tensor *place,
-    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
-    moe_rt_tensor *dweights, moe_rt_tensor *dresidual) {
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *residual,
+    const moe_rt_tensor *place, const moe_rt_tensor *dout,
+    moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights,
+    moe_rt_tensor *dresidual) {
   VarRouteShape r;
   int64_t B = 0;
   Check c = varChecks("moe_rt_combine_v_place_grad", s, comm, experts, -1,
-                      indices, expert_out, dout, rows, r);
+                      indices, expert_slots, expert_out, dout, rows, r);
   c.tensor(weights, "weights", MOE_RT_F32)
       .sizeOf(weights, "weights", indices)
       .tensor(dweights, "dweights", MOE_RT_F32)

@@ -16,6 +16,7 @@
 #include "CpuTasks.h"
 
 #include "../CollectivePlan.h"
+#include "../VarRoutePlan.h"
 #include "../mpi/MpiCollectives.h"
 #include "kernels/Placement.h"
 
@@ -99,6 +100,10 @@ moe_rt_status gatherRouting(moe_rt_stream s, moe_rt_comm comm,
     return e;
   return task(s, [=] {
     st->error = joinPlacement(place);
+    // An expert placement: the gathered choices as physical experts.
+    if (st->error.empty() && r.slots)
+      st->error = varplan::toPhysical(r, st->allIdx.data(),
+                                      int64_t(st->allIdx.size()), st->allIdx);
     planPlaced(r, B, place, *st);
   });
 }

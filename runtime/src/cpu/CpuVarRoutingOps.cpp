@@ -39,7 +39,7 @@ using Var = VarRouteShape;
 /// (reported in the op's last task, after its collectives). The op's last
 /// task holds it, so the buffers outlive every collective that reads them.
 struct VarState {
-  std::vector<int64_t> pos, mine, all;
+  std::vector<int64_t> pos, mine, all, physical;
   std::vector<float> tokens, experts; // T k x M packed; E_l R x M received
   // Combine's vjp: both ways in one exchange, its buffers and plan, and
   // each token-side row's place in them.
@@ -67,7 +67,16 @@ struct VarState {
   }
 
   /// Token-side packed rows of `idx` and this rank's per-expert counts.
+  /// Under an expert placement the rows are packed by physical expert
+  /// (rank, slot), so the layouts below need not know the map; a bad table
+  /// routes nothing (every rank finds the same fault).
   void route(const Var &r, const int64_t *idx) {
+    if (r.slots) {
+      if (std::string why = varplan::toPhysical(r, idx, r.T * r.k, physical);
+          !why.empty())
+        return fail(r, why);
+      idx = physical.data();
+    }
     k::packedRows(r.T, r.E, r.k, idx, mine.data(), pos.data());
   }
 
@@ -76,6 +85,8 @@ struct VarState {
   /// rank). An inconsistent plan (a bad `rows` tensor) becomes an error and
   /// an empty exchange.
   void plan(const Var &r, const int64_t *rows) {
+    if (!error.empty())
+      return; // the exchanges stay empty
     varplan::RankRows n;
     std::string why = varplan::rowsPerRank(r, mine.data(), rows, n);
     if (why.empty())

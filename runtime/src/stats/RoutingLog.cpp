@@ -3,8 +3,9 @@
 // The routing log's C API (moe_rt/routing_stats.h) and its work: records
 // in the trace format's order, the header from the first step, expert
 // placement as expert parallelism lays it out (E/G consecutive experts per
-// rank, as moe.dispatch's E_l x (G C) x M layout), samples where the data
-// loader put them (planning::contiguousPlacement: the gathered rows are in
+// rank, as moe.dispatch's E_l x (G C) x M layout, unless the step has an
+// expert placement: moe_rt_routing_log_set_expert_ranks), samples where the
+// data loader put them (planning::contiguousPlacement: the gathered rows are in
 // group-rank order).
 //
 //===----------------------------------------------------------------------===//
@@ -28,6 +29,12 @@ void moe_rt_routing_log::add(const moe_rt_routing_site &site, int64_t tokens,
     p.counts.values[i] = static_cast<uint32_t>(counts[i]);
   std::lock_guard<std::mutex> lock(mutex);
   pending.push_back(std::move(p));
+}
+
+std::vector<int> moe_rt_routing_log::placementOf(int experts, int ranks) const {
+  if (int(expertRanks.size()) == experts)
+    return expertRanks;
+  return expertParallelPlacement(experts, ranks);
 }
 
 std::string moe_rt_routing_log::openTrace(const std::string &path,
@@ -54,7 +61,7 @@ moe_rt_routing_log::headerFor(const std::vector<Pending> &step) const {
     b.block = int(p.site.block);
     b.experts = int(p.site.experts);
     b.topK = int(p.topK);
-    b.expertRank = expertParallelPlacement(b.experts, h.grid.ranks());
+    b.expertRank = placementOf(b.experts, h.grid.ranks());
     h.blocks.push_back(std::move(b));
   }
   return h;
@@ -110,8 +117,8 @@ std::string moe_rt_routing_log::endStep(int64_t number) {
   int64_t rankBlock = 0, expertBlock = 0;
   for (const Pending &p : step) {
     int ranks = int(p.site.nodes * p.site.ranks_per_node);
-    LoadBalance lb = loadBalance(
-        p.counts, expertParallelPlacement(p.counts.experts, ranks), ranks);
+    LoadBalance lb =
+        loadBalance(p.counts, placementOf(p.counts.experts, ranks), ranks);
     if (lb.rankRatio() > worstRank)
       worstRank = lb.rankRatio(), rankBlock = p.site.block;
     if (lb.expertRatio() > worstExpert)
@@ -166,6 +173,16 @@ moe_rt_status moe_rt_routing_log_end_step(moe_rt_routing_log *log,
                 "moe_rt_routing_log_end_step: NULL log");
   std::string error = log->endStep(step);
   return error.empty() ? MOE_RT_OK : fail(MOE_RT_INVALID_ARGUMENT, error);
+}
+
+moe_rt_status moe_rt_routing_log_set_expert_ranks(moe_rt_routing_log *log,
+                                                  const int64_t *ranks,
+                                                  int64_t experts) {
+  if (!log || (experts > 0 && !ranks))
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_routing_log_set_expert_ranks: NULL log or ranks");
+  log->expertRanks.assign(ranks, ranks + std::max<int64_t>(experts, 0));
+  return MOE_RT_OK;
 }
 
 const char *moe_rt_routing_log_balance(const moe_rt_routing_log *log) {

@@ -29,8 +29,13 @@ struct moe_rt_routing_log {
   std::string close();
 
   std::string balance; ///< the last ended step's balance line
+  /// Expert -> rank of the step's expert placement (every block); empty:
+  /// expert parallelism's layout.
+  std::vector<int> expertRanks;
 
 private:
+  /// Expert -> rank for a block of `experts` over `ranks`.
+  std::vector<int> placementOf(int experts, int ranks) const;
   struct Pending {
     moe_rt_routing_site site;
     int64_t tokens, topK;

@@ -12,8 +12,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/step_support.h"
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/profile.h"
+#include "moe_rt/step_support.h"
 
 #include "../Backend.h"
 
@@ -96,6 +97,9 @@ struct moe_step {
   int64_t stepsBegun = 0;
   // moe.routing_counts' statistics: the balance line, the routing trace.
   moe_rt_routing_log *routingLog = moe_rt_routing_log_create();
+  // The expert placement (moe_step_set_expert_slots; empty: expert
+  // parallelism's layout) and the one the weights are in since step 1.
+  std::vector<int64_t> expertSlots, expertSlotsInUse;
 
   Buffer &buffer(int64_t id) {
     if (id < 0 || id >= int64_t(buffers.size()) || !buffers[id].declared)
@@ -258,9 +262,9 @@ void moe_step_state(moe_step *s, int64_t id, const char *name) {
 }
 
 void moe_step_step_input(moe_step *s, int64_t id, const char *name) {
-  if (!name || (std::string(name) != "lr" && std::string(name) != "step"))
-    fail(s, std::string("unknown step input '") + (name ? name : "NULL") +
-                "' (lr or step)");
+  std::string n = name ? name : "NULL";
+  if (n != "lr" && n != "step" && n != "expert_slots")
+    fail(s, "unknown step input '" + n + "' (lr, step or expert_slots)");
   addArgument(s, id, name, moe_step::Role::stepInput);
 }
 
@@ -284,13 +288,61 @@ uint64_t moe_step_gate_seed(const moe_step *s) {
   return moe_rt_gate_step_seed(s->gateSeedBase, s->stepsBegun);
 }
 
+void moe_step_set_expert_slots(moe_step *s, const int64_t *slots, int64_t n) {
+  s->expertSlots.assign(slots, slots + std::max<int64_t>(n, 0));
+}
+
 namespace {
-/// The step inputs of update s->stepsBegun: its learning rate and count.
+/// The expert placement into step input `expert_slots` (G x S): checked,
+/// the same as the weights' since the first step (moving the experts'
+/// weights and optimizer state with a new map is not implemented), and
+/// handed to the routing log, whose per-rank loads follow it.
+void fillExpertSlots(moe_step *s, Buffer &b) {
+  if (b.t.rank != 2 || b.t.dtype != MOE_RT_I64)
+    fail(s, "step input 'expert_slots' must be G x S I64");
+  int64_t groups = b.t.shape[0], slots = b.t.shape[1];
+  std::vector<int64_t> t =
+      s->expertSlots.empty()
+          ? moe_rt::expert_placement::identitySlots(groups, slots)
+          : s->expertSlots;
+  if (int64_t(t.size()) != groups * slots)
+    fail(s, "moe_step_set_expert_slots: " + std::to_string(t.size()) +
+                " slots, the step has " + std::to_string(groups) + " x " +
+                std::to_string(slots));
+  if (std::string why =
+          moe_rt::expert_placement::checkSlots(t.data(), groups, slots);
+      !why.empty())
+    fail(s, "moe_step_set_expert_slots: " + why);
+  if (!s->expertSlotsInUse.empty() && t != s->expertSlotsInUse)
+    fail(s, "moe_step_set_expert_slots: the expert placement changed after "
+            "step " +
+                std::to_string(s->stepsBegun - 1) +
+                "; moving the experts' weights and optimizer state to a new "
+                "placement is not implemented, so a step keeps the placement "
+                "of its first step");
+  s->expertSlotsInUse = t;
+  std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(t, groups);
+  check(s,
+        moe_rt_routing_log_set_expert_ranks(s->routingLog, ranks.data(),
+                                            int64_t(ranks.size())),
+        "the routing log's expert placement");
+  HostCopy host(b.t);
+  std::copy(t.begin(), t.end(), static_cast<int64_t *>(host.t.data));
+  check(s, moe_rt_tensor_copy(&b.t, &host.t),
+        "writing step input 'expert_slots'");
+}
+
+/// The step inputs of update s->stepsBegun: its learning rate and count,
+/// and the expert placement.
 void fillStepInputs(moe_step *s) {
   for (size_t i = 0; i < s->arguments.size(); ++i) {
     if (s->argumentRoles[i] != moe_step::Role::stepInput)
       continue;
     Buffer &b = s->buffer(s->arguments[i]);
+    if (s->argumentNames[i] == "expert_slots") {
+      fillExpertSlots(s, b);
+      continue;
+    }
     bool lr = s->argumentNames[i] == "lr";
     if (b.numel() != 1 || b.t.dtype != (lr ? MOE_RT_F32 : MOE_RT_I64))
       fail(s, "step input '" + s->argumentNames[i] +

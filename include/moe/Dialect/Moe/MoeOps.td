@@ -360,6 +360,17 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     `moe.combine` is its adjoint; the training-step pass uses each as the
     other's backward.
 
+    `expert_slots(%t)` (variable-count only) makes the expert placement a
+    run-time value: `t : G x S` is the slot table, `t[g][s]` the logical
+    expert that slot s of rank g holds, and the result's first dimension
+    is S (slots, not E/G consecutive experts). Today every expert has
+    exactly one slot (G·S = E, a permutation of the experts); replicas
+    (an expert in several slots, G·S > E) will add a per-expert share
+    operand without changing this one. Without it, rank g holds experts
+    g·E_l ... (g+1)·E_l - 1 in order (the table g·S + s). The runtime
+    refuses a table that is not a permutation of the experts, naming the
+    block and the entry (docs/load-aware.md §2).
+
     `slots [first, count]` (token-level pipelining, `moe-token-pipeline`)
     moves only the capacity slots [first, first + count) of every expert:
     the result is `E_l x (G·count) x M`. Slots are still assigned with the
@@ -370,7 +381,8 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
   let arguments = !con((ins
     Moe_FloatTensor:$input,
     Moe_IndexTensor:$indices,
-    Moe_IndexTensor:$counts),
+    Moe_IndexTensor:$counts,
+    Optional<Moe_IndexTensor>:$expert_slots),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
@@ -379,7 +391,8 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
   let results = (outs Moe_FloatTensor:$result,
                       Optional<Moe_IndexTensor>:$rows);
   let assemblyFormat = [{
-    $input `,` $indices `,` $counts `on` $grid `axes` `=` $axes
+    $input `,` $indices `,` $counts
+    (`expert_slots` `(` $expert_slots^ `)`)? `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
     (`slots` $slots^)? (`bound` `=` $bound^)?
     attr-dict `:` functional-type(operands, results)
@@ -394,7 +407,7 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
                    "::mlir::IntegerAttr":$num_experts,
                    "::mlir::IntegerAttr":$capacity), [{
       build($_builder, $_state, result, ::mlir::Type(), input, indices,
-            counts, grid, axes, num_experts, capacity,
+            counts, ::mlir::Value(), grid, axes, num_experts, capacity,
             ::mlir::DenseI64ArrayAttr(), ::mlir::IntegerAttr());
     }]>
   ];
@@ -516,6 +529,10 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
     (the dispatch then sends the residual stream itself) and every token's
     first choice carries its row to the new rank, added unweighted: the
     result is h + sum_k w_k y_k. The vjp reuses the placement.
+
+    `expert_slots(%t)` (variable-count only): the expert placement, the
+    same slot table as the dispatch's (`moe.dispatch`); it composes with
+    `to(%place)`.
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
@@ -524,7 +541,8 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
     Moe_IndexTensor:$counts,
     Optional<Moe_IndexTensor>:$rows,
     Optional<Moe_FloatTensor>:$residual,
-    Optional<Moe_IndexTensor>:$placement),
+    Optional<Moe_IndexTensor>:$placement,
+    Optional<Moe_IndexTensor>:$expert_slots),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
@@ -533,7 +551,7 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
   let assemblyFormat = [{
     $input `,` $indices `,` $weights `,` $counts (`rows` `(` $rows^ `)`)?
     (`residual` `(` $residual^ `)`)? (`to` `(` $placement^ `)`)?
-    `on` $grid `axes` `=` $axes
+    (`expert_slots` `(` $expert_slots^ `)`)? `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
     (`slots` $slots^)?
     attr-dict `:` functional-type(operands, results)
@@ -549,7 +567,8 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
                    "::mlir::IntegerAttr":$num_experts,
                    "::mlir::IntegerAttr":$capacity), [{
       build($_builder, $_state, result, input, indices, weights, counts,
-            ::mlir::Value(), ::mlir::Value(), ::mlir::Value(), grid, axes,
+            ::mlir::Value(), ::mlir::Value(), ::mlir::Value(),
+            ::mlir::Value(), grid, axes,
             num_experts, capacity, ::mlir::DenseI64ArrayAttr());
     }]>
   ];

@@ -1,0 +1,138 @@
+//===- expert_placement.h - which rank holds which expert -------*- C++ -*-===//
+//
+// The expert placement of a step scheduled with expert-placement=1
+// (docs/load-aware.md §2): the slot table `slots` (G x S, S = E / G), slot
+// s of rank g (of the expert-parallel group) holding logical expert
+// slots[g S + s]. Users give it as expert -> rank (`ranks`, E entries, E/G
+// per rank: moe-run --expert-placement, the generated driver's option);
+// each rank then holds its experts in increasing order. One place for the
+// rules and their messages, shared by moe-run, the generated step's API,
+// parameter loading and the runtime's dispatch/combine (src/VarRoutePlan.h).
+// Header-only C++ (no MPI, no runtime library): every tool can include it.
+// Functions return "" or the reason, naming the entry at fault.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOE_RT_EXPERT_PLACEMENT_H
+#define MOE_RT_EXPERT_PLACEMENT_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moe_rt::expert_placement {
+
+/// Expert parallelism's own layout: rank g holds experts g S ... g S + S - 1.
+inline std::vector<int64_t> identitySlots(int64_t groups, int64_t slots) {
+  std::vector<int64_t> t(groups * slots);
+  for (int64_t i = 0; i < groups * slots; ++i)
+    t[i] = i;
+  return t;
+}
+
+/// "" when `t` (G x S, one slot per expert: G S = E) holds every expert
+/// exactly once; else the first slot out of range or the second slot of a
+/// repeated expert. `physical` (E entries, may be null) receives each
+/// expert's slot index g S + s.
+inline std::string checkSlots(const int64_t *t, int64_t groups, int64_t slots,
+                              std::vector<int64_t> *physical = nullptr) {
+  int64_t experts = groups * slots;
+  std::vector<int64_t> at(experts, -1);
+  auto name = [&](int64_t i) {
+    return "rank " + std::to_string(i / slots) + " slot " +
+           std::to_string(i % slots);
+  };
+  for (int64_t i = 0; i < experts; ++i) {
+    int64_t e = t[i];
+    if (e < 0 || e >= experts)
+      return "expert placement: " + name(i) + " holds expert " +
+             std::to_string(e) + ", not one of the " + std::to_string(experts) +
+             " experts";
+    if (at[e] >= 0)
+      return "expert placement: expert " + std::to_string(e) +
+             " is in two slots (" + name(at[e]) + " and " + name(i) +
+             "); the table must be a permutation of the experts";
+    at[e] = i;
+  }
+  if (physical)
+    *physical = std::move(at);
+  return "";
+}
+
+/// The slot table of expert -> rank `ranks` over `groups` ranks: "" or the
+/// entry at fault (wrong length, a rank out of range, a rank holding more
+/// or fewer than E/G experts).
+inline std::string slotsFromRanks(const std::vector<int64_t> &ranks,
+                                  int64_t experts, int64_t groups,
+                                  std::vector<int64_t> &t) {
+  if (int64_t(ranks.size()) != experts)
+    return "expert placement: " + std::to_string(ranks.size()) +
+           " entries, expected " + std::to_string(experts) +
+           " (one rank per expert)";
+  if (groups <= 0 || experts % groups)
+    return "expert placement: " + std::to_string(experts) +
+           " experts do not spread evenly over " + std::to_string(groups) +
+           " ranks";
+  int64_t slots = experts / groups;
+  std::vector<int64_t> held(groups, 0);
+  for (int64_t e = 0; e < experts; ++e) {
+    if (ranks[e] < 0 || ranks[e] >= groups)
+      return "expert placement: entry " + std::to_string(e) + " (expert " +
+             std::to_string(e) + "): rank " + std::to_string(ranks[e]) +
+             " is not a rank of the " + std::to_string(groups) +
+             "-rank expert-parallel group";
+    ++held[ranks[e]];
+  }
+  for (int64_t g = 0; g < groups; ++g)
+    if (held[g] != slots)
+      return "expert placement: rank " + std::to_string(g) + " holds " +
+             std::to_string(held[g]) +
+             " experts; every rank must hold E/G = " + std::to_string(slots);
+  t.clear();
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t e = 0; e < experts; ++e)
+      if (ranks[e] == g)
+        t.push_back(e);
+  return "";
+}
+
+/// Expert -> rank of a checked slot table (the routing log's expert ranks).
+inline std::vector<int64_t> ranksOf(const std::vector<int64_t> &t,
+                                    int64_t groups) {
+  std::vector<int64_t> ranks(t.size());
+  int64_t slots = groups > 0 ? int64_t(t.size()) / groups : 0;
+  for (size_t i = 0; i < t.size(); ++i)
+    ranks[t[i]] = slots > 0 ? int64_t(i) / slots : 0;
+  return ranks;
+}
+
+/// "1,0,1,0" (commas or blanks) as integers; "" or the token at fault.
+inline std::string parseList(const std::string &text,
+                             std::vector<int64_t> &out) {
+  out.clear();
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ',' || text[i] == ' ' || text[i] == '\n' ||
+        text[i] == '\t' || text[i] == '\r') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9')
+      ++j;
+    if (j == i || j - i > 9 ||
+        (j < text.size() && text[j] != ',' && text[j] != ' ' &&
+         text[j] != '\n' && text[j] != '\t' && text[j] != '\r')) {
+      size_t end = text.find_first_of(", \n\t\r", i);
+      return "expert placement: '" + text.substr(i, end - i) + "' (entry " +
+             std::to_string(out.size()) +
+             ") is not a rank (a non-negative integer)";
+    }
+    out.push_back(std::stoll(text.substr(i, j - i)));
+    i = j;
+  }
+  return "";
+}
+
+} // namespace moe_rt::expert_placement
+
+#endif // MOE_RT_EXPERT_PLACEMENT_H
