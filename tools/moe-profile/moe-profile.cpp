@@ -447,8 +447,10 @@ int main(int argc, char **argv) {
          {{"gemm", alphaBeta(gemm.fit, "beta_us_per_flop")},
           {"memory", alphaBeta(memory.fit, "beta_us_per_byte")}}},
         {"collectives", collectives}};
-    if (!o.gpu)
+    if (!o.gpu) {
       profile["comm_cpu_share"] = commCpu.share;
+      profile["comm_stretch"] = commCpu.stretch;
+    }
     if (!o.quiet) {
       std::fprintf(stderr,
                    "moe-profile: %d ranks on %d node(s) [measured on this "
@@ -461,13 +463,20 @@ int main(int argc, char **argv) {
             r["beta"].get<double>(), r["unit"].get<std::string>().c_str(),
             r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
       std::fprintf(stderr, "  %-22s %12.3f\n", "launch (CPU stream)", launch);
-      if (!o.gpu)
+      if (!o.gpu) {
         std::fprintf(stderr,
                      "  %-22s %12.3f  (GEMMs/s %.0f beside an idle thread, "
                      "%.0f beside all-to-alls)\n",
                      "comm cpu share", commCpu.share,
                      commCpu.gemmsPerSecondAlone,
                      commCpu.gemmsPerSecondBesideComm);
+        std::fprintf(stderr,
+                     "  %-22s %12.3f  (an all-to-all %.3f ms alone, %.3f ms "
+                     "beside GEMMs)\n",
+                     "comm stretch", commCpu.stretch,
+                     commCpu.commSecondsAlone * 1e3,
+                     commCpu.commSecondsBesideCompute * 1e3);
+      }
       if (remeasured)
         std::fprintf(stderr,
                      "  (%d sweep(s) re-measured with more repetitions after "

@@ -49,6 +49,10 @@ struct HardwareProfile {
   /// moe-profile measures it). 0 on GPUs, whose copy engines and NICs take
   /// nothing from the SMs.
   double commCpuShare = 0.0;
+  /// How many times longer a collective takes while its rank's compute
+  /// stream runs a task (the pool thread that progresses MPI shares the
+  /// core with the GEMMs; moe-profile measures it). 1 on GPUs.
+  double commStretch = 1.0;
 
   double opScaleOf(llvm::StringRef opClass) const;
 
