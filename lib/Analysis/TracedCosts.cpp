@@ -101,6 +101,7 @@ FailureOr<TaskCost> CostModel::tracedExchange(Operation *op,
     c.us = std::max(c.us, us);
     c.bytes = std::max(c.bytes, intra + inter);
   }
+  c.us += profile.collectiveLatencyUs;
   (void)forward;
   c.us += profile.launchUs;
   return c;

@@ -109,6 +109,29 @@ private:
 
 } // namespace
 
+std::string measureSmallCollective(int repeats, double &us) {
+  int size;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // One float to every rank: nothing but the runtime's and the links'
+  // fixed costs.
+  RuntimeAllToAll a2a(size);
+  std::vector<double> times;
+  for (int i = 0; i < repeats + 3; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = Clock::now();
+    if (!a2a.run(1))
+      return moe_rt_last_error();
+    if (i >= 3) // the first calls open connections
+      times.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t0)
+              .count());
+  }
+  double mine = median(times), sum;
+  MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  us = sum / size;
+  return "";
+}
+
 std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
   int size;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -42,6 +42,12 @@ struct CommCpuShare {
 /// same result; the error of a failed runtime call, else "".
 std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out);
 
+/// The runtime's smallest collective: an all-to-all of one float per rank
+/// on a pool stream, queued and waited for as a step does, `repeats` times
+/// after 3 warm-up calls; `us` is the median, averaged over ranks. The
+/// profile's `collective_latency_us` is what it takes beyond the fitted α.
+std::string measureSmallCollective(int repeats, double &us);
+
 } // namespace moe_profile
 
 #endif // MOE_PROFILE_COMMCPUSHARE_H

@@ -417,9 +417,12 @@ int main(int argc, char **argv) {
   // What a running collective takes from compute on a CPU cluster; a GPU's
   // copy engines and NIC take nothing from its SMs.
   moe_profile::CommCpuShare commCpu;
+  double smallUs = 0, latencyUs = 0;
   if (!o.gpu) {
     std::string why = moe_profile::measureCommCpuShare(
         std::min(o.maxBytes, 1L << 20), 5, commCpu);
+    if (why.empty())
+      why = moe_profile::measureSmallCollective(30, smallUs);
     if (!why.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: measuring the comm CPU "
@@ -450,6 +453,11 @@ int main(int argc, char **argv) {
     if (!o.gpu) {
       profile["comm_cpu_share"] = commCpu.share;
       profile["comm_stretch"] = commCpu.stretch;
+      // Beyond the all-to-all fit's α over the links the whole world spans.
+      double alpha = collectives["all_to_all"][nodes > 1 ? "inter" : "intra"]
+                                ["alpha_us"];
+      latencyUs = std::max(0.0, smallUs - alpha);
+      profile["collective_latency_us"] = latencyUs;
     }
     if (!o.quiet) {
       std::fprintf(stderr,
@@ -476,6 +484,10 @@ int main(int argc, char **argv) {
                      "comm stretch", commCpu.stretch,
                      commCpu.commSecondsAlone * 1e3,
                      commCpu.commSecondsBesideCompute * 1e3);
+        std::fprintf(stderr,
+                     "  %-22s %12.3f  (a 1-float all-to-all through the "
+                     "runtime: %.1f us)\n",
+                     "collective latency", latencyUs, smallUs);
       }
       if (remeasured)
         std::fprintf(stderr,

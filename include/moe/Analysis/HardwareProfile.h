@@ -53,6 +53,11 @@ struct HardwareProfile {
   /// stream runs a task (the pool thread that progresses MPI shares the
   /// core with the GEMMs; moe-profile measures it). 1 on GPUs.
   double commStretch = 1.0;
+  /// What every collective of the runtime takes beyond its α–β time: the
+  /// pool's issue and polling, MPI's protocol round trips on the links
+  /// (moe-profile measures a 4-byte collective through the runtime). The
+  /// sweeps' α, fitted over kilobytes to megabytes, does not see it.
+  double collectiveLatencyUs = 0.0;
 
   double opScaleOf(llvm::StringRef opClass) const;
 
