@@ -99,8 +99,8 @@ def calibrate(moe_run, moe_opt, step, profile, out, steps=8, data=None,
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "base.json")
         with open(base, "w") as f:
-            json.dump({k: v for k, v in prof.items() if k != "comm_cpu_share"},
-                      f)
+            json.dump({k: v for k, v in prof.items()
+                       if k not in ("comm_cpu_share", "comm_stretch")}, f)
         measured = measured_classes(moe_run, step, steps, data, env)
         modelled, comm = modelled_classes(moe_opt, step, base, tmp)
     rows, scales = {}, {}

@@ -16,7 +16,8 @@ in one run:
   policy alike;
 - the measured speedup over vanilla;
 - SIMULATED: `moe-opt --moe-simulate` on the profile moe-profile measured
-  on the same cluster at the start of the run (with its comm_cpu_share),
+  on the same cluster at the start of the run (with its comm_cpu_share
+  and comm_stretch: how compute and communication share a rank's core),
   plus the model's op_scale (bench/calibrate_ops.py, one rank), on the
   routing each timed step had (a routing trace of the policy's twin with
   routing-stats=1), its error against the measurement, and the simulated
@@ -76,6 +77,12 @@ POLICIES = [
     flowmoe_family("flowmoe S_p={chunk}", 2, "flowmoe", "chunk-bytes={chunk} "),
     flowmoe_family("flowmoe S_p=auto", 2, "flowmoe",
                    "chunk-bytes=auto profile={profile} "),
+    # FSMoE's per-layer plan on the measured profile, without its expert
+    # sharding (ESP needs ranks that share a node; 2 x 1 has none).
+    flowmoe_family("fsmoe (no ESP)", 1, "fsmoe", "profile={profile} "),
+    # NetMoE's sample placement under FlowMoE's schedule.
+    flowmoe_family("netmoe + flowmoe S_p={chunk}", 2, "flowmoe",
+                   "netmoe=1 chunk-bytes={chunk} "),
 ]
 
 
@@ -329,7 +336,8 @@ class Bench:
         self.plain_profile = os.path.join(self.tmp, "profile-plain.json")
         with open(self.plain_profile, "w") as f:
             json.dump({k: v for k, v in prof.items()
-                       if k not in ("comm_cpu_share", "op_scale")}, f)
+                       if k not in ("comm_cpu_share", "comm_stretch",
+                                    "op_scale")}, f)
         return prof, report
 
 
@@ -437,11 +445,12 @@ def main():
                 "dropped). SIMULATED: moe-opt --moe-simulate on the profile below "
                 "(moe-profile on this cluster, at the start of this run) with "
                 "its comm_cpu_share (what a running collective takes from "
-                "compute) and each model's op_scale (the runtime's kernels "
+                "compute) and comm_stretch (how much longer a collective takes "
+                "beside compute) and each model's op_scale (the runtime's kernels "
                 "measured on one rank), on the routing each step really had "
                 "(a routing trace of the policy's run; the median over the "
                 "timed steps); 'uniform routing': the same without the trace; "
-                "'alpha-beta only': also without comm_cpu_share and op_scale. "
+                "'alpha-beta only': also without comm_cpu_share, comm_stretch and op_scale. "
                 f"Dropless models: {args.dropless} exchanges.\n")
             log("```")
             log(report.strip())

@@ -253,6 +253,18 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
       c->us *= 2;
       c->bytes *= 2;
     }
+    // A variable-count dispatch all-gathers every rank's E counts before
+    // its all-to-all-v, forward and vjp alike (docs/variable-dropless.md).
+    auto dispatch = dyn_cast<DispatchOp>(forward);
+    if (succeeded(c) && dispatch && dispatch.isVariable()) {
+      auto group = groupShape(op, dispatch.getGridAttr(), dispatch.getAxes());
+      if (failed(group))
+        return failure();
+      double countsBytes = 4.0 * dispatch.getNumExperts() * group->first;
+      c->us += collectiveUs(profile, CollectiveKind::AllGather,
+                            countsBytes * workScale, group->first,
+                            group->second);
+    }
     return c;
   }
   if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(forward)) {

@@ -128,7 +128,8 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
   if (auto e = r.keys(*root, "(profile)",
                       {"name", "description", "mesh", "launch_us",
                        "backward_factor", "compute", "collectives",
-                       "op_scale", "comm_cpu_share"}))
+                       "op_scale", "comm_cpu_share", "comm_stretch",
+                       "collective_latency_us"}))
     return std::move(e);
 
   HardwareProfile p;
@@ -171,6 +172,23 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     if (*share >= 0.95)
       return r.error("comm_cpu_share", "must be below 0.95");
     p.commCpuShare = *share;
+  }
+  if (root->get("comm_stretch")) {
+    auto stretch = r.number(*root, "comm_stretch", "(profile)", true);
+    if (!stretch)
+      return stretch.takeError();
+    // Compute never speeds a collective up; a stretch past 100 would be a
+    // measurement of something else (a stalled rank).
+    if (*stretch < 1 || *stretch > 100)
+      return r.error("comm_stretch", "must be between 1 and 100");
+    p.commStretch = *stretch;
+  }
+  if (root->get("collective_latency_us")) {
+    auto latency =
+        r.number(*root, "collective_latency_us", "(profile)", false);
+    if (!latency)
+      return latency.takeError();
+    p.collectiveLatencyUs = *latency;
   }
   if (root->get("op_scale")) {
     auto scales = r.object(*root, "op_scale", "(profile)");
@@ -303,5 +321,9 @@ std::string HardwareProfile::toJson() const {
   }
   if (commCpuShare > 0)
     root["comm_cpu_share"] = commCpuShare;
+  if (commStretch > 1)
+    root["comm_stretch"] = commStretch;
+  if (collectiveLatencyUs > 0)
+    root["collective_latency_us"] = collectiveLatencyUs;
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
 }

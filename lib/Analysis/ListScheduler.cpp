@@ -43,7 +43,7 @@ std::vector<Queue> makeQueues(const std::vector<QueuedTask> &tasks,
 
 bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
                                   const std::vector<bool> &commStream,
-                                  double commCpuShare) {
+                                  double commCpuShare, double commStretch) {
   unsigned numStreams;
   std::vector<Queue> queues = makeQueues(tasks, numStreams);
   std::vector<bool> done(tasks.size(), false);
@@ -80,15 +80,19 @@ bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
       running[s] = t;
     }
     // Rates until the next task ends.
-    int collectives = 0;
-    for (unsigned s = 0; s < numStreams; ++s)
+    int collectives = 0, computing = 0;
+    for (unsigned s = 0; s < numStreams; ++s) {
       collectives += running[s] >= 0 && isComm(s);
+      computing += running[s] >= 0 && !isComm(s);
+    }
     double computeRate = 1 - std::min(0.95, commCpuShare * collectives);
+    // The pool thread shares the core with a running compute task.
+    double commRate = computing ? 1 / commStretch : 1.0;
+    auto rateOf = [&](unsigned s) { return isComm(s) ? commRate : computeRate; };
     double step = kUnknown;
     for (unsigned s = 0; s < numStreams; ++s)
       if (running[s] >= 0)
-        step = std::min(step, left[running[s]] /
-                                  (isComm(s) ? 1.0 : computeRate));
+        step = std::min(step, left[running[s]] / rateOf(s));
     if (step == kUnknown)
       return false; // nothing runs and nothing can start
     now += step;
@@ -96,7 +100,7 @@ bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
       int t = running[s];
       if (t < 0)
         continue;
-      double rate = isComm(s) ? 1.0 : computeRate;
+      double rate = rateOf(s);
       left[t] -= step * rate;
       // The task that set the step ends exactly now; others within
       // rounding of it too.

@@ -43,12 +43,14 @@ double mlir::moe::collectiveUs(const HardwareProfile &profile,
   Link link = collectiveLink(size, perNode);
   if (link == Link::None)
     return 0;
+  // What the runtime adds to every collective over the α–β fit (measured).
+  double latency = profile.collectiveLatencyUs;
   if (kind != CollectiveKind::AllToAll)
-    return (link == Link::Inter ? model.inter : model.intra).time(bytes);
+    return latency + (link == Link::Inter ? model.inter : model.intra).time(bytes);
   // The intra- and inter-node shares of the traffic run concurrently.
   double intraShare = double(perNode - 1) / size;
   double interShare = double(size - perNode) / size;
   double intra = intraShare > 0 ? model.intra.time(bytes * intraShare) : 0;
   double inter = interShare > 0 ? model.inter.time(bytes * interShare) : 0;
-  return std::max(intra, inter);
+  return latency + std::max(intra, inter);
 }

@@ -180,11 +180,15 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
             .str());
     isComm.push_back(st.getKind() == StreamKind::comm);
   }
-  // On a CPU cluster collectives take a share of the core from compute
-  // (HardwareProfile::commCpuShare): compute tasks stretch while they run.
-  double share = model.getProfile().commCpuShare;
-  bool scheduled = share > 0 ? contendedSchedule(queued, isComm, share)
-                             : listSchedule(queued);
+  // On a CPU cluster compute and communication share the rank's core
+  // (HardwareProfile::commCpuShare, commStretch): each stretches while the
+  // other runs.
+  double share = model.getProfile().commCpuShare,
+         stretch = model.getProfile().commStretch;
+  bool contended = share > 0 || stretch > 1;
+  bool scheduled = contended
+                       ? contendedSchedule(queued, isComm, share, stretch)
+                       : listSchedule(queued);
   if (!scheduled)
     return mlir::emitError(func.getLoc())
            << "simulation cannot progress: every stream "
@@ -194,7 +198,7 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     task.endUs = q.endUs;
     // A stretched task occupies its stream (and counts as busy) for its
     // whole span.
-    if (share > 0)
+    if (contended)
       task.cost.us = q.endUs - q.startUs;
   }
 

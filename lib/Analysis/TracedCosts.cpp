@@ -106,6 +106,7 @@ FailureOr<TaskCost> CostModel::tracedExchange(Operation *op,
     c.us = std::max(c.us, us);
     c.bytes = std::max(c.bytes, intra + inter);
   }
+  c.us += profile.collectiveLatencyUs;
   c.us += profile.launchUs;
   return c;
 }

@@ -1,5 +1,6 @@
 // The simulator on a CPU cluster (docs/passes/moe-simulate.md): a running
-// collective takes comm_cpu_share of the core from compute, and op_scale
+// collective takes comm_cpu_share of the core from compute, a running
+// compute task stretches collectives by comm_stretch, and op_scale
 // stretches an op class's modelled time to the runtime's measured one.
 // Timelines computed by hand on Inputs/unit-profile-cpu.json (the unit
 // profile with comm_cpu_share 0.5 and op_scale moe.linear = 3); the
@@ -9,6 +10,13 @@
 // With a share of 0 the event-driven schedule is the list scheduler's.
 // RUN: sed 's/"comm_cpu_share": 0.5/"comm_cpu_share": 0/; s/"moe.linear": 3/"moe.linear": 1/' %S/Inputs/unit-profile-cpu.json > %t.json
 // RUN: moe-opt %s --split-input-file --moe-simulate="profile=%t.json json=true" -o /dev/null | FileCheck %s --check-prefix=UNIT
+// comm_stretch 2 alone (no share): a collective progresses at half rate
+// while a compute task runs.
+// RUN: sed 's/"comm_cpu_share": 0.5/"comm_cpu_share": 0, "comm_stretch": 2/' %S/Inputs/unit-profile-cpu.json > %t-stretch.json
+// RUN: moe-opt %s --split-input-file --moe-simulate="profile=%t-stretch.json json=true" -o /dev/null | FileCheck %s --check-prefix=STRETCH
+// Both: each side runs at half rate while the other does.
+// RUN: sed 's/"comm_cpu_share": 0.5/"comm_cpu_share": 0.5, "comm_stretch": 2/' %S/Inputs/unit-profile-cpu.json > %t-both.json
+// RUN: moe-opt %s --split-input-file --moe-simulate="profile=%t-both.json json=true" -o /dev/null | FileCheck %s --check-prefix=BOTH
 
 shard.grid @g(shape = 4)
 
@@ -23,6 +31,19 @@ shard.grid @g(shape = 4)
 // CHECK: "iteration_us": 1600,
 // UNIT: "function": "overlap",
 // UNIT: "iteration_us": 1200,
+// Stretch 2: the all-reduce does 600 us of its work by t = 1200 (the add
+// at full rate), the other 200 alone: it ends at 1400 and occupies its
+// stream that long.
+// STRETCH: "comm_busy_us": 1400,
+// STRETCH-NEXT: "compute_busy_us": 1200,
+// STRETCH: "function": "overlap",
+// STRETCH: "iteration_us": 1400,
+// Both at half rate: the all-reduce ends at 1600, when the add has done
+// 800 us; its last 400 at full rate: 2000.
+// BOTH: "comm_busy_us": 1600,
+// BOTH-NEXT: "compute_busy_us": 2000,
+// BOTH: "function": "overlap",
+// BOTH: "iteration_us": 2000,
 func.func @overlap(%a: tensor<1x100000xf32>, %b: tensor<1x100000xf32>, %g: tensor<200xf32>) -> (tensor<1x100000xf32>, tensor<200xf32>) attributes {moe.schedule = "test"} {
   %z = arith.addf %a, %b {moe.stream = #moe.stream<compute>} : tensor<1x100000xf32>
   %r = moe.all_reduce %g on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<200xf32>
@@ -43,6 +64,10 @@ shard.grid @g(shape = 4)
 // CHECK: "iteration_us": 5006,
 // UNIT: "function": "chain",
 // UNIT: "iteration_us": 3006,
+// STRETCH: "function": "chain",
+// STRETCH: "iteration_us": 5006,
+// BOTH: "function": "chain",
+// BOTH: "iteration_us": 5006,
 func.func @chain(%x: tensor<1x1000xf32>, %w: tensor<1000x500xf32>) -> tensor<1x500xf32> attributes {moe.schedule = "test"} {
   %y = moe.linear %x, %w {moe.stream = #moe.stream<compute>} : (tensor<1x1000xf32>, tensor<1000x500xf32>) -> tensor<1x500xf32>
   %e1 = moe.record_event on <compute>
@@ -65,6 +90,14 @@ shard.grid @g(shape = 4)
 // CHECK: "iteration_us": 1800,
 // UNIT: "function": "two_collectives",
 // UNIT: "iteration_us": 1200,
+// Stretch 2: 600 us of the first all-reduce by 1200, its last 200 alone
+// (1400), then the second alone: 1800.
+// STRETCH: "function": "two_collectives",
+// STRETCH: "iteration_us": 1800,
+// Both: the first all-reduce ends at 1600 (the add at 800 of 1200), the
+// second and the add's last 400 run side by side at half rate: 2400.
+// BOTH: "function": "two_collectives",
+// BOTH: "iteration_us": 2400,
 func.func @two_collectives(%a: tensor<1x100000xf32>, %b: tensor<1x100000xf32>, %g: tensor<200xf32>, %h: tensor<100xf32>) -> (tensor<1x100000xf32>, tensor<200xf32>, tensor<100xf32>) attributes {moe.schedule = "test"} {
   %z = arith.addf %a, %b {moe.stream = #moe.stream<compute>} : tensor<1x100000xf32>
   %r = moe.all_reduce %g on @g axes = [0] {moe.stream = #moe.stream<comm>} : tensor<200xf32>

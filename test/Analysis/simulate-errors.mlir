@@ -21,6 +21,10 @@
 // RUN: not moe-opt %s --moe-simulate=profile=%t/inter.json 2>&1 | FileCheck %s --check-prefix=INTER
 // RUN: sed 's/"comm_cpu_share": 0.5/"comm_cpu_share": 0.97/' %S/Inputs/unit-profile-cpu.json > %t/share.json
 // RUN: not moe-opt %s --moe-simulate=profile=%t/share.json 2>&1 | FileCheck %s --check-prefix=SHARE
+// RUN: sed 's/"comm_cpu_share": 0.5/"comm_stretch": 0.5/' %S/Inputs/unit-profile-cpu.json > %t/stretch.json
+// RUN: not moe-opt %s --moe-simulate=profile=%t/stretch.json 2>&1 | FileCheck %s --check-prefix=STRETCH
+// RUN: sed 's/"comm_cpu_share": 0.5/"comm_stretch": "2"/' %S/Inputs/unit-profile-cpu.json > %t/stretch-string.json
+// RUN: not moe-opt %s --moe-simulate=profile=%t/stretch-string.json 2>&1 | FileCheck %s --check-prefix=STRETCH-STRING
 // RUN: sed 's/"moe.linear": 3/"Linear": 3/' %S/Inputs/unit-profile-cpu.json > %t/class.json
 // RUN: not moe-opt %s --moe-simulate=profile=%t/class.json 2>&1 | FileCheck %s --check-prefix=CLASS
 // RUN: sed 's/"moe.linear": 3/"moe.vjp(moe.linear)": 0/' %S/Inputs/unit-profile-cpu.json > %t/scale.json
@@ -41,6 +45,8 @@
 // OBJECT: the profile must be a JSON object
 // NEGATIVE: (profile).launch_us: must not be negative
 // SHARE: comm_cpu_share: must be below 0.95
+// STRETCH: comm_stretch: must be between 1 and 100
+// STRETCH-STRING: (profile).comm_stretch: must be a finite number
 // CLASS: op_scale.Linear: not an op class (e.g. moe.attention, moe.vjp(moe.expert))
 // SCALE: op_scale.moe.vjp(moe.linear): must be positive
 // TYPO: compute: unknown field 'gemmm'

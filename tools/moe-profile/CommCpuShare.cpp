@@ -1,4 +1,4 @@
-//===- CommCpuShare.cpp - what communication takes from compute -----------===//
+//===- CommCpuShare.cpp - how communication and compute share a core ------===//
 
 #include "CommCpuShare.h"
 
@@ -27,6 +27,10 @@ public:
   GemmLoop() : a(kSide * kSide, 1.0f), b(a), c(a.size()) {
     thread = std::thread([this] {
       while (!stop.load(std::memory_order_relaxed)) {
+        if (paused.load(std::memory_order_relaxed)) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          continue;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSide, kSide,
                     kSide, 1.0f, a.data(), kSide, b.data(), kSide, 0.0f,
                     c.data(), kSide);
@@ -39,11 +43,13 @@ public:
     thread.join();
   }
   long count() const { return done.load(std::memory_order_relaxed); }
+  /// A paused loop sleeps: the core is the collectives' alone.
+  void pause(bool p) { paused.store(p, std::memory_order_relaxed); }
 
 private:
   static constexpr int kSide = 128;
   std::vector<float> a, b, c;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, paused{false};
   std::atomic<long> done{0};
   std::thread thread;
 };
@@ -103,6 +109,29 @@ private:
 
 } // namespace
 
+std::string measureSmallCollective(int repeats, double &us) {
+  int size;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // One float to every rank: nothing but the runtime's and the links'
+  // fixed costs.
+  RuntimeAllToAll a2a(size);
+  std::vector<double> times;
+  for (int i = 0; i < repeats + 3; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = Clock::now();
+    if (!a2a.run(1))
+      return moe_rt_last_error();
+    if (i >= 3) // the first calls open connections
+      times.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - t0)
+              .count());
+  }
+  double mine = median(times), sum;
+  MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  us = sum / size;
+  return "";
+}
+
 std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
   int size;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -119,7 +148,7 @@ std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
                           std::max(one, 1e-6)));
   MPI_Bcast(&perPhase, 1, MPI_INT, 0, MPI_COMM_WORLD);
 
-  std::vector<double> shares, alone, beside;
+  std::vector<double> shares, alone, beside, stretches, commAlone, commBeside;
   {
     GemmLoop gemms;
     for (int r = 0; r < rounds; ++r) {
@@ -128,19 +157,42 @@ std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
           rateDuring(gemms, [] { std::this_thread::sleep_for(kPhase); });
       MPI_Barrier(MPI_COMM_WORLD);
       bool ran = true;
+      auto c0 = Clock::now();
       double busy = rateDuring(gemms, [&] { ran = a2a.run(perPhase); });
+      double commBusy =
+          std::chrono::duration<double>(Clock::now() - c0).count();
+      if (!ran)
+        return moe_rt_last_error();
+      // The same all-to-alls with the compute thread asleep: what the
+      // GEMMs cost the collectives (the converse of the share).
+      gemms.pause(true);
+      MPI_Barrier(MPI_COMM_WORLD);
+      c0 = Clock::now();
+      ran = a2a.run(perPhase);
+      double commIdle =
+          std::chrono::duration<double>(Clock::now() - c0).count();
+      gemms.pause(false);
       if (!ran)
         return moe_rt_last_error();
       alone.push_back(idle);
       beside.push_back(busy);
       shares.push_back(idle > 0 ? 1 - busy / idle : 0);
+      commAlone.push_back(commIdle);
+      commBeside.push_back(commBusy);
+      stretches.push_back(commIdle > 0 ? commBusy / commIdle : 1);
     }
   }
-  double mine[3] = {median(shares), median(alone), median(beside)}, sum[3];
-  MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double mine[6] = {median(shares),     median(alone),
+                    median(beside),     median(stretches),
+                    median(commAlone),  median(commBeside)},
+         sum[6];
+  MPI_Allreduce(mine, sum, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   out.share = std::clamp(sum[0] / size, 0.0, 0.9);
   out.gemmsPerSecondAlone = sum[1] / size;
   out.gemmsPerSecondBesideComm = sum[2] / size;
+  out.stretch = std::clamp(sum[3] / size, 1.0, 100.0);
+  out.commSecondsAlone = sum[4] / size / perPhase;
+  out.commSecondsBesideCompute = sum[5] / size / perPhase;
   return "";
 }
 

@@ -7,8 +7,11 @@
 // runs them: a compute thread doing GEMMs back to back while the
 // runtime's own all-to-alls (moe_rt_all_to_all on a pool stream, over all
 // ranks) run -- against the same compute thread beside an idle pool,
-// interleaved.
-// The profile's `comm_cpu_share` (docs/profile-format.md).
+// interleaved. The converse too: the pool thread that progresses MPI shares
+// the core with the GEMMs, so the same all-to-alls take longer beside them
+// than with the compute thread asleep.
+// The profile's `comm_cpu_share` and `comm_stretch`
+// (docs/profile-format.md).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_PROFILE_COMMCPUSHARE_H
@@ -26,12 +29,24 @@ struct CommCpuShare {
   /// clamped to [0, 0.9].
   double share = 0;
   double gemmsPerSecondAlone = 0, gemmsPerSecondBesideComm = 0;
+  /// The converse: (all-to-all time while the GEMMs run) / (its time with
+  /// the compute thread asleep), the median over rounds, averaged over
+  /// ranks; clamped to [1, 100]. The profile's `comm_stretch`.
+  double stretch = 1;
+  /// One all-to-all's seconds, alone and beside the GEMMs (medians).
+  double commSecondsAlone = 0, commSecondsBesideCompute = 0;
 };
 
 /// All ranks call it together (MPI initialized with moe_rt_mpi_init);
 /// `bytes` is each all-to-all's send buffer per rank. Every rank gets the
 /// same result; the error of a failed runtime call, else "".
 std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out);
+
+/// The runtime's smallest collective: an all-to-all of one float per rank
+/// on a pool stream, queued and waited for as a step does, `repeats` times
+/// after 3 warm-up calls; `us` is the median, averaged over ranks. The
+/// profile's `collective_latency_us` is what it takes beyond the fitted α.
+std::string measureSmallCollective(int repeats, double &us);
 
 } // namespace moe_profile
 

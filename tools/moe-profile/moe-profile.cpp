@@ -417,9 +417,12 @@ int main(int argc, char **argv) {
   // What a running collective takes from compute on a CPU cluster; a GPU's
   // copy engines and NIC take nothing from its SMs.
   moe_profile::CommCpuShare commCpu;
+  double smallUs = 0, latencyUs = 0;
   if (!o.gpu) {
     std::string why = moe_profile::measureCommCpuShare(
         std::min(o.maxBytes, 1L << 20), 5, commCpu);
+    if (why.empty())
+      why = moe_profile::measureSmallCollective(30, smallUs);
     if (!why.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: measuring the comm CPU "
@@ -447,8 +450,15 @@ int main(int argc, char **argv) {
          {{"gemm", alphaBeta(gemm.fit, "beta_us_per_flop")},
           {"memory", alphaBeta(memory.fit, "beta_us_per_byte")}}},
         {"collectives", collectives}};
-    if (!o.gpu)
+    if (!o.gpu) {
       profile["comm_cpu_share"] = commCpu.share;
+      profile["comm_stretch"] = commCpu.stretch;
+      // Beyond the all-to-all fit's α over the links the whole world spans.
+      double alpha = collectives["all_to_all"][nodes > 1 ? "inter" : "intra"]
+                                ["alpha_us"];
+      latencyUs = std::max(0.0, smallUs - alpha);
+      profile["collective_latency_us"] = latencyUs;
+    }
     if (!o.quiet) {
       std::fprintf(stderr,
                    "moe-profile: %d ranks on %d node(s) [measured on this "
@@ -461,13 +471,24 @@ int main(int argc, char **argv) {
             r["beta"].get<double>(), r["unit"].get<std::string>().c_str(),
             r["r2"].get<double>(), r["fit"].get<bool>() ? "" : "  FIT FAILED");
       std::fprintf(stderr, "  %-22s %12.3f\n", "launch (CPU stream)", launch);
-      if (!o.gpu)
+      if (!o.gpu) {
         std::fprintf(stderr,
                      "  %-22s %12.3f  (GEMMs/s %.0f beside an idle thread, "
                      "%.0f beside all-to-alls)\n",
                      "comm cpu share", commCpu.share,
                      commCpu.gemmsPerSecondAlone,
                      commCpu.gemmsPerSecondBesideComm);
+        std::fprintf(stderr,
+                     "  %-22s %12.3f  (an all-to-all %.3f ms alone, %.3f ms "
+                     "beside GEMMs)\n",
+                     "comm stretch", commCpu.stretch,
+                     commCpu.commSecondsAlone * 1e3,
+                     commCpu.commSecondsBesideCompute * 1e3);
+        std::fprintf(stderr,
+                     "  %-22s %12.3f  (a 1-float all-to-all through the "
+                     "runtime: %.1f us)\n",
+                     "collective latency", latencyUs, smallUs);
+      }
       if (remeasured)
         std::fprintf(stderr,
                      "  (%d sweep(s) re-measured with more repetitions after "

@@ -49,6 +49,15 @@ struct HardwareProfile {
   /// moe-profile measures it). 0 on GPUs, whose copy engines and NICs take
   /// nothing from the SMs.
   double commCpuShare = 0.0;
+  /// How many times longer a collective takes while its rank's compute
+  /// stream runs a task (the pool thread that progresses MPI shares the
+  /// core with the GEMMs; moe-profile measures it). 1 on GPUs.
+  double commStretch = 1.0;
+  /// What every collective of the runtime takes beyond its α–β time: the
+  /// pool's issue and polling, MPI's protocol round trips on the links
+  /// (moe-profile measures a 4-byte collective through the runtime). The
+  /// sweeps' α, fitted over kilobytes to megabytes, does not see it.
+  double collectiveLatencyUs = 0.0;
 
   double opScaleOf(llvm::StringRef opClass) const;
 

@@ -37,18 +37,19 @@ struct QueuedTask {
 /// dependency on a task queued behind it).
 bool listSchedule(std::vector<QueuedTask> &tasks);
 
-/// The same rules on a CPU cluster, where a running collective takes
-/// `commCpuShare` of the core from compute (HardwareProfile::commCpuShare):
-/// an event-driven run in which a compute task progresses at rate
+/// The same rules on a CPU cluster, where compute and communication share
+/// the rank's core (HardwareProfile::commCpuShare, commStretch): an
+/// event-driven run in which a compute task progresses at rate
 /// 1 - commCpuShare x (collectives running on the rank's communication
-/// streams, at most 0.95 in all) and a collective at rate 1 (the link sets
-/// its pace). A task's durationUs is its work at full rate; its endUs -
-/// startUs is the stretched time. With a share of 0 it gives listSchedule's
-/// timeline. `commStream[s]` says whether stream s is a communication
-/// stream.
+/// streams, at most 0.95 in all), and a collective at rate 1 / commStretch
+/// while a compute task runs, else 1 (the link sets its pace). A task's
+/// durationUs is its work at full rate; its endUs - startUs is the
+/// stretched time. With a share of 0 and a stretch of 1 it gives
+/// listSchedule's timeline. `commStream[s]` says whether stream s is a
+/// communication stream.
 bool contendedSchedule(std::vector<QueuedTask> &tasks,
                        const std::vector<bool> &commStream,
-                       double commCpuShare);
+                       double commCpuShare, double commStretch = 1.0);
 
 } // namespace mlir::moe
 

@@ -44,6 +44,8 @@ Link collectiveLink(int64_t size, int64_t perNode);
 /// group moving `bytes` per rank. An all-to-all's traffic splits into an
 /// intra-node and an inter-node share that run concurrently (NetMoE §3.1);
 /// a reduction, gather or scatter runs at the pace of its slowest link.
+/// Every collective over more than one rank also pays the profile's
+/// collective_latency_us.
 double collectiveUs(const HardwareProfile &profile, CollectiveKind kind,
                     double bytes, int64_t size, int64_t perNode);
 
