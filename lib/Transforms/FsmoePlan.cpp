@@ -102,9 +102,11 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
           b.dispatch = d;
       } else if (isa<ExpertOp>(forward)) {
         (vjp ? b.expertVjp : b.expert) = &op;
-      } else if (isa<shard::AllGatherOp>(op)) {
+      } else if (isa<shard::AllGatherOp>(op) && t.getKind() != TaskKind::AT) {
+        // (Tensor-parallel attention's collectives are AT tasks: dense.)
         (t.getPhase() == Phase::bwd ? b.allGatherBwd : b.allGather) = &op;
-      } else if (isa<shard::ReduceScatterOp>(op)) {
+      } else if (isa<shard::ReduceScatterOp>(op) &&
+                 t.getKind() != TaskKind::AT) {
         (t.getPhase() == Phase::bwd ? b.reduceScatterBwd : b.reduceScatter) =
             &op;
       } else if (vjp && t.getKind() == TaskKind::AT) {
