@@ -312,23 +312,19 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
     return isa<ExpertOp>(u) ||
            (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
   });
-  if (auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
-          arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
-      shard && expert && !b.isInt) {
-    auto values = shardedExpertValues(func, arg, rank, seed, sources, b.shape,
-                                      shard[0], shard[1]);
-    if (!values)
-      return values.takeError();
-    b.f = std::move(*values);
-    b.fromSource = sources && func.getArgAttr(arg.getArgNumber(),
-                                              MoeDialect::getSourceAttrName());
-    return b;
-  }
-  if (auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
-          arg.getArgNumber(), MoeDialect::getHeadShardAttrName());
-      shard && name && !expert && !b.isInt) {
-    auto values = headShardValues(func, arg, rank, seed, sources, b.shape,
-                                  shard[0], shard[1]);
+  // A shard of the plain step's weight: an expert's hidden slice (expert
+  // sharding) or an attention weight's heads (tensor parallelism).
+  auto hidden = func.getArgAttrOfType<DenseI64ArrayAttr>(
+      arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
+  auto heads = func.getArgAttrOfType<DenseI64ArrayAttr>(
+      arg.getArgNumber(), MoeDialect::getHeadShardAttrName());
+  if (!b.isInt && ((hidden && expert) || (heads && name && !expert))) {
+    auto values =
+        hidden && expert
+            ? shardedExpertValues(func, arg, rank, seed, sources, b.shape,
+                                  hidden[0], hidden[1])
+            : headShardValues(func, arg, rank, seed, sources, b.shape,
+                              heads[0], heads[1]);
     if (!values)
       return values.takeError();
     b.f = std::move(*values);
