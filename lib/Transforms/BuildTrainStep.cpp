@@ -314,10 +314,19 @@ struct BuildTrainStepPass
       else if (!expert)
         denseByBlock[block].push_back(arg);
     }
-    if (!headShardsByBlock.empty() && clipNorm > 0)
+    // The global norm of sharded weights needs their squares summed over
+    // a node's ranks too, which the clipping code does not do yet.
+    bool sharded = llvm::any_of(entry.getArguments(), [&](BlockArgument a) {
+      return func.getArgAttr(a.getArgNumber(),
+                             MoeDialect::getHeadShardAttrName()) ||
+             func.getArgAttr(a.getArgNumber(),
+                             MoeDialect::getHiddenShardAttrName());
+    });
+    if (sharded && clipNorm > 0)
       return mlir::emitError(func.getLoc())
-             << "moe-build-train-step: clip-norm with tensor-parallel "
-                "attention (moe.head_shard weights) is not supported yet";
+             << "moe-build-train-step: clip-norm with sharded weights "
+                "(moe.head_shard, moe.hidden_shard: tensor-parallel attention, "
+                "expert sharding) is not supported yet";
 
     // AR^(l): one all-reduce per block of its replicated gradients, blocks
     // in backward order; -1 holds the weights outside blocks.
