@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Rewrite an expert-sharded step's dumps in the plain step's layout.
+"""Rewrite an expert-sharded or tensor-parallel step's dumps in the plain
+step's layout.
 
 moe-expert-sharding (docs/passes/moe-expert-sharding.md) gives rank (n, j)
 part j along `dim` of node n's experts; the plain step gives rank (n, i)
@@ -9,7 +10,10 @@ and its `moe-run --dump` / `--dump-inputs` files PREFIX.rankR, and writes
 OUT.rankR holding what the plain step's rank R would hold: each sharded
 expert weight reassembled, every other value (the loss, replicated
 weights, token ids) as it is. compare_dumps.py and torch_reference.py
-then read them like a plain step's dumps. Standard library only.
+then read them like a plain step's dumps. moe-tensor-parallel
+(docs/passes/moe-tensor-parallel.md) gives rank (n, j) part j along `dim`
+of an attention weight (moe.head_shard) that the plain step replicates:
+every rank of node n gets the S parts joined. Standard library only.
 
   esp_dumps_to_plain.py STEP.mlir PREFIX OUT
 """
@@ -28,18 +32,21 @@ def read_step(path):
     if not model or [int(a) for a in model.group(1).split(",")] != [
             len(shape) - 1]:
         sys.exit(f"error: {path}: expected intra_axes = [{len(shape) - 1}]")
-    sharded = {}
+    sharded, heads = {}, {}
     for m in re.finditer(r"tensor<([0-9x]+)xf32>\s*\{([^}]*)\}", text):
         attrs = m.group(2)
         name = re.search(r'moe\.param = "([^"]+)"', attrs)
-        shard = re.search(r"moe\.hidden_shard = array<i64: (\d+), (\d+)>",
-                          attrs)
-        if name and shard:
-            sharded[name.group(1)] = ([int(x) for x in m.group(1).split("x")],
-                                      int(shard.group(1)), int(shard.group(2)))
-    if not sharded:
-        sys.exit(f"error: {path}: no parameter has moe.hidden_shard")
-    return shape, sharded
+        dims = [int(x) for x in m.group(1).split("x")]
+        for kind, into in (("hidden_shard", sharded), ("head_shard", heads)):
+            shard = re.search(rf"moe\.{kind} = array<i64: (\d+), (\d+)>",
+                              attrs)
+            if name and shard:
+                into[name.group(1)] = (dims, int(shard.group(1)),
+                                       int(shard.group(2)))
+    if not sharded and not heads:
+        sys.exit(f"error: {path}: no parameter has moe.hidden_shard or "
+                 "moe.head_shard")
+    return shape, sharded, heads
 
 
 def load(path):
@@ -79,11 +86,24 @@ def plain_part(shards, shape, dim, i, count):
     return out
 
 
+def joined(parts, shape, dim):
+    """The S parts (each of `shape`) joined along `dim`."""
+    outer = 1
+    for d in shape[:dim]:
+        outer *= d
+    row = len(parts[0]) // outer
+    out = []
+    for o in range(outer):
+        for p in parts:
+            out.extend(p[o * row:(o + 1) * row])
+    return out
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
     step, prefix, out = sys.argv[1:]
-    grid, sharded = read_step(step)
+    grid, sharded, heads = read_step(step)
     S = grid[-1]
     files = sorted(glob.glob(prefix + ".rank*"))
     ranks_in_grid = 1
@@ -102,6 +122,14 @@ def main():
                 data = plain_part(parts, shape, dim, i, shape[0] // S)
                 plain = list(shape)
                 plain[0] //= S
+                plain[dim] *= S
+                size = ("x".join(map(str, plain)) if "x" in size
+                        else str(len(data)))
+            elif name in heads:
+                shape, dim, _ = heads[name]
+                data = joined([ranks[node * S + j][name][1] for j in range(S)],
+                              shape, dim)
+                plain = list(shape)
                 plain[dim] *= S
                 size = ("x".join(map(str, plain)) if "x" in size
                         else str(len(data)))

@@ -21,10 +21,17 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
   // Expert sharding (FSMoE Fig. 2): the all-gather of the dispatched tokens
   // ends the dispatch, the reduce-scatter of the partial sums starts the
   // combine — communication tasks both, on the intra-node link.
-  if (isa<shard::AllGatherOp>(op))
-    return TaskKind::D;
-  if (isa<shard::ReduceScatterOp>(op))
-    return TaskKind::C;
+  // Tensor-parallel attention (moe-tensor-parallel): the all-gather of the
+  // node's samples and the reduce-scatter of the heads' partial sums belong
+  // to the attention's task (still on the intra-node link).
+  if (auto gather = dyn_cast<shard::AllGatherOp>(op))
+    return llvm::any_of(gather->getUsers(),
+                        [](Operation *u) { return isa<AttentionOp>(u); })
+               ? TaskKind::AT
+               : TaskKind::D;
+  if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op))
+    return scatter.getInput().getDefiningOp<AttentionOp>() ? TaskKind::AT
+                                                           : TaskKind::C;
   if (isa<MoveSamplesOp>(op))
     return TaskKind::C;
   if (auto norm = dyn_cast<NormOp>(op);

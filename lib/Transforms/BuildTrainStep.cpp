@@ -20,6 +20,7 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include <map>
+#include <set>
 
 namespace mlir::moe {
 #define GEN_PASS_DEF_MOEBUILDTRAINSTEP
@@ -287,6 +288,9 @@ struct BuildTrainStepPass
 
     // Which block uses each parameter, and whether it is an expert weight.
     std::map<int64_t, SmallVector<BlockArgument>> denseByBlock;
+    // Tensor-parallel attention's shards (moe-tensor-parallel): the node's
+    // ranks hold different heads, so only the nodes reduce them.
+    std::map<int64_t, SmallVector<BlockArgument>> headShardsByBlock;
     SmallVector<std::pair<BlockArgument, Value>> updates;
     for (BlockArgument arg : entry.getArguments()) {
       if (!func.getArgAttr(arg.getArgNumber(), MoeDialect::getParamAttrName()))
@@ -304,25 +308,61 @@ struct BuildTrainStepPass
           block = std::max(block, t.getBlock());
       }
       updates.push_back({arg, grad});
-      if (!expert)
+      if (func.getArgAttr(arg.getArgNumber(),
+                          MoeDialect::getHeadShardAttrName()))
+        headShardsByBlock[block].push_back(arg);
+      else if (!expert)
         denseByBlock[block].push_back(arg);
     }
+    // The global norm of sharded weights needs their squares summed over
+    // a node's ranks too, which the clipping code does not do yet.
+    bool sharded = llvm::any_of(entry.getArguments(), [&](BlockArgument a) {
+      return func.getArgAttr(a.getArgNumber(),
+                             MoeDialect::getHeadShardAttrName()) ||
+             func.getArgAttr(a.getArgNumber(),
+                             MoeDialect::getHiddenShardAttrName());
+    });
+    if (sharded && clipNorm > 0)
+      return mlir::emitError(func.getLoc())
+             << "moe-build-train-step: clip-norm with sharded weights "
+                "(moe.head_shard, moe.hidden_shard: tensor-parallel attention, "
+                "expert sharding) is not supported yet";
 
     // AR^(l): one all-reduce per block of its replicated gradients, blocks
     // in backward order; -1 holds the weights outside blocks.
     DenseMap<Value, Value> reduced;
-    for (auto &[block, args] : llvm::reverse(denseByBlock)) {
+    auto reduceOver = [&](ArrayRef<int16_t> axes, int64_t block,
+                          ArrayRef<BlockArgument> args) {
       SmallVector<Value> grads;
       for (BlockArgument arg : args)
         grads.push_back(diff.cotangent(arg));
       auto allReduce =
           AllReduceOp::create(builder, func.getLoc(), grads, model.getGrid(),
-                              builder.getDenseI16ArrayAttr(model.getDpAxes()),
+                              builder.getDenseI16ArrayAttr(axes),
                               /*bytes=*/nullptr);
       setTask(allReduce,
               TaskAttr::get(ctx, TaskKind::AR, Phase::bwd, block, 0, -1));
       for (auto [arg, result] : llvm::zip(args, allReduce.getResults()))
         reduced[arg] = result;
+    };
+    SmallVector<int16_t> nodeAxes;
+    for (int16_t a : model.getDpAxes())
+      if (!llvm::is_contained(model.getIntraAxes(), a))
+        nodeAxes.push_back(a);
+    FailureOr<int64_t> nodes = verifyGroupSize(func, *grid, nodeAxes);
+    if (failed(nodes))
+      return failure();
+    std::set<int64_t> blocks;
+    for (auto *byBlock : {&denseByBlock, &headShardsByBlock})
+      for (auto &entry : *byBlock)
+        blocks.insert(entry.first);
+    for (int64_t block : llvm::reverse(blocks)) {
+      if (auto it = denseByBlock.find(block); it != denseByBlock.end())
+        reduceOver(model.getDpAxes(), block, it->second);
+      // One node: each rank's shards are its own, like its experts.
+      if (auto it = headShardsByBlock.find(block);
+          *nodes > 1 && it != headShardsByBlock.end())
+        reduceOver(nodeAxes, block, it->second);
     }
 
     SmallVector<ParamUpdate> toUpdate;

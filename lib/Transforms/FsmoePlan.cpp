@@ -102,12 +102,18 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
           b.dispatch = d;
       } else if (isa<ExpertOp>(forward)) {
         (vjp ? b.expertVjp : b.expert) = &op;
-      } else if (isa<shard::AllGatherOp>(op)) {
+      } else if (isa<shard::AllGatherOp>(op) && t.getKind() != TaskKind::AT) {
+        // (Tensor-parallel attention's collectives are AT tasks: dense.)
         (t.getPhase() == Phase::bwd ? b.allGatherBwd : b.allGather) = &op;
-      } else if (isa<shard::ReduceScatterOp>(op)) {
+      } else if (isa<shard::ReduceScatterOp>(op) &&
+                 t.getKind() != TaskKind::AT) {
         (t.getPhase() == Phase::bwd ? b.reduceScatterBwd : b.reduceScatter) =
             &op;
-      } else if (vjp && t.getKind() == TaskKind::AT) {
+      } else if (t.getKind() == TaskKind::AT && t.getPhase() == Phase::bwd &&
+                 (vjp || isa<shard::AllGatherOp, shard::ReduceScatterOp>(op))) {
+        // Tensor-parallel attention's backward collectives lengthen the
+        // dense window as its computation does (FSMoE's MP all-gather and
+        // reduce-scatter, on the intra-node link).
         b.denseBackward.push_back(&op);
       }
     }
@@ -360,7 +366,10 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
     for (unsigned i = 0; i < windows.size(); ++i) {
       os << "  window " << windowTask(&getContext(), numBlocks, i).getLabel()
          << ": ready " << int64_t(windows[i].readyBytes) << " B, reduces "
-         << cuts[i] - previous << " B\n";
+         << cuts[i] - previous << " B";
+      if (windows[i].denseUs > 0)
+        os << ", dense " << llvm::format("%.1f", windows[i].denseUs) << " us";
+      os << "\n";
       previous = cuts[i];
     }
     const char *source =

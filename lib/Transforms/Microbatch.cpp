@@ -105,6 +105,13 @@ LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
         withDim(input, axis, gather ? rows * *size : rows / *size));
     return success();
   }
+  // Tensor-parallel attention (moe-tensor-parallel): it runs on the node's
+  // samples, the micro-batches its all-gather collected.
+  if (auto attention = dyn_cast<AttentionOp>(op);
+      attention && attention.getInput().getDefiningOp<shard::AllGatherOp>()) {
+    attention.getResult().setType(attention.getInput().getType());
+    return success();
+  }
   // NetMoE (moe-netmoe): the experts' norm sits on the expert side, and the
   // group's counts and placement have G rows per sample of a rank.
   if (auto norm = dyn_cast<NormOp>(op);

@@ -126,6 +126,13 @@ struct FlowMoePipelineOptions
                      "hidden dimension over the model's intra-node axes "
                      "(moe-expert-sharding, before moe-microbatch)"),
       llvm::cl::init(false)};
+  Option<bool> mp{
+      *this, "mp",
+      llvm::cl::desc("Tensor-parallel attention (FSMoE's MP): heads over "
+                     "the model's intra-node axes, samples all-gathered "
+                     "before and reduce-scattered after "
+                     "(moe-tensor-parallel, before moe-microbatch)"),
+      llvm::cl::init(false)};
   Option<bool> netmoePredict{
       *this, "netmoe-predict",
       llvm::cl::desc("NetMoE's planner also prices the next block's "
@@ -149,6 +156,8 @@ void mlir::moe::registerMoePipelines() {
               MoeNetMoeOptions{/*identity=*/false, options.netmoePredict}));
         if (options.esp)
           pm.addPass(createMoeExpertSharding());
+        if (options.mp)
+          pm.addPass(createMoeTensorParallel());
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
         pm.addPass(createMoeVariableDropless(
             MoeVariableDroplessOptions{options.droplessBound}));

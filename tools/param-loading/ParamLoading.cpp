@@ -324,6 +324,59 @@ llvm::Expected<std::vector<int64_t>> expertSlotsOf(FunctionOpInterface step,
   return slots;
 }
 
+/// An attention weight of tensor parallelism (moe.head_shard = [dim, S]):
+/// part j (the rank's coordinate on the model's intra axes) along `dim` of
+/// the plain step's replicated weight — drawn as the plain step draws it,
+/// or read whole from its moe.source — so both steps start from the same
+/// model.
+static llvm::Expected<std::vector<float>>
+headShardValues(FunctionOpInterface func, BlockArgument arg, int rank,
+                uint64_t seed, frontend::WeightLoader *sources,
+                ArrayRef<int64_t> shape, int64_t dim, int64_t shards) {
+  ModelAttr model;
+  shard::GridOp grid = modelGrid(func, model);
+  if (!grid || dim < 0 || dim >= int64_t(shape.size()))
+    return llvm::createStringError(
+        "parameter '" + argumentName(func, arg) +
+        "': moe.head_shard needs the model's grid and one of its dimensions");
+  ArrayRef<int64_t> gridShape = grid.getShape();
+  int64_t part =
+      indexOn(gridShape, coordsOf(gridShape, rank), model.getIntraAxes());
+  SmallVector<int64_t> whole(shape.begin(), shape.end());
+  whole[dim] *= shards;
+  std::vector<float> values;
+  auto source = func.getArgAttrOfType<SourceAttr>(
+      arg.getArgNumber(), MoeDialect::getSourceAttrName());
+  auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                MoeDialect::getParamAttrName());
+  if (source && sources) {
+    auto loaded = sources->load(source, whole, 0);
+    if (!loaded)
+      return llvm::createStringError("parameter '" + argumentName(func, arg) +
+                                     "': " +
+                                     llvm::toString(loaded.takeError()));
+    values = std::move(*loaded);
+  } else {
+    // The plain step's replicated draw (rank-independent).
+    uint64_t h = llvm::hash_value(name.getValue());
+    std::mt19937_64 rng(seed ^ h ^ arg.getArgNumber());
+    values = drawParameter(name, whole, rng);
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i)
+    outer *= shape[i];
+  for (int64_t i = dim + 1; i < int64_t(shape.size()); ++i)
+    inner *= shape[i];
+  int64_t width = shape[dim];
+  std::vector<float> out(outer * width * inner);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t w = 0; w < width; ++w)
+      for (int64_t c = 0; c < inner; ++c)
+        out[(o * width + w) * inner + c] =
+            values[(o * whole[dim] + part * width + w) * inner + c];
+  return out;
+}
+
 /// Parameters: deterministic from their name (replicated weights equal on
 /// every rank; expert weights differ per rank, as each holds other
 /// experts). Token ids and labels: per rank.
@@ -369,16 +422,25 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
     return isa<ExpertOp>(u) ||
            (isa<VjpOp>(u) && isa<ExpertOp>(cast<VjpOp>(u).getForwardOp()));
   });
-  // Expert weights split over the hidden dimension (ESP) or placed by an
-  // expert placement: assembled from the plain step's values.
-  auto shard = func.getArgAttrOfType<DenseI64ArrayAttr>(
+  // A shard of the plain step's weight, assembled from the plain step's
+  // values: an expert's hidden slice (expert sharding), the experts an
+  // expert placement puts in this rank's slots, or an attention weight's
+  // heads (tensor parallelism).
+  auto hidden = func.getArgAttrOfType<DenseI64ArrayAttr>(
       arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
+  auto heads = func.getArgAttrOfType<DenseI64ArrayAttr>(
+      arg.getArgNumber(), MoeDialect::getHeadShardAttrName());
   bool placed = !expertSlots.empty() && !b.shape.empty();
-  if (expert && !b.isInt && (shard || placed)) {
-    auto values = shard ? shardedExpertValues(func, arg, rank, seed, sources,
-                                              b.shape, shard[0], shard[1])
-                        : placedExpertValues(func, arg, rank, seed, sources,
-                                             b.shape, expertSlots);
+  if (!b.isInt &&
+      ((expert && (hidden || placed)) || (heads && name && !expert))) {
+    auto values =
+        expert && hidden
+            ? shardedExpertValues(func, arg, rank, seed, sources, b.shape,
+                                  hidden[0], hidden[1])
+        : expert ? placedExpertValues(func, arg, rank, seed, sources, b.shape,
+                                      expertSlots)
+                 : headShardValues(func, arg, rank, seed, sources, b.shape,
+                                   heads[0], heads[1]);
     if (!values)
       return values.takeError();
     b.f = std::move(*values);

@@ -136,6 +136,33 @@ def MoeExpertSharding : Pass<"moe-expert-sharding", "::mlir::ModuleOp"> {
   }];
 }
 
+def MoeTensorParallel : Pass<"moe-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Tensor-parallel attention over a node's ranks (Megatron "
+                "column/row split; all-gather, reduce-scatter of samples)";
+  let description = [{
+    FSMoE's MP (seeds/001 §2.2, N_MP = N_ESP;
+    docs/passes/moe-tensor-parallel.md), on the forward model before
+    `moe-microbatch`. Every `moe.attention` runs on the node's samples with
+    the rank's share of the heads:
+
+    ```mlir
+    %g = shard.all_gather %x on @cluster grid_axes = [1] gather_axis = 0
+    %p = moe.attention %g weights(%wq, %wk, %wv, %wo) heads = H/S
+           kv_heads = K/S ...                          // partial sums
+    %a = shard.reduce_scatter %p on @cluster grid_axes = [1] scatter_axis = 0
+    ```
+
+    The S ranks of a node are the model's `intra_axes`; outside attention
+    each rank keeps its own samples, as in the plain step. Wq, Wk, Wv and
+    their biases become column shards by whole heads, Wo a row shard, each
+    marked `moe.head_shard = [dim, S]` (its part is the rank's coordinate
+    on the intra axes) so that moe-run and moe-export-params start from
+    the plain step's model. Refused by name: heads or kv_heads not
+    divisible by S, an out_bias, a weight shared with another op, a node
+    of one rank, NetMoE models.
+  }];
+}
+
 def MoeNetMoe : Pass<"moe-netmoe", "::mlir::ModuleOp"> {
   let summary = "NetMoE: place whole samples at every MoE block's combine "
                 "(dynamic sample placement, residual inlined)";

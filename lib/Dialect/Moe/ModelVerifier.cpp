@@ -87,6 +87,17 @@ struct ModelChecker {
     return success();
   }
 
+  /// The data-parallel axes without the intra-node ones: the group that
+  /// reduces tensor-parallel attention's shards (moe-tensor-parallel; a
+  /// node's ranks hold different heads).
+  SmallVector<int16_t> nodeDpAxes() {
+    SmallVector<int16_t> axes;
+    for (int16_t a : model.getDpAxes())
+      if (!llvm::is_contained(model.getIntraAxes(), a))
+        axes.push_back(a);
+    return axes;
+  }
+
   LogicalResult checkGroup(Operation *op, FlatSymbolRefAttr grid,
                            ArrayRef<int16_t> axes, ArrayRef<int16_t> expected,
                            StringRef groupName) {
@@ -186,8 +197,11 @@ struct ModelChecker {
       else if (auto combine = dyn_cast<CombineOp>(op))
         ok = checkRouted(combine);
       else if (auto reduce = dyn_cast<AllReduceOp>(op))
-        ok = checkGroup(op, reduce.getGridAttr(), reduce.getAxes(),
-                        model.getDpAxes(), "data-parallel");
+        ok = reduce.getAxes() == ArrayRef<int16_t>(nodeDpAxes())
+                 ? checkGroup(op, reduce.getGridAttr(), reduce.getAxes(),
+                              nodeDpAxes(), "tensor-parallel shards'")
+                 : checkGroup(op, reduce.getGridAttr(), reduce.getAxes(),
+                              model.getDpAxes(), "data-parallel");
       return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
     });
     return failure(result.wasInterrupted());

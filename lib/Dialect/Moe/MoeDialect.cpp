@@ -198,10 +198,11 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
                 "\"expert_slots\"";
     return success();
   }
-  if (attr.getName() == getHiddenShardAttrName()) {
+  if (attr.getName() == getHiddenShardAttrName() ||
+      attr.getName() == getHeadShardAttrName()) {
     auto shard = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
     if (!shard || shard.size() != 2 || shard[0] < 0 || shard[1] < 1)
-      return op->emitError() << "'" << getHiddenShardAttrName()
+      return op->emitError() << "'" << attr.getName().getValue()
                              << "' of argument #" << argIndex
                              << " must be [dim, shards] with shards >= 1";
     return success();

@@ -121,6 +121,14 @@ def Moe_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral getHiddenShardAttrName() {
       return ::llvm::StringLiteral("moe.hidden_shard");
     }
+    /// Name of the argument attribute marking an attention weight sharded
+    /// by tensor-parallel attention (moe-tensor-parallel, Megatron): [dim,
+    /// shards] — the rank holds part j (its coordinate on the model's
+    /// intra-node axes) of `shards` equal parts along `dim` of the plain
+    /// step's (replicated) weight, i.e. the weights of its heads.
+    static constexpr ::llvm::StringLiteral getHeadShardAttrName() {
+      return ::llvm::StringLiteral("moe.head_shard");
+    }
   }];
 }
 
