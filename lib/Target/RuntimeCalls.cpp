@@ -69,6 +69,19 @@ std::optional<StreamClass> target::streamClassOf(Operation *op) {
   return found.stream;
 }
 
+bool target::writesWholeResults(Operation *op) {
+  auto vjp = dyn_cast<VjpOp>(op);
+  Operation *described = vjp ? vjp.getForwardOp() : op;
+  if (!described)
+    return false;
+  bool whole = false;
+  withEntry(TableOps(), described, [&](auto entry, auto) {
+    using Entry = decltype(entry);
+    whole = vjp ? WritesGradients<Entry>::value : WritesResults<Entry>::value;
+  });
+  return whole;
+}
+
 template <class... Ops>
 static std::vector<StringRef> namesOf(OpList<Ops...>, bool backwardOnly) {
   std::vector<StringRef> names;

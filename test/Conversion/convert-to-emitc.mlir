@@ -6,6 +6,9 @@
 // RUN: moe-opt %s --moe-convert-to-emitc | FileCheck %s
 // Nothing but EmitC is left: no tensors, grids or func.func.
 // RUN: moe-opt %s --moe-convert-to-emitc | FileCheck %s --check-prefix=GONE
+// RUN: moe-opt %s --moe-convert-to-emitc | FileCheck %s --check-prefix=WRITTEN
+// WRITTEN-COUNT-2: "moe_step_buffer_written"
+// WRITTEN-NOT: "moe_step_buffer_written"
 // GONE-NOT: tensor<
 // GONE-NOT: shard.grid
 // GONE-NOT: func.func
@@ -23,6 +26,12 @@
 // CHECK: call_opaque "moe_step_buffer"(%[[S]]) {args = [0 : index, 4, #emitc.opaque<"MOE_RT_F32">, 2, 4, 8]}
 // The loss is 0-d.
 // CHECK: call_opaque "moe_step_buffer"(%[[S]]) {args = [0 : index, 9, #emitc.opaque<"MOE_RT_F32">]}
+// The two moe.sgd results (their op writes every element) are not zeroed
+// each step; nothing else here is marked.
+// CHECK: call_opaque "moe_step_buffer"(%[[S]]) {args = [0 : index, 18, #emitc.opaque<"MOE_RT_F32">, 16, 8]}
+// CHECK-NEXT: call_opaque "moe_step_buffer_written"(%[[S]]) {args = [0 : index, 18]}
+// CHECK-NEXT: call_opaque "moe_step_buffer"(%[[S]]) {args = [0 : index, 19
+// CHECK-NEXT: call_opaque "moe_step_buffer_written"(%[[S]]) {args = [0 : index, 19]}
 // CHECK: call_opaque "moe_step_argument"(%[[S]]) {args = [0 : index, 0, #emitc.opaque<"NULL">]}
 // CHECK: call_opaque "moe_step_argument"(%[[S]]) {args = [0 : index, 1, #emitc.opaque<"NULL">]}
 // CHECK: call_opaque "moe_step_argument"(%[[S]]) {args = [0 : index, 2, #emitc.opaque<"\22embed.table\22">]}

@@ -45,6 +45,12 @@
 // Arguments are read left to right: generated code fetches buffers in the
 // order the call lists them.
 //
+// An entry may also say `static constexpr bool writesResults = true;`
+// (its forward calls write every element of the op's results on a CPU
+// stream) and `writesGradients` (the same for its backward's gradients):
+// moe-run and generated steps then skip zeroing those buffers when the
+// step reaches the op (every other value's buffer is zeroed first).
+//
 // Adding an op: docs/design.md, "Adding an op".
 //
 //===----------------------------------------------------------------------===//
@@ -380,6 +386,9 @@ template <> struct RuntimeCall<GateOp> {
 template <class OpT> struct ExpertCall {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;
+  // Every slot of y and of dx, every weight gradient (empty rows: zeros).
+  static constexpr bool writesResults = true;
+  static constexpr bool writesGradients = true;
   template <class V> static LogicalResult forward(OpT op, V &v) {
     if constexpr (std::is_same_v<OpT, ExpertOp>)
       if (op.getRows())
@@ -645,6 +654,7 @@ template <> struct RuntimeCall<AllReduceOp> {
 template <> struct RuntimeCall<SgdOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;
+  static constexpr bool writesResults = true;
   template <class V> static LogicalResult forward(SgdOp op, V &v) {
     return v.call(MOE_RT_FN(moe_rt_sgd), v.stream(), v.in(op.getParam()),
                   v.in(op.getGrad()), v.f64(op.getLr().convertToDouble()),
@@ -776,6 +786,7 @@ template <> struct RuntimeCall<MergeOp> {
 template <> struct RuntimeCall<arith::AddFOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;
+  static constexpr bool writesResults = true;
   template <class V> static LogicalResult forward(arith::AddFOp op, V &v) {
     return v.call(MOE_RT_FN(moe_rt_add), v.stream(), v.in(op.getLhs()),
                   v.in(op.getRhs()), v.out(op.getResult()));
@@ -835,6 +846,16 @@ struct HasBackward<E, OpT,
                    std::void_t<decltype(E::backward(
                        std::declval<OpT>(), std::declval<AnyVisitor &>()))>>
     : std::true_type {};
+
+/// An entry's writesResults / writesGradients, false when it has none.
+template <class E, class = void> struct WritesResults : std::false_type {};
+template <class E>
+struct WritesResults<E, std::void_t<decltype(E::writesResults)>>
+    : std::bool_constant<E::writesResults> {};
+template <class E, class = void> struct WritesGradients : std::false_type {};
+template <class E>
+struct WritesGradients<E, std::void_t<decltype(E::writesGradients)>>
+    : std::bool_constant<E::writesGradients> {};
 
 template <class T> struct Tag {
   using type = T;
@@ -933,6 +954,12 @@ private:
 /// The stream class the table gives `op` (a vjp: its body op's), or none
 /// if it has no entry.
 std::optional<StreamClass> streamClassOf(Operation *op);
+
+/// Whether the calls of `op` (a forward op, or a moe.vjp: its gradients)
+/// write every element of its results on a CPU stream, so that the step
+/// need not zero their buffers first (the entry's writesResults /
+/// writesGradients).
+bool writesWholeResults(Operation *op);
 
 /// The names of the ops that have an entry, and of those whose entry has a
 /// backward (test/unittests/RuntimeCallsTest.cpp checks them against the

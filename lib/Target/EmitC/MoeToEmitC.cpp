@@ -483,6 +483,10 @@ LogicalResult MoeConvertToEmitCPass::convert(FunctionOpInterface step,
       for (int64_t d : type.getShape())
         args.push_back(e.i64(d));
       e.call("moe_step_buffer", Type(), args);
+      if (Operation *def = v.getDefiningOp();
+          def && target::writesWholeResults(def))
+        e.call("moe_step_buffer_written", Type(),
+               {db->getArgument(0), e.i64(ids[v])});
     }
     // Arguments in order: parameters by name, token ids / labels unnamed
     // ("arg<N>" in the dumps, as moe-run names them); optimizer state and

@@ -18,6 +18,7 @@
 
 #include "moe_rt/collectives.h"
 #include "moe_rt/expert_placement.h"
+#include "moe_rt/kept_activations.h"
 #include "moe_rt/ops.h"
 #include "moe_rt/profile.h"
 
@@ -61,8 +62,9 @@ public:
   llvm::Error prepare();
   llvm::Error run(int64_t step);
   llvm::Error execute(Operation *op);
-  /// A zeroed buffer for `v` (an earlier step's, refilled in place).
-  llvm::Error allocate(Value v);
+  /// A zeroed buffer for `v` (an earlier step's, refilled in place);
+  /// `zero` false: as the previous step left it (its op writes all of it).
+  llvm::Error allocate(Value v, bool zero = true);
   Buffer *buffer(Value v) {
     auto it = buffers.find(v);
     return it == buffers.end() ? nullptr : it->second.get();
@@ -187,7 +189,7 @@ Interpreter::Impl::~Impl() {
     moe_rt_event_destroy(e);
 }
 
-llvm::Error Interpreter::Impl::allocate(Value v) {
+llvm::Error Interpreter::Impl::allocate(Value v, bool zero) {
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type)
     return llvm::Error::success();
@@ -204,6 +206,8 @@ llvm::Error Interpreter::Impl::allocate(Value v) {
     b = std::make_unique<Buffer>();
     b->shape.assign(type.getShape().begin(), type.getShape().end());
     b->isInt = isa<IntegerType>(type.getElementType());
+  } else if (!zero) {
+    return llvm::Error::success();
   }
   if (b->isInt)
     b->i.assign(b->numel(), 0);
@@ -221,6 +225,10 @@ llvm::Expected<moe_rt_stream> Interpreter::Impl::streamFor(StreamAttr s) {
   moe_rt_status st = s.getKind() == StreamKind::comm
                          ? moe_rt_stream_create_pool(&stream)
                          : moe_rt_stream_create(MOE_RT_CPU, &stream);
+  // A step's values do not change between an op and its vjp: the expert
+  // vjps may use their forwards' pre-activations (moe_rt.h).
+  if (st == MOE_RT_OK && s.getKind() != StreamKind::comm)
+    st = moe_rt_stream_keep_activations(stream, 1);
   if (st != MOE_RT_OK)
     return error(moe_rt_last_error());
   moe_rt_profile_name_stream(stream,
@@ -311,8 +319,11 @@ llvm::Error Interpreter::Impl::execute(Operation *op) {
       return error(moe_rt_last_error());
     return llvm::Error::success();
   }
+  // Zeroing costs a pass over each buffer per step: skipped where the
+  // op's calls write all of it (RuntimeCalls.h, writesResults).
+  bool whole = writesWholeResults(op);
   for (Value r : op->getResults())
-    if (llvm::Error e = allocate(r))
+    if (llvm::Error e = allocate(r, !whole))
       return e;
   if (moe_rt_profile_enabled())
     moe_rt_profile_set_op(profileOpClass(op).c_str());

@@ -124,6 +124,10 @@ void moe_step_grid_v(moe_step *s, const char *name, int rank,
                      const int64_t *shape);
 void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
                        const int64_t *shape);
+/* The op that defines buffer `id` writes all of it on a CPU stream
+ * (RuntimeCalls.h, writesResults): a host buffer is not zeroed when the
+ * step reaches it. */
+void moe_step_buffer_written(moe_step *s, int64_t id);
 /* Buffer `id` is the next argument; name: its moe.param, or NULL. */
 void moe_step_argument(moe_step *s, int64_t id, const char *name);
 /* Buffer `id` is the next argument, optimizer state `name` (moe.state:

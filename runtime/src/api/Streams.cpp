@@ -2,6 +2,10 @@
 
 #include "../Backend.h"
 #include "../Error.h"
+#include "../cpu/HeapRetention.h"
+#include "../cpu/KeptActivations.h"
+
+#include "moe_rt/kept_activations.h"
 
 #include <new>
 
@@ -15,6 +19,7 @@ extern "C" moe_rt_status moe_rt_stream_create(moe_rt_backend backend,
   std::unique_ptr<StreamImpl> impl;
   switch (backend) {
   case MOE_RT_CPU:
+    cpu::retainFreedHeapMemory();
     try {
       impl = createCpuStream();
     } catch (const std::exception &e) {
@@ -43,6 +48,7 @@ extern "C" moe_rt_status moe_rt_stream_create_pool(moe_rt_stream *out) {
                 "moe_rt_stream_create_pool: out is NULL");
   *out = nullptr;
   std::unique_ptr<StreamImpl> impl;
+  cpu::retainFreedHeapMemory();
   try {
     impl = createCpuPoolStream();
   } catch (const std::exception &e) {
@@ -90,6 +96,8 @@ extern "C" moe_rt_status moe_rt_stream_destroy(moe_rt_stream stream) {
   if (!stream)
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_stream_destroy: NULL stream");
   delete stream;
+  // A later stream may get the same address.
+  cpu::setKeeping(stream, false);
   return ok();
 }
 
@@ -107,6 +115,15 @@ extern "C" moe_rt_status moe_rt_stream_synchronize(moe_rt_stream stream,
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_stream_synchronize: NULL stream");
   return stream->impl->synchronize(timeout_s);
+}
+
+extern "C" moe_rt_status moe_rt_stream_keep_activations(moe_rt_stream stream,
+                                                       int keep) {
+  if (!stream)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_stream_keep_activations: NULL stream");
+  cpu::setKeeping(stream, keep != 0);
+  return ok();
 }
 
 extern "C" moe_rt_status moe_rt_event_create(moe_rt_backend backend,

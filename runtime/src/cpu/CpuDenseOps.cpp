@@ -8,6 +8,7 @@
 
 #include "CpuOps.h"
 #include "CpuTasks.h"
+#include "KeptActivations.h"
 
 #include "kernels/Attention.h"
 #include "kernels/Dense.h"
@@ -18,6 +19,18 @@
 
 namespace moe_rt::cpu {
 namespace k = moe_rt::kernels;
+
+namespace {
+/// An attention call's site: its tensors and everything of its shape.
+CallSite attentionSite(const k::AttentionShape &a,
+                       std::vector<const void *> tensors) {
+  return {std::move(tensors),
+          {double(a.batch), double(a.seq), double(a.embed), double(a.heads),
+           double(a.kvHeads), double(a.headDim), double(a.causal),
+           double(a.rotary), double(a.norm), a.eps, a.theta,
+           double(a.interleaved), a.clip}};
+}
+} // namespace
 
 moe_rt_status attention(moe_rt_stream s, const k::AttentionShape &shape,
                         const moe_rt_tensor *x, const moe_rt_tensor *wq,
@@ -30,8 +43,16 @@ moe_rt_status attention(moe_rt_stream s, const k::AttentionShape &shape,
         *po = f32(wo), *ps = f32(scale), *pb = f32(bias), *pout = f32(out);
   k::AttentionBias<float> pbias{f32(biases.q), f32(biases.k), f32(biases.v),
                                 f32(biases.o)};
+  bool keep = keeping(s);
+  CallSite site = attentionSite(shape, {px, pq, pk, pv, po, ps, pb, pbias.q,
+                                        pbias.k, pbias.v, pbias.o});
   return task(s, [=] {
-    k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout, pbias);
+    std::shared_ptr<k::AttentionKept<float>> kept =
+        keep ? keptAttention().acquire() : nullptr;
+    k::attentionForward(shape, px, pq, pk, pv, po, ps, pb, pout, pbias,
+                        kept.get());
+    if (kept)
+      keptAttention().publish(site, std::move(kept));
   });
 }
 
@@ -44,18 +65,27 @@ moe_rt_status attentionGrad(
     moe_rt_tensor *dwk, moe_rt_tensor *dwv, moe_rt_tensor *dwo,
     moe_rt_tensor *dscale, moe_rt_tensor *dbias,
     AttentionBiases<moe_rt_tensor> dbiases) {
+  k::AttentionBias<float> pbias{f32(biases.q), f32(biases.k), f32(biases.v),
+                                f32(biases.o)};
+  bool keep = keeping(s);
+  CallSite site =
+      attentionSite(shape, {f32(x), f32(wq), f32(wk), f32(wv), f32(wo),
+                            f32(scale), f32(bias), pbias.q, pbias.k, pbias.v,
+                            pbias.o});
   return task(s, [=] {
     for (moe_rt_tensor *g : {dx, dwq, dwk, dwv, dwo, dscale, dbias, dbiases.q,
                              dbiases.k, dbiases.v, dbiases.o})
       zero(g);
+    std::shared_ptr<k::AttentionKept<float>> kept =
+        keep ? keptAttention().take(site) : nullptr;
     k::attentionBackward(
         shape, f32(x), f32(wq), f32(wk), f32(wv), f32(wo), f32(scale),
         f32(bias), f32(dout), f32(dx), f32(dwq), f32(dwk), f32(dwv), f32(dwo),
-        f32(dscale), f32(dbias),
-        k::AttentionBias<float>{f32(biases.q), f32(biases.k), f32(biases.v),
-                                f32(biases.o)},
+        f32(dscale), f32(dbias), pbias,
         k::AttentionBiasGrad<float>{f32(dbiases.q), f32(dbiases.k),
-                                    f32(dbiases.v), f32(dbiases.o)});
+                                    f32(dbiases.v), f32(dbiases.o)},
+        kept.get());
+    keptAttention().release(std::move(kept));
   });
 }
 
@@ -199,9 +229,22 @@ moe_rt_status expert(moe_rt_stream s, moe_rt_activation act,
                      const ExpertShape &f, const moe_rt_tensor *x,
                      const moe_rt_tensor *up, const moe_rt_tensor *gate,
                      const moe_rt_tensor *down, moe_rt_tensor *out) {
+  bool keep = keeping(s);
+  CallSite site = expertSite(act, f, f32(x), f32(up), f32(gate), f32(down));
   return task(s, [=] {
+    std::shared_ptr<KeptExpert> kept;
+    k::ExpertSaved<float> into;
+    if (keep) {
+      kept = keptExperts().acquire();
+      kept->filled.assign(f.experts, f.slots);
+      kept->hidden.resize(f.experts * f.slots * f.h);
+      kept->gated.resize(gate ? f.experts * f.slots * f.h : 0);
+      into = {kept->hidden.data(), gate ? kept->gated.data() : nullptr};
+    }
     k::expertForward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
-                     f32(up), f32(gate), f32(down), f32(out));
+                     f32(up), f32(gate), f32(down), f32(out), into);
+    if (kept)
+      keptExperts().publish(site, std::move(kept));
   });
 }
 
@@ -211,12 +254,26 @@ moe_rt_status expertGrad(moe_rt_stream s, moe_rt_activation act,
                          const moe_rt_tensor *down, const moe_rt_tensor *dout,
                          moe_rt_tensor *dx, moe_rt_tensor *dup,
                          moe_rt_tensor *dgate, moe_rt_tensor *ddown) {
+  bool keep = keeping(s);
+  CallSite site = expertSite(act, f, f32(x), f32(up), f32(gate), f32(down));
   return task(s, [=] {
-    for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
-      zero(g);
+    if (f.slots == 0) { // no GEMM would write the weights' gradients
+      for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
+        zero(g);
+      return;
+    }
+    std::shared_ptr<KeptExpert> kept =
+        keep ? keptExperts().take(site) : nullptr;
+    k::ExpertSaved<const float> saved;
+    if (kept)
+      saved = {kept->hidden.data(), gate ? kept->gated.data() : nullptr};
+    // Every slot is computed: the first GEMM into each gradient overwrites
+    // it (no zero-fill first).
     k::expertBackward(k::Activation(act), f.experts, f.slots, f.m, f.h, f32(x),
                       f32(up), f32(gate), f32(down), f32(dout), f32(dx),
-                      f32(dup), gate ? f32(dgate) : nullptr, f32(ddown));
+                      f32(dup), gate ? f32(dgate) : nullptr, f32(ddown), saved,
+                      /*accumulate=*/false);
+    keptExperts().release(std::move(kept));
   });
 }
 

@@ -17,6 +17,7 @@
 
 #include "CpuOps.h"
 #include "CpuTasks.h"
+#include "KeptActivations.h"
 
 #include "../CollectivePlan.h"
 #include "../VarRoutePlan.h"
@@ -298,19 +299,38 @@ moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
   int64_t G = rowsIn->shape[1];
   float *px = f32(x), *pu = f32(up), *pg = f32(gate), *pd = f32(down),
         *py = f32(out);
+  bool keep = keeping(s);
+  CallSite site = expertSite(act, f, px, pu, pg, pd, rows);
   return enqueue(s, [=](std::string &message) {
     int64_t R = f.slots, m = f.m, h = f.h;
     if (!rowsFit(f, G, rows, "moe_rt_expert_v", message))
       return MOE_RT_INVALID_ARGUMENT;
+    std::shared_ptr<KeptExpert> kept;
+    if (keep) {
+      kept = keptExperts().acquire();
+      kept->filled.resize(f.experts);
+      for (int64_t l = 0; l < f.experts; ++l)
+        kept->filled[l] = varplan::filledRows(G, l, rows);
+      int64_t all = kept->offset(f.experts);
+      kept->hidden.resize(all * h);
+      kept->gated.resize(pg ? all * h : 0);
+    }
     for (int64_t l = 0; l < f.experts; ++l) {
       int64_t n = varplan::filledRows(G, l, rows);
       float *y = py + l * R * m;
+      k::ExpertSaved<float> into;
+      if (kept) {
+        int64_t at = kept->offset(l) * h;
+        into = {kept->hidden.data() + at, pg ? kept->gated.data() + at : nullptr};
+      }
       if (n > 0)
         k::expertForward(k::Activation(act), 1, n, m, h, px + l * R * m,
-                       pu + l * m * h, pg ? pg + l * m * h : nullptr,
-                       pd + l * h * m, y);
+                         pu + l * m * h, pg ? pg + l * m * h : nullptr,
+                         pd + l * h * m, y, into);
       std::fill(y + n * m, y + R * m, 0.0f);
     }
+    if (kept)
+      keptExperts().publish(site, std::move(kept));
     return MOE_RT_OK;
   });
 }
@@ -327,20 +347,41 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
   float *px = f32(x), *pu = f32(up), *pg = f32(gate), *pd = f32(down),
         *pdy = f32(dout), *pdx = f32(dx), *pdu = f32(dup),
         *pdg = gate ? f32(dgate) : nullptr, *pdd = f32(ddown);
+  bool keep = keeping(s);
+  CallSite site = expertSite(act, f, px, pu, pg, pd, rows);
   return enqueue(s, [=](std::string &message) {
-    for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
-      zero(g);
-    if (!rowsFit(f, G, rows, "moe_rt_expert_v_grad", message))
+    if (!rowsFit(f, G, rows, "moe_rt_expert_v_grad", message)) {
+      for (moe_rt_tensor *g : {dx, dup, dgate, ddown})
+        zero(g);
       return MOE_RT_INVALID_ARGUMENT;
+    }
+    std::shared_ptr<KeptExpert> kept =
+        keep ? keptExperts().take(site) : nullptr;
     int64_t R = f.slots, m = f.m, h = f.h;
     for (int64_t l = 0; l < f.experts; ++l) {
       int64_t n = varplan::filledRows(G, l, rows);
       int64_t w = l * m * h, a = l * R * m;
-      if (n > 0)
-        k::expertBackward(k::Activation(act), 1, n, m, h, px + a, pu + w,
+      // Each gradient is written once (the kernel's first GEMM into it
+      // overwrites): only what no GEMM writes is zeroed.
+      std::fill(pdx + a + n * m, pdx + a + R * m, 0.0f);
+      if (n == 0) {
+        for (float *g : {pdu, pdg, pdd})
+          if (g)
+            std::fill(g + w, g + w + m * h, 0.0f);
+        continue;
+      }
+      k::ExpertSaved<const float> saved;
+      if (kept && kept->filled[l] == n) {
+        int64_t at = kept->offset(l) * h;
+        saved = {kept->hidden.data() + at,
+                 pg ? kept->gated.data() + at : nullptr};
+      }
+      k::expertBackward(k::Activation(act), 1, n, m, h, px + a, pu + w,
                         pg ? pg + w : nullptr, pd + w, pdy + a, pdx + a,
-                        pdu + w, pdg ? pdg + w : nullptr, pdd + w);
+                        pdu + w, pdg ? pdg + w : nullptr, pdd + w, saved,
+                        /*accumulate=*/false);
     }
+    keptExperts().release(std::move(kept));
     return MOE_RT_OK;
   });
 }

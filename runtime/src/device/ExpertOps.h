@@ -104,7 +104,8 @@ inline GemmDesc expertGemm(const ExpertShape &f, bool transA, bool transB,
 }
 
 /// hidden = x up, gated = x gate (when gate), a = the activation:
-/// kernels::expertHidden for every expert at once.
+/// kernels::expertPreActivations and expertActivation for every expert at
+/// once (recomputed in the vjp: device streams keep nothing).
 template <class X>
 moe_rt_status expertHidden(X &ex, moe_rt_activation act, const ExpertShape &f,
                            const float *x, const float *up, const float *gate,

@@ -14,7 +14,8 @@
 // to [-clip, clip] before rotary; its gradient is zero where a projection
 // lies outside the range (torch.clamp's: the bounds themselves pass). The
 // backward
-// recomputes the forward's intermediates from x (activation recomputation).
+// recomputes the forward's intermediates from x (activation recomputation)
+// unless the forward kept them (AttentionKept).
 //
 // Per head, the score, value and gradient products are BLAS GEMMs on the
 // head's columns of the token-major Q/K/V (leading dimension H*D or KV*D):
@@ -93,7 +94,8 @@ void clampGrad(double clip, const std::vector<T> &raw, std::vector<T> &grad) {
       grad[i] = T(0);
 }
 
-/// Forward of one sample; keeps what the backward needs in `act`.
+/// Forward of one sample; keeps what the backward needs in `act`. A null
+/// `out` skips the output projection (the backward needs only O).
 template <typename T>
 void forwardSample(const AttentionShape &s, const T *x, const T *wq,
                    const T *wk, const T *wv, const T *wo, const T *scale,
@@ -139,42 +141,54 @@ void forwardSample(const AttentionShape &s, const T *x, const T *wq,
     gemm(false, false, n, d, n, T(1), p, n, act.v.data() + g * d, kvd, T(0),
          act.o.data() + h * d, hd);
   }
-  linearForward(n, hd, m, act.o.data(), wo, pb.o, out);
+  if (out)
+    linearForward(n, hd, m, act.o.data(), wo, pb.o, out);
 }
 
 } // namespace detail
 
+/// The intermediates of a forward, one per sample, for its backward.
+template <typename T> using AttentionKept = std::vector<detail::Activations<T>>;
+
 /// x, out: batch x seq x embed. scale/bias: the pre-norm's (null if none).
+/// With `keep`, each sample's intermediates stay there for the backward.
 template <typename T>
 void attentionForward(const AttentionShape &s, const T *x, const T *wq,
                       const T *wk, const T *wv, const T *wo, const T *scale,
-                      const T *bias, T *out,
-                      const AttentionBias<T> &pb = {}) {
-  detail::Activations<T> act;
+                      const T *bias, T *out, const AttentionBias<T> &pb = {},
+                      AttentionKept<T> *keep = nullptr) {
+  detail::Activations<T> scratch;
+  if (keep)
+    keep->resize(s.batch);
   for (int64_t b = 0; b < s.batch; ++b)
     detail::forwardSample(s, x + b * s.seq * s.embed, wq, wk, wv, wo, scale,
-                          bias, pb, out + b * s.seq * s.embed, act);
+                          bias, pb, out + b * s.seq * s.embed,
+                          keep ? (*keep)[b] : scratch);
 }
 
 /// Accumulates dx and every weight gradient (dscale/dbias may be null).
+/// `kept`: the forward's intermediates (else recomputed, the same bits).
 template <typename T>
 void attentionBackward(const AttentionShape &s, const T *x, const T *wq,
                        const T *wk, const T *wv, const T *wo, const T *scale,
                        const T *bias, const T *dout, T *dx, T *dwq, T *dwk,
                        T *dwv, T *dwo, T *dscale, T *dbias,
                        const AttentionBias<T> &pb = {},
-                       const AttentionBiasGrad<T> &dpb = {}) {
+                       const AttentionBiasGrad<T> &dpb = {},
+                       const AttentionKept<T> *kept = nullptr) {
   int64_t n = s.seq, m = s.embed, hd = s.heads * s.headDim,
           kvd = s.kvHeads * s.headDim, d = s.headDim;
   int64_t group = s.heads / s.kvHeads;
   T inv = T(1.0 / std::sqrt(double(d)));
-  detail::Activations<T> act;
-  std::vector<T> out(n * m), dO(n * hd), dQ(n * hd), dK(n * kvd), dV(n * kvd),
+  detail::Activations<T> recomputed;
+  std::vector<T> dO(n * hd), dQ(n * hd), dK(n * kvd), dV(n * kvd),
       dxn(n * m), dS(n * n);
   for (int64_t b = 0; b < s.batch; ++b) {
     const T *xb = x + b * n * m, *db = dout + b * n * m;
-    detail::forwardSample(s, xb, wq, wk, wv, wo, scale, bias, pb, out.data(),
-                          act);
+    if (!kept)
+      detail::forwardSample(s, xb, wq, wk, wv, wo, scale, bias, pb,
+                            static_cast<T *>(nullptr), recomputed);
+    const detail::Activations<T> &act = kept ? (*kept)[b] : recomputed;
     // out = O Wo + bo.
     std::fill(dO.begin(), dO.end(), T(0));
     linearBackward(n, hd, m, act.o.data(), wo, db, dO.data(), dwo, dpb.o);

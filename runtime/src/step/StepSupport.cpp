@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "moe_rt/expert_placement.h"
+#include "moe_rt/kept_activations.h"
 #include "moe_rt/profile.h"
 #include "moe_rt/step_support.h"
 
@@ -36,6 +37,8 @@ struct Buffer {
   /// A host buffer the running step has not reached yet: zeroed when the
   /// step first asks for it (moe_step_tensor).
   bool stale = false;
+  /// Its op writes all of it: never zeroed (moe_step_buffer_written).
+  bool written = false;
   int64_t numel() const {
     int64_t n = 1;
     for (int32_t d = 0; d < t.rank; ++d)
@@ -239,6 +242,10 @@ void moe_step_buffer_v(moe_step *s, int64_t id, moe_rt_dtype dtype, int rank,
   b.declared = true;
 }
 
+void moe_step_buffer_written(moe_step *s, int64_t id) {
+  s->buffer(id).written = true;
+}
+
 namespace {
 void addArgument(moe_step *s, int64_t id, const char *name,
                  moe_step::Role role) {
@@ -376,7 +383,7 @@ void moe_step_begin(moe_step *s) {
       check(s, moe_rt::cudaZeroBytes(b.t.data, b.bytes()),
             "zeroing buffer " + std::to_string(id));
     else
-      b.stale = true;
+      b.stale = !b.written;
   }
   fillStepInputs(s);
 }
@@ -403,6 +410,10 @@ moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
         kind == MOE_STEP_COMM ? moe_rt_stream_create_pool_on(s->backend, &stream)
                               : moe_rt_stream_create(s->backend, &stream),
         "creating a stream");
+  // A step's values do not change between an op and its vjp: the expert
+  // vjps may use their forwards' pre-activations (moe_rt.h).
+  if (kind != MOE_STEP_COMM)
+    check(s, moe_rt_stream_keep_activations(stream, 1), "creating a stream");
   moe_rt_profile_name_stream(stream, (std::string(kind == MOE_STEP_COMM
                                                       ? "comm."
                                                       : "compute.") +
