@@ -100,6 +100,8 @@ struct VarState {
   /// the token side's counts and the expert side's rows, and where each
   /// token-side row goes (sendPos) and comes back (recvPos).
   void planBothWays(const Var &r, const int64_t *idx, const int64_t *rows) {
+    if (r.slots)
+      idx = physical.data(); // route() packed the rows by physical expert
     varplan::RankRows n;
     std::string why = varplan::rowsPerRank(r, mine.data(), rows, n);
     int64_t capacity = r.T * r.k + r.El * r.R;
