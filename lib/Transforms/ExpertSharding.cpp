@@ -191,11 +191,7 @@ struct ExpertShardingPass
                                  model.getCapacityFactor(), model.getGrid(),
                                  s->interAxes, model.getDpAxes(),
                                  model.getIntraAxes()));
-    SmallVector<Type> inputs;
-    for (BlockArgument a : func.getFunctionBody().front().getArguments())
-      inputs.push_back(a.getType());
-    func.setType(FunctionType::get(func->getContext(), inputs,
-                                   func.getResultTypes()));
+    refreshArgumentTypes(func);
     return success();
   }
 

@@ -48,3 +48,11 @@ RankedTensorType mlir::moe::withDim(Type type, unsigned dim, int64_t size) {
   shape[dim] = size;
   return tensor.clone(shape);
 }
+
+void mlir::moe::refreshArgumentTypes(FunctionOpInterface func) {
+  SmallVector<Type> inputs;
+  for (BlockArgument a : func.getFunctionBody().front().getArguments())
+    inputs.push_back(a.getType());
+  func.setType(
+      FunctionType::get(func->getContext(), inputs, func.getResultTypes()));
+}

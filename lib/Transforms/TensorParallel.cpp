@@ -162,11 +162,7 @@ struct TensorParallelPass
       if (failed(shardAttention(func, a, model.getGrid(),
                                 model.getIntraAxes(), shards)))
         return failure();
-    SmallVector<Type> inputs;
-    for (BlockArgument a : func.getFunctionBody().front().getArguments())
-      inputs.push_back(a.getType());
-    func.setType(FunctionType::get(func->getContext(), inputs,
-                                   func.getResultTypes()));
+    refreshArgumentTypes(func);
     return success();
   }
 

@@ -22,6 +22,11 @@ FailureOr<SmallVector<FunctionOpInterface>> functionsWith(ModuleOp module,
                                                           StringRef pass,
                                                           StringRef missing);
 
+/// Sets `func`'s type to its entry block's argument types (results kept):
+/// what a pass that retyped the arguments in place (a weight become its
+/// shard) does last, so the signature and the block agree again.
+void refreshArgumentTypes(FunctionOpInterface func);
+
 /// The hardware profile a pass's `profile=` option names (a preset or a
 /// JSON file). Emits "<pass>: needs profile=<preset or JSON file>; presets:
 /// ..." when it is empty, or "<pass>: <why>" when it does not load, at the
