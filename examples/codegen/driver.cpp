@@ -10,6 +10,7 @@
 //                               [--backend cpu|cuda] [--seed S]
 //                               [--routing-trace FILE]
 //                               [--expert-placement RANKS|@FILE]
+//                               [--expert-placement-at STEP:RANKS|@FILE]
 //   mpirun -np P codegen-driver --data TEXT --params FILE [--steps N] ...
 //
 // --inputs PREFIX reads every argument from what `moe-run --dump-inputs`
@@ -34,7 +35,10 @@
 // --expert-placement RANKS|@FILE (expert -> rank, as moe-run's option) sets
 // the expert placement of a step scheduled with expert-placement=1
 // (moe_step_set_expert_slots); --inputs from moe-run with the same option
-// hold the parameters in that layout.
+// hold the parameters in that layout. --expert-placement-at STEP:RANKS
+// (STEP >= 2, as moe-run's option) changes it before step STEP: the step
+// moves every expert weight and its optimizer state first
+// (moe_step_set_expert_slots).
 //
 // --routing-trace FILE records the routing trace of a step scheduled with
 // routing statistics (moe_step_set_routing_trace), as moe-run's option;
@@ -85,6 +89,7 @@ static int usage(const char *message) {
                "[--steps N] [--timeout S] [--params FILE] "
                "[--backend cpu|cuda] [--seed S] [--routing-trace FILE] "
                "[--expert-placement RANKS|@FILE] "
+               "[--expert-placement-at STEP:RANKS|@FILE] "
                "[--save-every N --checkpoint DIR] [--resume DIR]\n",
                message);
   moe_rt_mpi_finalize();
@@ -166,9 +171,10 @@ static int stop(moe_step *s, const std::string &message) {
   return 1;
 }
 
-/// --expert-placement: expert -> rank ("1,0,1,0" or @FILE) as the slot
-/// table of the step input `expert_slots` (G x S); "" or why not.
-std::string setExpertPlacement(moe_step *s, std::string text) {
+/// `option`'s expert -> rank ("1,0,1,0" or @FILE) as the slot table of
+/// the step input `expert_slots` (G x S); "" or why not.
+std::string expertSlotsOf(moe_step *s, const std::string &option,
+                          std::string text, std::vector<int64_t> &slots) {
   namespace ep = moe_rt::expert_placement;
   for (int i = 0; i < moe_step_num_arguments(s); ++i) {
     const char *name = moe_step_argument_name(s, i);
@@ -177,21 +183,20 @@ std::string setExpertPlacement(moe_step *s, std::string text) {
     if (text[0] == '@') {
       std::ifstream in(text.substr(1));
       if (!in)
-        return "--expert-placement: cannot read '" + text.substr(1) + "'";
+        return option + ": cannot read '" + text.substr(1) + "'";
       text.assign(std::istreambuf_iterator<char>(in), {});
     }
     moe_rt_tensor *t = moe_step_argument_tensor(s, i);
-    std::vector<int64_t> ranks, slots;
+    std::vector<int64_t> ranks;
     std::string why = ep::parseList(text, ranks);
     if (why.empty())
       why = ep::slotsFromRanks(ranks, t->shape[0] * t->shape[1], t->shape[0],
                                slots);
     if (!why.empty())
-      return "--expert-placement: " + why;
-    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
+      return option + ": " + why;
     return "";
   }
-  return "--expert-placement: the step has no expert placement input "
+  return option + ": the step has no expert placement input "
          "(schedule it with expert-placement=1)";
 }
 
@@ -201,8 +206,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::string inputs, dump, params, data, routingTrace, checkpoint, resume,
-      placement;
-  int steps = 1, saveEvery = 0;
+      placement, laterPlacement;
+  int steps = 1, saveEvery = 0, laterStep = 0;
   double timeout = 60;
   std::optional<uint64_t> seed; // moe-run's default when absent
   moe_rt_backend backend = MOE_RT_CPU;
@@ -221,7 +226,17 @@ int main(int argc, char **argv) {
       data = v;
     else if (a == "--expert-placement")
       placement = v;
-    else if (a == "--routing-trace")
+    else if (a == "--expert-placement-at") {
+      size_t colon = v.find(':');
+      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v.substr(0, colon));
+      if (colon == std::string::npos || !n || *n < 2 ||
+          *n > uint64_t(INT32_MAX))
+        return usage(("--expert-placement-at needs STEP:RANKS with STEP >= "
+                      "2, not '" + v + "'")
+                         .c_str());
+      laterStep = int(*n);
+      laterPlacement = v.substr(colon + 1);
+    } else if (a == "--routing-trace")
       routingTrace = v;
     else if (a == "--checkpoint") // moe_step_save_checkpoint's directory
       checkpoint = v;
@@ -269,6 +284,9 @@ int main(int argc, char **argv) {
   if (data.empty() && inputs.empty())
     return usage("--inputs is required (write them with moe-run "
                  "--dump-inputs), or --data TEXT with --params FILE");
+  if (!laterPlacement.empty() && placement.empty())
+    return usage("--expert-placement-at needs a first map "
+                 "(--expert-placement)");
   if ((saveEvery > 0) != !checkpoint.empty())
     return usage("--save-every N and --checkpoint DIR go together");
   if (!data.empty() && inputs.empty() && params.empty())
@@ -307,10 +325,16 @@ int main(int argc, char **argv) {
     moe_step_set_gate_seed(s, *seed);
   if (!routingTrace.empty())
     moe_step_set_routing_trace(s, routingTrace.c_str());
+  std::vector<int64_t> slots, laterSlots;
   if (!placement.empty()) {
-    std::string error = setExpertPlacement(s, placement);
+    std::string error = expertSlotsOf(s, "--expert-placement", placement,
+                                      slots);
+    if (error.empty() && !laterPlacement.empty())
+      error = expertSlotsOf(s, "--expert-placement-at", laterPlacement,
+                            laterSlots);
     if (!error.empty())
       return stop(s, error);
+    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
   }
   TextArguments textArgs;
   if (!data.empty()) {
@@ -359,6 +383,9 @@ int main(int argc, char **argv) {
       if (!error.empty()) // checked above; a failed host copy lands here
         return stop(s, error);
     }
+    if (step == laterStep) // the step moves the experts first
+      moe_step_set_expert_slots(s, laterSlots.data(),
+                                int64_t(laterSlots.size()));
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);
     if (moe_step_rank(s) == 0) {

@@ -22,11 +22,10 @@
 namespace mlir::moe::run {
 
 /// Moves every expert weight and its optimizer state (the carried
-/// arguments of moe.expert) from slot table `from` to `to`: each rank
-/// contributes its experts to one buffer per tensor, summed over the world
-/// (one non-zero term per value: exact), and keeps the experts `to` gives
-/// it. The expert-parallel group must be the whole world (no data-parallel
-/// replicas of an expert); `world` is that communicator, `sync` a stream.
+/// arguments of moe.expert) from slot table `from` to `to`, each with the
+/// runtime's moe_step_move_experts (moe_rt/step_support.h: one exact
+/// all-reduce per tensor; the expert-parallel group must be the whole
+/// world). `world` is that communicator, `sync` a stream.
 llvm::Error migrateExperts(target::Interpreter &run,
                            const std::vector<int64_t> &from,
                            const std::vector<int64_t> &to, int64_t groups,

@@ -101,9 +101,26 @@ void moe_step_set_gate_seed(moe_step *s, uint64_t base);
  * the step input `expert_slots` before each step; unset: expert
  * parallelism's own layout. Set it before the first step, with the
  * parameters in that layout (moe-run --dump-inputs / moe-export-params
- * --expert-placement write them so); a later change fails the step, as
- * moving the experts' weights and optimizer state is not implemented. */
+ * --expert-placement write them so). A different table before a later step
+ * moves every expert weight and its optimizer state (the tensors the
+ * checkpoint manifest lays out as "experts") to it first, with
+ * moe_step_move_experts, as moe-run --expert-placement-at does. */
 void moe_step_set_expert_slots(moe_step *s, const int64_t *slots, int64_t n);
+/* The migration behind a placement change, one tensor at a time; shared by
+ * moe_step_set_expert_slots and moe-run --expert-placement-at. `data`
+ * (host memory) holds this rank's `slots` experts, `per` floats each, in
+ * slot table `from` (G x S, G = `groups`, this rank index `group` of
+ * them); afterwards it holds those `to` gives it. Every rank adds its
+ * experts to one G S `per` buffer, summed over `world` on `sync` (one
+ * non-zero term per value: exact). The expert-parallel group must be the
+ * whole world (no data-parallel replicas of an expert). Unlike the rest of
+ * this header it returns the status (moe_rt_last_error says why), so that
+ * moe-run reports it its own way. */
+moe_rt_status moe_step_move_experts(moe_rt_stream sync, moe_rt_comm world,
+                                    double timeout_s, float *data,
+                                    int64_t slots, int64_t per,
+                                    const int64_t *from, const int64_t *to,
+                                    int64_t group, int64_t groups);
 /* Routing statistics (moe.routing_counts, moe-opt --moe-routing-stats):
  * rank 0 records every later step's counts to the routing trace `path`
  * (docs/routing-trace-format.md), as moe-run --routing-trace does; the

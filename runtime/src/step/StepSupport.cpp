@@ -18,6 +18,7 @@
 #include "moe_rt/step_support.h"
 
 #include "../Backend.h"
+#include "../Error.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -299,10 +300,44 @@ void moe_step_set_expert_slots(moe_step *s, const int64_t *slots, int64_t n) {
   s->expertSlots.assign(slots, slots + std::max<int64_t>(n, 0));
 }
 
+moe_rt_status moe_step_move_experts(moe_rt_stream sync, moe_rt_comm world,
+                                    double timeout_s, float *data,
+                                    int64_t slots, int64_t per,
+                                    const int64_t *from, const int64_t *to,
+                                    int64_t group, int64_t groups) {
+  if (groups != moe_rt_comm_size(world))
+    return moe_rt::fail(
+        MOE_RT_INVALID_ARGUMENT,
+        "moving experts to a new placement needs the expert-parallel group "
+        "to be every rank (" +
+            std::to_string(groups) + " of " +
+            std::to_string(moe_rt_comm_size(world)) + " here)");
+  moe_rt_tensor all;
+  int64_t n = groups * slots * per;
+  if (moe_rt_status st =
+          moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, 1, &n, &all);
+      st != MOE_RT_OK)
+    return st;
+  float *a = static_cast<float *>(all.data);
+  std::fill_n(a, n, 0.0f);
+  for (int64_t s = 0; s < slots; ++s)
+    std::copy_n(data + s * per, per, a + from[group * slots + s] * per);
+  moe_rt_status st = moe_rt_all_reduce(sync, world, &all, 0, -1);
+  if (st == MOE_RT_OK)
+    st = moe_rt_stream_synchronize(sync, timeout_s);
+  if (st == MOE_RT_OK)
+    for (int64_t s = 0; s < slots; ++s)
+      std::copy_n(a + to[group * slots + s] * per, per, data + s * per);
+  moe_rt_tensor_destroy(&all);
+  return st;
+}
+
 namespace {
+void moveExperts(moe_step *s, const std::vector<int64_t> &from,
+                 const std::vector<int64_t> &to, int64_t groups);
+
 /// The expert placement into step input `expert_slots` (G x S): checked,
-/// the same as the weights' since the first step (moving the experts'
-/// weights and optimizer state with a new map is not implemented), and
+/// the experts moved to it when it differs from the last step's, and
 /// handed to the routing log, whose per-rank loads follow it.
 void fillExpertSlots(moe_step *s, Buffer &b) {
   if (b.t.rank != 2 || b.t.dtype != MOE_RT_I64)
@@ -321,12 +356,7 @@ void fillExpertSlots(moe_step *s, Buffer &b) {
       !why.empty())
     fail(s, "moe_step_set_expert_slots: " + why);
   if (!s->expertSlotsInUse.empty() && t != s->expertSlotsInUse)
-    fail(s, "moe_step_set_expert_slots: the expert placement changed after "
-            "step " +
-                std::to_string(s->stepsBegun - 1) +
-                "; moving the experts' weights and optimizer state to a new "
-                "placement is not implemented, so a step keeps the placement "
-                "of its first step");
+    moveExperts(s, s->expertSlotsInUse, t, groups);
   s->expertSlotsInUse = t;
   std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(t, groups);
   check(s,
@@ -733,6 +763,33 @@ std::vector<size_t> carriedIndices(moe_step *s, const ckpt::Manifest &m) {
     out.push_back(i);
   }
   return out;
+}
+
+/// Moves the experts' weights and optimizer state (the manifest's
+/// "experts" tensors) from slot table `from` to `to`, through host copies.
+void moveExperts(moe_step *s, const std::vector<int64_t> &from,
+                 const std::vector<int64_t> &to, int64_t groups) {
+  ckpt::Manifest m = jobManifest(s, {});
+  int64_t g = ckpt::expertIndex(m.grid, m.epAxes, s->rank);
+  std::vector<size_t> index = carriedIndices(s, m);
+  for (size_t k = 0; k < index.size(); ++k) {
+    if (m.tensors[k].layout != ckpt::Layout::experts)
+      continue;
+    Buffer &b = s->buffer(s->arguments[index[k]]);
+    if (b.t.dtype != MOE_RT_F32 || b.t.rank < 1 || b.t.shape[0] < 1)
+      fail(s, "expert tensor '" + m.tensors[k].name + "' is not F32 S x ...");
+    HostCopy host(b.t);
+    check(s, moe_rt_tensor_copy(&host.t, &b.t),
+          "reading '" + m.tensors[k].name + "' to move it");
+    check(s,
+          moe_step_move_experts(s->lossStream, s->lossComm, s->timeout,
+                                static_cast<float *>(host.t.data),
+                                b.t.shape[0], b.numel() / b.t.shape[0],
+                                from.data(), to.data(), g, groups),
+          "moving '" + m.tensors[k].name + "' to the new expert placement");
+    check(s, moe_rt_tensor_copy(&b.t, &host.t),
+          "writing '" + m.tensors[k].name + "' after moving it");
+  }
 }
 
 /// Whether every rank passes `ok` (a sum over the world).
