@@ -807,10 +807,21 @@ bool agree(moe_step *s, bool ok) {
   return all;
 }
 
+/// Checkpoints do not record an expert placement: saved under one map and
+/// resumed under another (or none), the experts would load into the wrong
+/// slots — a silently different model. Refused as moe-run refuses it.
+void refusePlacedCheckpoint(const moe_step *s, const char *what) {
+  if (!s->expertSlots.empty())
+    fail(s, std::string(what) +
+                ": checkpoints do not record the expert placement yet "
+                "(moe_step_set_expert_slots was called)");
+}
+
 } // namespace
 
 void moe_step_save_checkpoint(moe_step *s, const char *root,
                               uint64_t data_position) {
+  refusePlacedCheckpoint(s, "moe_step_save_checkpoint");
   ckpt::Counters counters{uint64_t(s->stepsBegun), data_position,
                           s->gateSeedBase};
   ckpt::Manifest m = jobManifest(s, counters);
@@ -844,6 +855,7 @@ void moe_step_save_checkpoint(moe_step *s, const char *root,
 int64_t moe_step_updates_done(const moe_step *s) { return s->stepsBegun; }
 
 uint64_t moe_step_resume(moe_step *s, const char *root) {
+  refusePlacedCheckpoint(s, "moe_step_resume");
   ckpt::Manifest want = jobManifest(s, {});
   ckpt::RankState state;
   std::string error;
