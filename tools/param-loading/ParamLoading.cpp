@@ -133,33 +133,35 @@ static std::vector<float> drawParameter(StringAttr name,
 
 /// The expert rng of `rank` for argument `arg` (per rank: each holds other
 /// experts).
+static std::mt19937_64 drawRng(uint64_t seed, StringAttr name,
+                               BlockArgument arg,
+                               std::optional<int64_t> rank) {
+  uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
+  return std::mt19937_64(seed ^ h ^ (rank ? (*rank + 1) * 7919 : 0) ^
+                         arg.getArgNumber());
+}
+
 static std::mt19937_64 expertRng(uint64_t seed, StringAttr name,
                                  BlockArgument arg, int64_t rank) {
-  uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
-  return std::mt19937_64(seed ^ h ^ (rank + 1) * 7919 ^ arg.getArgNumber());
+  return drawRng(seed, name, arg, rank);
 }
 
 /// Copies part `j` of `parts` along `dim` of `whole` (shape `wholeShape`)
-/// into `out` (the same shape but `dim`, experts first) at experts
-/// [firstExpert, ...).
+/// into `out` (the same shape but `dim`) from element `at` on.
 static void copyPart(const std::vector<float> &whole,
                      ArrayRef<int64_t> wholeShape, int64_t dim, int64_t parts,
-                     int64_t j, std::vector<float> &out,
-                     int64_t firstExpert) {
+                     int64_t j, std::vector<float> &out, int64_t at) {
   int64_t outer = 1, inner = 1;
-  for (int64_t i = 1; i < dim; ++i)
+  for (int64_t i = 0; i < dim; ++i)
     outer *= wholeShape[i];
   for (int64_t i = dim + 1; i < int64_t(wholeShape.size()); ++i)
     inner *= wholeShape[i];
   int64_t width = wholeShape[dim] / parts;
-  for (int64_t e = 0; e < wholeShape[0]; ++e)
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t w = 0; w < width; ++w)
-        for (int64_t c = 0; c < inner; ++c)
-          out[(((firstExpert + e) * outer + o) * width + w) * inner + c] =
-              whole[((e * outer + o) * wholeShape[dim] + j * width + w) *
-                        inner +
-                    c];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t w = 0; w < width; ++w)
+      for (int64_t c = 0; c < inner; ++c)
+        out[at + (o * width + w) * inner + c] =
+            whole[(o * wholeShape[dim] + j * width + w) * inner + c];
 }
 
 /// An expert weight of expert sharding (moe.hidden_shard = [dim, S]): part
@@ -214,8 +216,9 @@ shardedExpertValues(FunctionOpInterface func, BlockArgument arg, int rank,
     for (int64_t d = 0; d < int64_t(gridShape.size()); ++d)
       q = q * gridShape[d] + c[d];
     std::mt19937_64 rng = expertRng(seed, name, arg, q);
+    // Block i holds experts [i whole[0], ...): numel / shards elements each.
     copyPart(drawParameter(name, whole, rng), whole, dim, shards, part, out,
-             i * whole[0]);
+             i * (numel / shards));
   }
   return out;
 }
@@ -358,22 +361,14 @@ headShardValues(FunctionOpInterface func, BlockArgument arg, int rank,
     values = std::move(*loaded);
   } else {
     // The plain step's replicated draw (rank-independent).
-    uint64_t h = llvm::hash_value(name.getValue());
-    std::mt19937_64 rng(seed ^ h ^ arg.getArgNumber());
+    std::mt19937_64 rng = drawRng(seed, name, arg, std::nullopt);
     values = drawParameter(name, whole, rng);
   }
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < dim; ++i)
-    outer *= shape[i];
-  for (int64_t i = dim + 1; i < int64_t(shape.size()); ++i)
-    inner *= shape[i];
-  int64_t width = shape[dim];
-  std::vector<float> out(outer * width * inner);
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t w = 0; w < width; ++w)
-      for (int64_t c = 0; c < inner; ++c)
-        out[(o * width + w) * inner + c] =
-            values[(o * whole[dim] + part * width + w) * inner + c];
+  int64_t numel = 1;
+  for (int64_t d : shape)
+    numel *= d;
+  std::vector<float> out(numel);
+  copyPart(values, whole, dim, shards, part, out, 0);
   return out;
 }
 
@@ -448,9 +443,9 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
                                               MoeDialect::getSourceAttrName());
     return b;
   }
-  uint64_t h = llvm::hash_value(name ? name.getValue() : StringRef("input"));
-  std::mt19937_64 rng(seed ^ h ^ (expert || !name ? (rank + 1) * 7919 : 0) ^
-                      arg.getArgNumber());
+  std::mt19937_64 rng =
+      drawRng(seed, name, arg,
+              expert || !name ? std::optional<int64_t>(rank) : std::nullopt);
   if (b.isInt) {
     // Token ids / labels: in range of the embedding table or the logits.
     int64_t vocab = 2;
