@@ -117,14 +117,10 @@ int main(int argc, char **argv) {
   if (world < 1)
     die("the step names no grid; give --world-size");
 
-  std::vector<int64_t> slots;
-  if (!placement.empty()) {
-    int64_t groups = 0;
-    auto table = run::expertSlotsOf(step, placement, groups);
-    if (!table)
-      die("--expert-placement: " + llvm::toString(table.takeError()));
-    slots = std::move(*table);
-  }
+  moe_rt::expert_placement::Placement slots;
+  if (!placement.empty())
+    if (llvm::Error e = run::applyExpertPlacement(step, placement, slots))
+      die("--expert-placement: " + llvm::toString(std::move(e)));
 
   frontend::WeightLoader weights;
   // As moe-run: relative moe.source files are also looked up next to the
