@@ -340,21 +340,10 @@ int main(int argc, char **argv) {
     moe_step_set_gate_seed(s, *seed);
   if (!routingTrace.empty())
     moe_step_set_routing_trace(s, routingTrace.c_str());
-  // As moe-run: later maps apply on top of the one before, in step order.
   moe_rt::expert_placement::Placement slots;
-  std::vector<moe_rt::expert_placement::Placement> later;
-  std::stable_sort(laterPlacement.begin(), laterPlacement.end(),
-                   [](const auto &a, const auto &b) { return a.first < b.first; });
-  if (!placement.empty() || !laterPlacement.empty()) {
+  if (!placement.empty()) {
     std::string error =
-        placement.empty()
-            ? ""
-            : applyPlacement(s, "--expert-placement", placement, slots);
-    for (size_t k = 0; k < laterPlacement.size() && error.empty(); ++k) {
-      later.push_back(later.empty() ? slots : later.back());
-      error = applyPlacement(s, "--expert-placement-at",
-                             {laterPlacement[k].second}, later.back());
-    }
+        applyPlacement(s, "--expert-placement", placement, slots);
     if (!error.empty())
       return stop(s, error);
     setPlacement(s, slots);
@@ -394,6 +383,33 @@ int main(int argc, char **argv) {
     if (moe_step_rank(s) == 0)
       std::fprintf(stderr, "codegen-driver: resumed from '%s' after step %d\n",
                    resume.c_str(), done);
+  }
+  // As moe-run: later maps apply on top of the one before, in step order,
+  // the first on top of the placement in force (a resumed checkpoint's).
+  std::vector<moe_rt::expert_placement::Placement> later;
+  std::stable_sort(laterPlacement.begin(), laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  for (size_t k = 0; k < laterPlacement.size(); ++k) {
+    if (later.empty()) {
+      later.emplace_back();
+      for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+        const char *name = moe_step_argument_name(s, i);
+        int64_t block =
+            name ? moe_rt::expert_placement::blockOfSlotsInput(name) : -1;
+        std::vector<int64_t> t(size_t(block < 0 ? 0 : moe_step_expert_slots(
+                                                           s, block, nullptr, 0)));
+        if (!t.empty()) {
+          moe_step_expert_slots(s, block, t.data(), int64_t(t.size()));
+          later.back()[block] = std::move(t);
+        }
+      }
+    } else {
+      later.push_back(later.back());
+    }
+    std::string error = applyPlacement(s, "--expert-placement-at",
+                                       {laterPlacement[k].second}, later.back());
+    if (!error.empty())
+      return stop(s, error);
   }
   // Samples a rank reads per step (the token ids' first dimension).
   int64_t samples =

@@ -10,7 +10,7 @@
 // No MPI: the ranks are looped over here.
 //
 //   moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S]
-//                     [--random-weights] [--expert-placement RANKS|@FILE]
+//                     [--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]
 //
 // --expert-placement is moe-run's: the expert weights in that placement's
 // slots (a step scheduled with expert-placement=1).
@@ -51,7 +51,7 @@ namespace {
 
 const char *kUsage =
     "usage: moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S] "
-    "[--random-weights] [--expert-placement RANKS|@FILE]\n";
+    "[--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]\n";
 
 /// A non-negative integer option value, whole.
 uint64_t number(const std::string &option, const std::string &text) {

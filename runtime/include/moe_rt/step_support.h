@@ -107,6 +107,12 @@ void moe_step_set_gate_seed(moe_step *s, uint64_t base);
  * moe_step_move_experts, as moe-run --expert-placement-at does. */
 void moe_step_set_expert_slots(moe_step *s, int64_t block,
                                const int64_t *slots, int64_t n);
+/* Block `block`'s slot table for the next step (the one set, else the
+ * resumed checkpoint's, else expert parallelism's layout) into `out` when
+ * it has room for all of them; returns G x S, or 0 when the step has no
+ * expert_slots.<block> input. */
+int64_t moe_step_expert_slots(moe_step *s, int64_t block, int64_t *out,
+                              int64_t n);
 /* The migration behind a placement change, one tensor at a time; shared by
  * moe_step_set_expert_slots and moe-run --expert-placement-at. `data`
  * (host memory) holds this rank's `slots` experts, `per` floats each, in

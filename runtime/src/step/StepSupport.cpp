@@ -859,6 +859,22 @@ bool agree(moe_step *s, bool ok) {
   return all;
 }
 
+} // namespace
+
+int64_t moe_step_expert_slots(moe_step *s, int64_t block, int64_t *out,
+                              int64_t n) {
+  auto shapes = placementShapes(s);
+  auto shape = shapes.find(block);
+  if (shape == shapes.end())
+    return 0;
+  std::vector<int64_t> t = askedTable(s, block, shape->second);
+  if (out && n >= int64_t(t.size()))
+    std::copy(t.begin(), t.end(), out);
+  return int64_t(t.size());
+}
+
+namespace {
+
 /// The placement asked for, every placed block's table.
 moe_rt::expert_placement::Placement askedPlacement(moe_step *s) {
   moe_rt::expert_placement::Placement p;
