@@ -9,8 +9,8 @@
 //                               [--timeout SECONDS] [--params FILE]
 //                               [--backend cpu|cuda] [--seed S]
 //                               [--routing-trace FILE]
-//                               [--expert-placement RANKS|@FILE]
-//                               [--expert-placement-at STEP:RANKS|@FILE]
+//                               [--expert-placement [BLOCK=]RANKS|@FILE]...
+//                               [--expert-placement-at STEP:[BLOCK=]RANKS]...
 //   mpirun -np P codegen-driver --data TEXT --params FILE [--steps N] ...
 //
 // --inputs PREFIX reads every argument from what `moe-run --dump-inputs`
@@ -32,13 +32,16 @@
 // --seed S is moe-run's --seed for the noise of noisy_topk gates
 // (moe_step_set_gate_seed); parameters come from --params / --inputs.
 //
-// --expert-placement RANKS|@FILE (expert -> rank, as moe-run's option) sets
-// the expert placement of a step scheduled with expert-placement=1
+// --expert-placement [BLOCK=]RANKS|@FILE (expert -> rank of every block, or
+// of block BLOCK; repeatable; as moe-run's option) sets the expert
+// placement of a step scheduled with expert-placement=1
 // (moe_step_set_expert_slots); --inputs from moe-run with the same option
-// hold the parameters in that layout. --expert-placement-at STEP:RANKS
-// (STEP >= 2, as moe-run's option) changes it before step STEP: the step
-// moves every expert weight and its optimizer state first
-// (moe_step_set_expert_slots).
+// hold the parameters in that layout. --expert-placement-at
+// STEP:[BLOCK=]RANKS (STEP >= 2, repeatable, as moe-run's option) changes
+// it before step STEP: the step moves the changed blocks' expert weights
+// and optimizer state first (moe_step_set_expert_slots). A resumed run
+// continues under the checkpoint's placement (moe_step_resume); an
+// --expert-placement must then name the same.
 //
 // --routing-trace FILE records the routing trace of a step scheduled with
 // routing statistics (moe_step_set_routing_trace), as moe-run's option;
@@ -61,11 +64,13 @@
 #include "moe_rt/option_values.h"
 #include "moe_rt/text_data.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,8 +93,8 @@ static int usage(const char *message) {
                "(--inputs PREFIX | --data TEXT --params FILE) [--dump PREFIX] "
                "[--steps N] [--timeout S] [--params FILE] "
                "[--backend cpu|cuda] [--seed S] [--routing-trace FILE] "
-               "[--expert-placement RANKS|@FILE] "
-               "[--expert-placement-at STEP:RANKS|@FILE] "
+               "[--expert-placement [BLOCK=]RANKS|@FILE]... "
+               "[--expert-placement-at STEP:[BLOCK=]RANKS|@FILE]... "
                "[--save-every N --checkpoint DIR] [--resume DIR]\n",
                message);
   moe_rt_mpi_finalize();
@@ -171,33 +176,43 @@ static int stop(moe_step *s, const std::string &message) {
   return 1;
 }
 
-/// `option`'s expert -> rank ("1,0,1,0" or @FILE) as the slot table of
-/// the step input `expert_slots` (G x S); "" or why not.
-std::string expertSlotsOf(moe_step *s, const std::string &option,
-                          std::string text, std::vector<int64_t> &slots) {
+/// Applies `option`'s maps (expert -> rank for every block, or
+/// BLOCK=RANKS, or @FILE; moe_rt/expert_placement.h's applySpec) to
+/// `placement` for the step's expert_slots.<block> inputs; "" or why not.
+std::string applyPlacement(moe_step *s, const std::string &option,
+                           const std::vector<std::string> &maps,
+                           moe_rt::expert_placement::Placement &placement) {
   namespace ep = moe_rt::expert_placement;
+  std::map<int64_t, ep::BlockShape> shapes;
   for (int i = 0; i < moe_step_num_arguments(s); ++i) {
     const char *name = moe_step_argument_name(s, i);
-    if (!name || std::string(name) != "expert_slots")
+    int64_t block = name ? ep::blockOfSlotsInput(name) : -1;
+    if (block < 0)
       continue;
-    if (text[0] == '@') {
+    moe_rt_tensor *t = moe_step_argument_tensor(s, i);
+    shapes[block] = {t->shape[0], t->shape[0] * t->shape[1]};
+  }
+  if (shapes.empty())
+    return option + ": the step has no expert placement input "
+           "(schedule it with expert-placement=1)";
+  for (std::string text : maps) {
+    if (!text.empty() && text[0] == '@') {
       std::ifstream in(text.substr(1));
       if (!in)
         return option + ": cannot read '" + text.substr(1) + "'";
       text.assign(std::istreambuf_iterator<char>(in), {});
     }
-    moe_rt_tensor *t = moe_step_argument_tensor(s, i);
-    std::vector<int64_t> ranks;
-    std::string why = ep::parseList(text, ranks);
-    if (why.empty())
-      why = ep::slotsFromRanks(ranks, t->shape[0] * t->shape[1], t->shape[0],
-                               slots);
-    if (!why.empty())
+    if (std::string why = ep::applySpec(text, shapes, placement); !why.empty())
       return option + ": " + why;
-    return "";
   }
-  return option + ": the step has no expert placement input "
-         "(schedule it with expert-placement=1)";
+  return "";
+}
+
+/// Hands every table of `placement` to the step.
+void setPlacement(moe_step *s,
+                  const moe_rt::expert_placement::Placement &placement) {
+  for (const auto &[block, table] : placement)
+    moe_step_set_expert_slots(s, block, table.data(), int64_t(table.size()));
 }
 
 int main(int argc, char **argv) {
@@ -205,9 +220,10 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump, params, data, routingTrace, checkpoint, resume,
-      placement, laterPlacement;
-  int steps = 1, saveEvery = 0, laterStep = 0;
+  std::string inputs, dump, params, data, routingTrace, checkpoint, resume;
+  std::vector<std::string> placement; // --expert-placement, in order
+  std::vector<std::pair<int, std::string>> laterPlacement;
+  int steps = 1, saveEvery = 0;
   double timeout = 60;
   std::optional<uint64_t> seed; // moe-run's default when absent
   moe_rt_backend backend = MOE_RT_CPU;
@@ -225,7 +241,7 @@ int main(int argc, char **argv) {
     else if (a == "--data")
       data = v;
     else if (a == "--expert-placement")
-      placement = v;
+      placement.push_back(v);
     else if (a == "--expert-placement-at") {
       size_t colon = v.find(':');
       std::optional<uint64_t> n = moe_rt::options::wholeNumber(v.substr(0, colon));
@@ -234,8 +250,7 @@ int main(int argc, char **argv) {
         return usage(("--expert-placement-at needs STEP:RANKS with STEP >= "
                       "2, not '" + v + "'")
                          .c_str());
-      laterStep = int(*n);
-      laterPlacement = v.substr(colon + 1);
+      laterPlacement.emplace_back(int(*n), v.substr(colon + 1));
     } else if (a == "--routing-trace")
       routingTrace = v;
     else if (a == "--checkpoint") // moe_step_save_checkpoint's directory
@@ -284,7 +299,7 @@ int main(int argc, char **argv) {
   if (data.empty() && inputs.empty())
     return usage("--inputs is required (write them with moe-run "
                  "--dump-inputs), or --data TEXT with --params FILE");
-  if (!laterPlacement.empty() && placement.empty())
+  if (!laterPlacement.empty() && placement.empty() && resume.empty())
     return usage("--expert-placement-at needs a first map "
                  "(--expert-placement)");
   if ((saveEvery > 0) != !checkpoint.empty())
@@ -325,16 +340,13 @@ int main(int argc, char **argv) {
     moe_step_set_gate_seed(s, *seed);
   if (!routingTrace.empty())
     moe_step_set_routing_trace(s, routingTrace.c_str());
-  std::vector<int64_t> slots, laterSlots;
+  moe_rt::expert_placement::Placement slots;
   if (!placement.empty()) {
-    std::string error = expertSlotsOf(s, "--expert-placement", placement,
-                                      slots);
-    if (error.empty() && !laterPlacement.empty())
-      error = expertSlotsOf(s, "--expert-placement-at", laterPlacement,
-                            laterSlots);
+    std::string error =
+        applyPlacement(s, "--expert-placement", placement, slots);
     if (!error.empty())
       return stop(s, error);
-    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
+    setPlacement(s, slots);
   }
   TextArguments textArgs;
   if (!data.empty()) {
@@ -372,6 +384,33 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "codegen-driver: resumed from '%s' after step %d\n",
                    resume.c_str(), done);
   }
+  // As moe-run: later maps apply on top of the one before, in step order,
+  // the first on top of the placement in force (a resumed checkpoint's).
+  std::vector<moe_rt::expert_placement::Placement> later;
+  std::stable_sort(laterPlacement.begin(), laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  for (size_t k = 0; k < laterPlacement.size(); ++k) {
+    if (later.empty()) {
+      later.emplace_back();
+      for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+        const char *name = moe_step_argument_name(s, i);
+        int64_t block =
+            name ? moe_rt::expert_placement::blockOfSlotsInput(name) : -1;
+        std::vector<int64_t> t(size_t(block < 0 ? 0 : moe_step_expert_slots(
+                                                           s, block, nullptr, 0)));
+        if (!t.empty()) {
+          moe_step_expert_slots(s, block, t.data(), int64_t(t.size()));
+          later.back()[block] = std::move(t);
+        }
+      }
+    } else {
+      later.push_back(later.back());
+    }
+    std::string error = applyPlacement(s, "--expert-placement-at",
+                                       {laterPlacement[k].second}, later.back());
+    if (!error.empty())
+      return stop(s, error);
+  }
   // Samples a rank reads per step (the token ids' first dimension).
   int64_t samples =
       data.empty() ? 0 : moe_step_argument_tensor(s, textArgs.tokens)->shape[0];
@@ -383,9 +422,9 @@ int main(int argc, char **argv) {
       if (!error.empty()) // checked above; a failed host copy lands here
         return stop(s, error);
     }
-    if (step == laterStep) // the step moves the experts first
-      moe_step_set_expert_slots(s, laterSlots.data(),
-                                int64_t(laterSlots.size()));
+    for (size_t k = 0; k < later.size(); ++k)
+      if (step == laterPlacement[k].first) // the step moves the experts first
+        setPlacement(s, later[k]);
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);
     if (moe_step_rank(s) == 0) {

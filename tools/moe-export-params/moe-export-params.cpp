@@ -10,7 +10,7 @@
 // No MPI: the ranks are looped over here.
 //
 //   moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S]
-//                     [--random-weights] [--expert-placement RANKS|@FILE]
+//                     [--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]
 //
 // --expert-placement is moe-run's: the expert weights in that placement's
 // slots (a step scheduled with expert-placement=1).
@@ -51,7 +51,7 @@ namespace {
 
 const char *kUsage =
     "usage: moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S] "
-    "[--random-weights] [--expert-placement RANKS|@FILE]\n";
+    "[--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]\n";
 
 /// A non-negative integer option value, whole.
 uint64_t number(const std::string &option, const std::string &text) {
@@ -117,14 +117,10 @@ int main(int argc, char **argv) {
   if (world < 1)
     die("the step names no grid; give --world-size");
 
-  std::vector<int64_t> slots;
-  if (!placement.empty()) {
-    int64_t groups = 0;
-    auto table = run::expertSlotsOf(step, placement, groups);
-    if (!table)
-      die("--expert-placement: " + llvm::toString(table.takeError()));
-    slots = std::move(*table);
-  }
+  moe_rt::expert_placement::Placement slots;
+  if (!placement.empty())
+    if (llvm::Error e = run::applyExpertPlacement(step, placement, slots))
+      die("--expert-placement: " + llvm::toString(std::move(e)));
 
   frontend::WeightLoader weights;
   // As moe-run: relative moe.source files are also looked up next to the

@@ -60,10 +60,11 @@ void check(llvm::Error e) {
 
 struct Options {
   std::string input, dump, dumpInputs, dataPath, routingTrace;
-  // --expert-placement: expert -> rank, "1,0,1,0" or @FILE (the same);
+  // --expert-placement: expert -> rank for every block ("1,0,1,0"), or
+  // BLOCK=RANKS for one, or @FILE; repeatable, applied in order.
   // --expert-placement-at S:MAP: MAP from step S on (the experts move).
-  std::string expertPlacement, laterPlacement;
-  int laterPlacementStep = 0;
+  std::vector<std::string> expertPlacement;
+  std::vector<std::pair<int, std::string>> laterPlacement;
   int steps = 1;
   uint64_t seed = 1;
   bool seedGiven = false;
@@ -117,7 +118,7 @@ Options parseOptions(int argc, char **argv) {
     } else if (a == "--routing-trace") {
       o.routingTrace = value();
     } else if (a == "--expert-placement") {
-      o.expertPlacement = value();
+      o.expertPlacement.push_back(value());
     } else if (a == "--expert-placement-at") {
       std::string v = value();
       size_t colon = v.find(':');
@@ -127,8 +128,7 @@ Options parseOptions(int argc, char **argv) {
           *n > uint64_t(INT32_MAX))
         die("--expert-placement-at needs STEP:RANKS with STEP >= 2, got '" + v +
             "'");
-      o.laterPlacementStep = int(*n);
-      o.laterPlacement = v.substr(colon + 1);
+      o.laterPlacement.emplace_back(int(*n), v.substr(colon + 1));
     } else if (a == "--profile") {
       o.profile = true;
     } else if (a == "--random-weights") {
@@ -151,8 +151,8 @@ Options parseOptions(int argc, char **argv) {
       std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
                   "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
                   "[--dump-inputs FILE] [--routing-trace FILE] "
-                  "[--expert-placement RANKS|@FILE] "
-                  "[--expert-placement-at STEP:RANKS|@FILE] "
+                  "[--expert-placement [BLOCK=]RANKS|@FILE]... "
+                  "[--expert-placement-at STEP:[BLOCK=]RANKS|@FILE]... "
                   "[--timeout SECONDS] [--profile] "
                   "[--check-collectives first-step|every-step] "
                   "[--save-every N --checkpoint DIR] [--resume DIR]\n");
@@ -168,13 +168,9 @@ Options parseOptions(int argc, char **argv) {
     die("no input step (moe-run STEP.mlir)");
   if ((o.saveEvery > 0) != !o.checkpointDir.empty())
     die("--save-every N and --checkpoint DIR go together");
-  // A checkpoint does not record which expert each slot holds: resuming
-  // under another placement would start from a silently different model.
-  if (!o.laterPlacement.empty() && o.expertPlacement.empty())
+  if (!o.laterPlacement.empty() && o.expertPlacement.empty() &&
+      o.resumeDir.empty())
     die("--expert-placement-at needs a first map (--expert-placement)");
-  if (!o.expertPlacement.empty() && (o.saveEvery > 0 || !o.resumeDir.empty()))
-    die("--expert-placement does not combine with checkpoints yet (they do "
-        "not record the placement)");
   return o;
 }
 
@@ -193,7 +189,7 @@ std::pair<int, int> rankAndWorld(double timeout) {
 /// writes the same values for every rank at build time); returns how many
 /// parameters came from their moe.source.
 int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
-  const std::vector<int64_t> &slots = run.options().expertSlots;
+  const moe_rt::expert_placement::Placement &slots = run.options().expertSlots;
   frontend::WeightLoader weights;
   // Relative moe.source files not found from the working directory are
   // looked up next to the step's IR file.
@@ -217,25 +213,33 @@ int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
   return fromSource;
 }
 
-/// --expert-placement's slot table, or the error naming the entry.
-std::vector<int64_t> placementOrDie(FunctionOpInterface step,
-                                    const std::string &map, int64_t &groups) {
-  llvm::Expected<std::vector<int64_t>> slots =
-      run::expertSlotsOf(step, map, groups);
-  if (!slots)
-    die("--expert-placement: " + llvm::toString(slots.takeError()));
-  return std::move(*slots);
+/// `placement` with --expert-placement(-at)'s `maps` applied, or the
+/// error naming the option, block and entry.
+moe_rt::expert_placement::Placement
+placementOrDie(FunctionOpInterface step, const std::vector<std::string> &maps,
+               moe_rt::expert_placement::Placement placement,
+               const std::string &option) {
+  for (const std::string &map : maps)
+    if (llvm::Error e = run::applyExpertPlacement(step, map, placement))
+      die(option + ": " + llvm::toString(std::move(e)));
+  return placement;
 }
 
-/// The balance line's per-rank loads and the trace follow the placement.
-void setLogPlacement(moe_rt_routing_log *log, const std::vector<int64_t> &slots,
-                     int64_t groups) {
-  if (!log || slots.empty())
+/// The balance line's per-rank loads and the trace follow each block's
+/// placement.
+void setLogPlacement(moe_rt_routing_log *log, FunctionOpInterface step,
+                     const moe_rt::expert_placement::Placement &placement) {
+  if (!log)
     return;
-  std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(slots, groups);
-  if (moe_rt_routing_log_set_expert_ranks(log, ranks.data(),
-                                          int64_t(ranks.size())) != MOE_RT_OK)
-    die(moe_rt_last_error());
+  for (const auto &[block, shape] : run::placementShapes(step)) {
+    std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(
+        moe_rt::expert_placement::tableOf(placement, block, shape),
+        shape.groups);
+    if (moe_rt_routing_log_set_expert_ranks(log, block, ranks.data(),
+                                            int64_t(ranks.size())) !=
+        MOE_RT_OK)
+      die(moe_rt_last_error());
+  }
 }
 
 /// True when `v` reaches an op of type OpT through what carries a value
@@ -413,12 +417,33 @@ int main(int argc, char **argv) {
   // data position and noise seed.
   moe_rt::checkpoint::Counters start{0, 0, o.seed};
   std::optional<moe_rt::checkpoint::RankState> resumed;
+  namespace ep = moe_rt::expert_placement;
+  ep::Placement slots = placementOrDie(loaded->func, o.expertPlacement, {},
+                                       "--expert-placement");
   if (!o.resumeDir.empty()) {
     Interpreter probe(loaded->func, {rank, world, o.seed, o.timeout});
+    // On the checkpoint's grid the run continues under the checkpoint's
+    // placement (an --expert-placement must name the same); on another
+    // grid the experts are resharded into --expert-placement's.
     llvm::Expected<moe_rt::checkpoint::RankState> state =
-        run::readCheckpoint(probe, o.resumeDir);
+        run::readCheckpoint(probe, o.resumeDir, slots);
     if (!state)
       die(llvm::toString(state.takeError()));
+    auto shapes = run::placementShapes(loaded->func);
+    if (shapes.empty() && !state->placement.empty())
+      die("--resume: the checkpoint in '" + o.resumeDir +
+          "' was saved under an expert placement (of block " +
+          std::to_string(state->placement.begin()->first) +
+          "), and this step has no expert placement input");
+    if (!o.expertPlacement.empty() &&
+        !ep::samePlacement(state->placement, slots, shapes))
+      die("--resume: the checkpoint in '" + o.resumeDir +
+          "' was saved under expert placement " +
+          ep::describe(state->placement, shapes) +
+          "; --expert-placement gives " + ep::describe(slots, shapes) +
+          " (resume without --expert-placement, or change it with "
+          "--expert-placement-at)");
+    slots = state->placement;
     if (o.seedGiven && o.seed != state->counters.seed)
       die("--seed " + std::to_string(o.seed) + " differs from the resumed "
           "run's seed " + std::to_string(state->counters.seed));
@@ -426,13 +451,16 @@ int main(int argc, char **argv) {
     resumed = std::move(*state);
   }
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  int64_t groups = 0;
-  std::vector<int64_t> slots, laterSlots;
-  if (!o.expertPlacement.empty())
-    slots = placementOrDie(loaded->func, o.expertPlacement, groups);
-  if (!o.laterPlacement.empty())
-    laterSlots = placementOrDie(loaded->func, o.laterPlacement, groups);
-  setLogPlacement(log, slots, groups);
+  // Each later map applies on top of the placement before it, in step
+  // order; all are checked before the first step.
+  std::stable_sort(o.laterPlacement.begin(), o.laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<ep::Placement> later;
+  for (const auto &[at, map] : o.laterPlacement)
+    later.push_back(placementOrDie(loaded->func, {map},
+                                   later.empty() ? slots : later.back(),
+                                   "--expert-placement-at"));
+  setLogPlacement(log, loaded->func, slots);
   Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log,
                                  o.checkEveryStep, slots});
   check(run.prepare());
@@ -487,12 +515,13 @@ int main(int argc, char **argv) {
       loadText(run, text, position);
     // A new expert placement: the experts' weights and optimizer state
     // move first, then the step routes by it.
-    if (!laterSlots.empty() && s == o.laterPlacementStep) {
-      check(run::migrateExperts(run, slots, laterSlots, groups, sync, all));
-      slots = laterSlots;
-      run.setExpertSlots(slots);
-      setLogPlacement(log, slots, groups);
-    }
+    for (size_t k = 0; k < later.size(); ++k)
+      if (s == o.laterPlacement[k].first) {
+        check(run::migrateExperts(run, slots, later[k], sync, all));
+        slots = later[k];
+        run.setExpertSlots(slots);
+        setLogPlacement(log, loaded->func, slots);
+      }
     moe_rt_profile_step_begin();
     check(run.run(s));
     moe_rt_profile_step_end(stderr, rank, s);
