@@ -31,6 +31,10 @@ const Preset presets[] = {
 #include "moe/Analysis/ProfilePresets.inc"
 };
 
+/// The collectives' JSON names, in CollectiveKind order.
+const llvm::StringRef kCollectiveNames[] = {"all_to_all", "all_reduce",
+                                            "all_gather", "reduce_scatter"};
+
 class Reader {
 public:
   explicit Reader(llvm::StringRef source) : source(source.str()) {}
@@ -129,7 +133,7 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
                       {"name", "description", "mesh", "launch_us",
                        "backward_factor", "compute", "collectives",
                        "op_scale", "comm_cpu_share", "comm_stretch",
-                       "collective_latency_us"}))
+                       "collective_latency_us", "runtime_collective_scale"}))
     return std::move(e);
 
   HardwareProfile p;
@@ -189,6 +193,29 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     if (!latency)
       return latency.takeError();
     p.collectiveLatencyUs = *latency;
+  }
+  if (root->get("runtime_collective_scale")) {
+    auto scales = r.object(*root, "runtime_collective_scale", "(profile)");
+    if (!scales)
+      return scales.takeError();
+    if (auto e = r.keys(**scales, "runtime_collective_scale",
+                        {"all_to_all", "all_reduce", "all_gather",
+                         "reduce_scatter"}))
+      return std::move(e);
+    for (auto [i, kind] : llvm::enumerate(kCollectiveNames)) {
+      if (!(*scales)->get(kind))
+        continue;
+      auto scale =
+          r.number(**scales, kind, "runtime_collective_scale", true);
+      if (!scale)
+        return scale.takeError();
+      // moe-profile clamps its ratio to [0.1, 10]; outside that is a typo
+      // or a stalled rank, not a measurement.
+      if (*scale < 0.1 || *scale > 10)
+        return r.error("runtime_collective_scale." + kind.str(),
+                       "must be between 0.1 and 10");
+      p.runtimeCollectiveScale[i] = *scale;
+    }
   }
   if (root->get("op_scale")) {
     auto scales = r.object(*root, "op_scale", "(profile)");
@@ -325,5 +352,11 @@ std::string HardwareProfile::toJson() const {
     root["comm_stretch"] = commStretch;
   if (collectiveLatencyUs > 0)
     root["collective_latency_us"] = collectiveLatencyUs;
+  llvm::json::Object runtimeScales;
+  for (auto [i, kind] : llvm::enumerate(kCollectiveNames))
+    if (runtimeCollectiveScale[i] != 1)
+      runtimeScales[kind] = runtimeCollectiveScale[i];
+  if (!runtimeScales.empty())
+    root["runtime_collective_scale"] = std::move(runtimeScales);
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
 }

@@ -45,12 +45,16 @@ double mlir::moe::collectiveUs(const HardwareProfile &profile,
     return 0;
   // What the runtime adds to every collective over the α–β fit (measured).
   double latency = profile.collectiveLatencyUs;
+  // The runtime's non-blocking collective against MPI's blocking one the
+  // fits describe (measured).
+  double scale = profile.runtimeScaleOf(kind);
   if (kind != CollectiveKind::AllToAll)
-    return latency + (link == Link::Inter ? model.inter : model.intra).time(bytes);
+    return latency +
+           scale * (link == Link::Inter ? model.inter : model.intra).time(bytes);
   // The intra- and inter-node shares of the traffic run concurrently.
   double intraShare = double(perNode - 1) / size;
   double interShare = double(size - perNode) / size;
   double intra = intraShare > 0 ? model.intra.time(bytes * intraShare) : 0;
   double inter = interShare > 0 ? model.inter.time(bytes * interShare) : 0;
-  return latency + std::max(intra, inter);
+  return latency + scale * std::max(intra, inter);
 }

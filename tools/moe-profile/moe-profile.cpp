@@ -418,11 +418,19 @@ int main(int argc, char **argv) {
   // copy engines and NIC take nothing from its SMs.
   moe_profile::CommCpuShare commCpu;
   double smallUs = 0, latencyUs = 0;
+  // The runtime's own all-to-all and all-reduce of 1 MiB (its non-blocking
+  // MPI, progressed by the pool's polling), against the sweeps' blocking
+  // MPI collectives of the same size.
+  long runtimeBytes = std::min(o.maxBytes, 1L << 20);
+  double runtimeUs[2] = {0, 0}; // all-to-all, all-reduce
   if (!o.gpu) {
     std::string why = moe_profile::measureCommCpuShare(
         std::min(o.maxBytes, 1L << 20), 5, commCpu);
     if (why.empty())
       why = moe_profile::measureSmallCollective(30, smallUs);
+    for (int k = 0; k < 2 && why.empty(); ++k)
+      why = moe_profile::measureRuntimeCollective(k == 1, runtimeBytes, 10,
+                                                  runtimeUs[k]);
     if (!why.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: measuring the comm CPU "
@@ -432,6 +440,7 @@ int main(int argc, char **argv) {
   }
 
   int status = 0;
+  double runtimeScale[2] = {1, 1}, modelledUs[2] = {0, 0};
   if (rank == 0) {
     nlohmann::json profile = {
         {"name", o.name},
@@ -458,6 +467,35 @@ int main(int argc, char **argv) {
                                 ["alpha_us"];
       latencyUs = std::max(0.0, smallUs - alpha);
       profile["collective_latency_us"] = latencyUs;
+      // What the cost model charges the same collective over the whole
+      // world (OpCosts' collectiveUs, latency aside), and the runtime's
+      // measured time beyond the latency against it.
+      auto fit = [&](const char *kind, const char *link, double n) {
+        auto &m = collectives[kind][link];
+        return m["alpha_us"].get<double>() +
+               m["beta_us_per_byte"].get<double>() * n;
+      };
+      double b = double(std::max<long>(world, runtimeBytes / 4 / world *
+                                                  world)) * 4;
+      double intraShare = double(perNode - 1) / world,
+             interShare = double(world - perNode) / world;
+      double modelled[2] = {
+          std::max(intraShare > 0 ? fit("all_to_all", "intra", b * intraShare)
+                                  : 0.0,
+                   interShare > 0 ? fit("all_to_all", "inter", b * interShare)
+                                  : 0.0),
+          fit("all_reduce", nodes > 1 ? "inter" : "intra", b)};
+      const char *names[2] = {"all_to_all", "all_reduce"};
+      for (int k = 0; k < 2; ++k) {
+        runtimeScale[k] =
+            modelled[k] > 0
+                ? std::clamp((runtimeUs[k] - latencyUs) / modelled[k], 0.1,
+                             10.0)
+                : 1.0;
+        modelledUs[k] = modelled[k];
+        if (world > 1)
+          profile["runtime_collective_scale"][names[k]] = runtimeScale[k];
+      }
     }
     if (!o.quiet) {
       std::fprintf(stderr,
@@ -488,6 +526,13 @@ int main(int argc, char **argv) {
                      "  %-22s %12.3f  (a 1-float all-to-all through the "
                      "runtime: %.1f us)\n",
                      "collective latency", latencyUs, smallUs);
+        for (int k = 0; k < 2 && world > 1; ++k)
+          std::fprintf(stderr,
+                       "  %-22s %12.3f  (the runtime's %s of %ld B: %.1f "
+                       "us; the fit: %.1f us + latency)\n",
+                       k ? "runtime all-reduce" : "runtime all-to-all",
+                       runtimeScale[k], k ? "all-reduce" : "all-to-all",
+                       runtimeBytes, runtimeUs[k], modelledUs[k]);
       }
       if (remeasured)
         std::fprintf(stderr,

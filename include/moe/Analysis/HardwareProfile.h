@@ -58,7 +58,17 @@ struct HardwareProfile {
   /// (moe-profile measures a 4-byte collective through the runtime). The
   /// sweeps' α, fitted over kilobytes to megabytes, does not see it.
   double collectiveLatencyUs = 0.0;
+  /// Per collective kind (indexed by CollectiveKind): the runtime's own
+  /// collective -- non-blocking MPI on a pool stream, progressed by the
+  /// pool's polling, as a step runs it -- over MPI's blocking one that the
+  /// α–β sweeps fit, at 1 MiB, latency aside (moe-profile measures it; the
+  /// all-reduce's libnbc rounds advance only when the pool polls). Scales
+  /// the α–β time; 1 where the profile does not say.
+  double runtimeCollectiveScale[4] = {1.0, 1.0, 1.0, 1.0};
 
+  double runtimeScaleOf(CollectiveKind kind) const {
+    return runtimeCollectiveScale[static_cast<int>(kind)];
+  }
   double opScaleOf(llvm::StringRef opClass) const;
 
   const CollectiveModel &collective(CollectiveKind kind) const;
