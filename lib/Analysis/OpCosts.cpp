@@ -47,7 +47,7 @@ double mlir::moe::collectiveUs(const HardwareProfile &profile,
   double latency = profile.collectiveLatencyUs;
   // The runtime's non-blocking collective against MPI's blocking one the
   // fits describe (measured).
-  double scale = profile.runtimeScaleOf(kind);
+  double scale = profile.runtimeScaleOf(kind, bytes);
   if (kind != CollectiveKind::AllToAll)
     return latency +
            scale * (link == Link::Inter ? model.inter : model.intra).time(bytes);

@@ -418,19 +418,27 @@ int main(int argc, char **argv) {
   // copy engines and NIC take nothing from its SMs.
   moe_profile::CommCpuShare commCpu;
   double smallUs = 0, latencyUs = 0;
-  // The runtime's own all-to-all and all-reduce of 1 MiB (its non-blocking
-  // MPI, progressed by the pool's polling), against the sweeps' blocking
-  // MPI collectives of the same size.
-  long runtimeBytes = std::min(o.maxBytes, 1L << 20);
-  double runtimeUs[2] = {0, 0}; // all-to-all, all-reduce
+  // The runtime's own all-to-all and all-reduce (its non-blocking MPI,
+  // progressed by the pool's polling) at 64 KiB, 256 KiB and 1 MiB (up to
+  // --max-bytes), against the sweeps' blocking MPI collectives.
+  std::vector<long> runtimeBytes;
+  for (long b = 64 << 10; b <= std::min(o.maxBytes, 1L << 20); b *= 4)
+    runtimeBytes.push_back(b);
+  if (runtimeBytes.empty())
+    runtimeBytes.push_back(o.maxBytes);
+  std::vector<double> runtimeUs[2]; // all-to-all, all-reduce; per size
   if (!o.gpu) {
     std::string why = moe_profile::measureCommCpuShare(
         std::min(o.maxBytes, 1L << 20), 5, commCpu);
     if (why.empty())
       why = moe_profile::measureSmallCollective(30, smallUs);
-    for (int k = 0; k < 2 && why.empty(); ++k)
-      why = moe_profile::measureRuntimeCollective(k == 1, runtimeBytes, 10,
-                                                  runtimeUs[k]);
+    for (int k = 0; k < 2; ++k)
+      for (long b : runtimeBytes) {
+        runtimeUs[k].push_back(0);
+        if (why.empty())
+          why = moe_profile::measureRuntimeCollective(k == 1, b, 10,
+                                                      runtimeUs[k].back());
+      }
     if (!why.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: measuring the comm CPU "
@@ -440,7 +448,11 @@ int main(int argc, char **argv) {
   }
 
   int status = 0;
-  double runtimeScale[2] = {1, 1}, modelledUs[2] = {0, 0};
+  struct RuntimeRow {
+    const char *kind;
+    double bytes, us, modelledUs, scale;
+  };
+  std::vector<RuntimeRow> runtimeReport;
   if (rank == 0) {
     nlohmann::json profile = {
         {"name", o.name},
@@ -475,26 +487,37 @@ int main(int argc, char **argv) {
         return m["alpha_us"].get<double>() +
                m["beta_us_per_byte"].get<double>() * n;
       };
-      double b = double(std::max<long>(world, runtimeBytes / 4 / world *
-                                                  world)) * 4;
       double intraShare = double(perNode - 1) / world,
              interShare = double(world - perNode) / world;
-      double modelled[2] = {
-          std::max(intraShare > 0 ? fit("all_to_all", "intra", b * intraShare)
-                                  : 0.0,
-                   interShare > 0 ? fit("all_to_all", "inter", b * interShare)
-                                  : 0.0),
-          fit("all_reduce", nodes > 1 ? "inter" : "intra", b)};
       const char *names[2] = {"all_to_all", "all_reduce"};
-      for (int k = 0; k < 2; ++k) {
-        runtimeScale[k] =
-            modelled[k] > 0
-                ? std::clamp((runtimeUs[k] - latencyUs) / modelled[k], 0.1,
-                             10.0)
-                : 1.0;
-        modelledUs[k] = modelled[k];
-        if (world > 1)
-          profile["runtime_collective_scale"][names[k]] = runtimeScale[k];
+      for (int k = 0; k < 2 && world > 1; ++k) {
+        nlohmann::json bytes = nlohmann::json::array(),
+                       scales = nlohmann::json::array();
+        for (size_t j = 0; j < runtimeBytes.size(); ++j) {
+          double b = double(std::max<long>(world, runtimeBytes[j] / 4 / world *
+                                                      world)) *
+                     4;
+          double modelled =
+              k == 0 ? std::max(
+                           intraShare > 0
+                               ? fit("all_to_all", "intra", b * intraShare)
+                               : 0.0,
+                           interShare > 0
+                               ? fit("all_to_all", "inter", b * interShare)
+                               : 0.0)
+                     : fit("all_reduce", nodes > 1 ? "inter" : "intra", b);
+          double scale =
+              modelled > 0 ? std::clamp((runtimeUs[k][j] - latencyUs) /
+                                            modelled,
+                                        0.1, 10.0)
+                           : 1.0;
+          bytes.push_back(b);
+          scales.push_back(scale);
+          runtimeReport.push_back({names[k], b, runtimeUs[k][j], modelled,
+                                   scale});
+        }
+        profile["runtime_collective_scale"][names[k]] = {{"bytes", bytes},
+                                                         {"scale", scales}};
       }
     }
     if (!o.quiet) {
@@ -526,13 +549,12 @@ int main(int argc, char **argv) {
                      "  %-22s %12.3f  (a 1-float all-to-all through the "
                      "runtime: %.1f us)\n",
                      "collective latency", latencyUs, smallUs);
-        for (int k = 0; k < 2 && world > 1; ++k)
+        for (const RuntimeRow &row : runtimeReport)
           std::fprintf(stderr,
-                       "  %-22s %12.3f  (the runtime's %s of %ld B: %.1f "
+                       "  %-22s %12.3f  (the runtime's %s of %.0f B: %.1f "
                        "us; the fit: %.1f us + latency)\n",
-                       k ? "runtime all-reduce" : "runtime all-to-all",
-                       runtimeScale[k], k ? "all-reduce" : "all-to-all",
-                       runtimeBytes, runtimeUs[k], modelledUs[k]);
+                       "runtime collective", row.scale, row.kind, row.bytes,
+                       row.us, row.modelledUs);
       }
       if (remeasured)
         std::fprintf(stderr,

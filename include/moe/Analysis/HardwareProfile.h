@@ -61,13 +61,19 @@ struct HardwareProfile {
   /// Per collective kind (indexed by CollectiveKind): the runtime's own
   /// collective -- non-blocking MPI on a pool stream, progressed by the
   /// pool's polling, as a step runs it -- over MPI's blocking one that the
-  /// α–β sweeps fit, at 1 MiB, latency aside (moe-profile measures it; the
-  /// all-reduce's libnbc rounds advance only when the pool polls). Scales
-  /// the α–β time; 1 where the profile does not say.
-  double runtimeCollectiveScale[4] = {1.0, 1.0, 1.0, 1.0};
+  /// α–β sweeps fit, latency aside (moe-profile measures it at a few sizes;
+  /// the all-reduce's libnbc rounds advance only when the pool polls, which
+  /// costs more once its messages pass the eager limit). Between measured
+  /// sizes the ratio is interpolated in log2(bytes), beyond them the
+  /// nearest is used; no sizes: 1.
+  struct ScaleBySize {
+    std::vector<double> bytes, scale; // bytes increasing
+    double at(double n) const;
+  };
+  ScaleBySize runtimeCollectiveScale[4];
 
-  double runtimeScaleOf(CollectiveKind kind) const {
-    return runtimeCollectiveScale[static_cast<int>(kind)];
+  double runtimeScaleOf(CollectiveKind kind, double bytes) const {
+    return runtimeCollectiveScale[static_cast<int>(kind)].at(bytes);
   }
   double opScaleOf(llvm::StringRef opClass) const;
 
