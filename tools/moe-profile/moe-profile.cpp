@@ -480,8 +480,8 @@ int main(int argc, char **argv) {
       latencyUs = std::max(0.0, smallUs - alpha);
       profile["collective_latency_us"] = latencyUs;
       // What the cost model charges the same collective over the whole
-      // world (OpCosts' collectiveUs, latency aside), and the runtime's
-      // measured time beyond the latency against it.
+      // world (OpCosts' collectiveUs), and the runtime's measured time
+      // against it.
       auto fit = [&](const char *kind, const char *link, double n) {
         auto &m = collectives[kind][link];
         return m["alpha_us"].get<double>() +
@@ -506,11 +506,13 @@ int main(int argc, char **argv) {
                                ? fit("all_to_all", "inter", b * interShare)
                                : 0.0)
                      : fit("all_reduce", nodes > 1 ? "inter" : "intra", b);
+          // Against latency + fit, which the cost model charges without
+          // it: well-defined at small sizes too, where the fit is near 0.
+          modelled += latencyUs;
           double scale =
-              modelled > 0 ? std::clamp((runtimeUs[k][j] - latencyUs) /
-                                            modelled,
-                                        0.1, 10.0)
-                           : 1.0;
+              modelled > 0
+                  ? std::clamp(runtimeUs[k][j] / modelled, 0.1, 10.0)
+                  : 1.0;
           bytes.push_back(b);
           scales.push_back(scale);
           runtimeReport.push_back({names[k], b, runtimeUs[k][j], modelled,
@@ -552,7 +554,7 @@ int main(int argc, char **argv) {
         for (const RuntimeRow &row : runtimeReport)
           std::fprintf(stderr,
                        "  %-22s %12.3f  (the runtime's %s of %.0f B: %.1f "
-                       "us; the fit: %.1f us + latency)\n",
+                       "us; latency + the fit: %.1f us)\n",
                        "runtime collective", row.scale, row.kind, row.bytes,
                        row.us, row.modelledUs);
       }

@@ -60,8 +60,9 @@ struct HardwareProfile {
   double collectiveLatencyUs = 0.0;
   /// Per collective kind (indexed by CollectiveKind): the runtime's own
   /// collective -- non-blocking MPI on a pool stream, progressed by the
-  /// pool's polling, as a step runs it -- over MPI's blocking one that the
-  /// α–β sweeps fit, latency aside (moe-profile measures it at a few sizes;
+  /// pool's polling, as a step runs it -- over what collectiveLatencyUs and
+  /// the α–β fit of MPI's blocking one give it (moe-profile measures it at a
+  /// few sizes;
   /// the all-reduce's libnbc rounds advance only when the pool polls, which
   /// costs more once its messages pass the eager limit). Between measured
   /// sizes the ratio is interpolated in log2(bytes), beyond them the
