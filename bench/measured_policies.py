@@ -205,7 +205,40 @@ class Bench:
         args = [a.format(**fill).replace("chunk-bytes=auto", f"chunk-bytes={fill['chunk']}")
                 .replace(" lr=", " routing-stats=1 lr=") for a in policy.args]
         cl.run([self.moe_opt, mlir, *args, "-o", stats])
+        self.time_planners(step)
         return label, step, stats, ""
+
+    def time_planners(self, step):
+        """NetMoE's host planner is charged its measured solve time
+        (docs/host-planners.md): time the runtime's own solver (moe-trace
+        time-solve) at each planner's shape in `step` -- I samples, this
+        cluster's nodes x ranks per node, E experts, the block's tokens per
+        sample and top-k -- and add it to the model's profile."""
+        text = open(step).read()
+        shapes = set(re.findall(
+            r"moe\.routing_counts %\S+ on @\w+ axes = \[[^\]]*\] experts = (\d+)"
+            r"[^:]*: \(tensor<\d+x(\d+)x(\d+)x\w+>\) -> tensor<(\d+)x", text))
+        if "moe.plan_placement" not in text or not shapes:
+            return
+        with open(self.model_profile) as f:
+            prof = json.load(f)
+        points = prof.setdefault("host_planners", {}).setdefault(
+            "moe.plan_placement", [])
+        for experts, tokens, top_k, samples in sorted(shapes):
+            shape = {"samples": int(samples), "nodes": self.cluster.nodes,
+                     "ranks_per_node": self.cluster.ranks_per_node,
+                     "experts": int(experts)}
+            if any({k: p[k] for k in shape} == shape for p in points):
+                continue
+            out = cl.run([os.path.join(self.args.build, "bin", "moe-trace"),
+                          "time-solve", "--samples", samples, "--nodes",
+                          str(self.cluster.nodes), "--ranks-per-node",
+                          str(self.cluster.ranks_per_node), "--experts",
+                          experts, "--tokens", tokens, "--top-k", top_k])
+            points.append({**shape, "us": 1000 * json.loads(out)[
+                "transport_ms_median"]})
+        with open(self.model_profile, "w") as f:
+            json.dump(prof, f, indent=2)
 
     def trainer_cmd(self, model, step):
         cmd = [self.moe_run, step, "--steps", str(self.args.steps),

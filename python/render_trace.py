@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render a Chrome-trace timeline from `moe-opt --moe-simulate ... --moe-trace`
 to a PNG: one row per stream (of one rank), tasks as bars coloured by kind
-(compute, all-to-all, all-reduce chunk), FlowMoE labels on bars wide enough
+(compute, all-to-all, all-reduce chunk, host planner), FlowMoE labels on bars wide enough
 to hold them.
 
 Uses Debian's python3-matplotlib, so run it with /usr/bin/python3:
@@ -48,7 +48,7 @@ def main():
               file=sys.stderr)
         return 1
     colours = {"compute": "#4c72b0", "comm": "#dd8452",
-               "all-reduce": "#55a868"}
+               "all-reduce": "#55a868", "host": "#8172b3"}
     tids = sorted({t["tid"] for t in tasks})
     end = max(t["ts"] + t["dur"] for t in tasks) / 1000.0
     fig, ax = plt.subplots(figsize=(14, 1.2 + 0.9 * len(tids)))
@@ -69,7 +69,8 @@ def main():
     model = trace.get("otherData", {}).get("model", "")
     ax.set_title(args.title or f"{model}: simulated timeline, rank {args.rank}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
-    ax.legend(handles, ["compute", "all-to-all", "all-reduce chunk"],
+    ax.legend(handles, ["compute", "all-to-all", "all-reduce chunk",
+                        "host planner"],
               loc="upper right", fontsize=7)
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)

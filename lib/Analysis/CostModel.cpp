@@ -7,6 +7,8 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::moe;
 
@@ -26,6 +28,46 @@ double valueBytes(Value v, int64_t dynamicGuess = 1) {
   for (int64_t d : shaped.getShape())
     n *= ShapedType::isDynamic(d) ? dynamicGuess : d;
   return n * elementBytes(shaped);
+}
+
+/// The problem shape a host planner's solve time depends on, in the
+/// profile's host_planners field names (docs/profile-format.md).
+std::map<std::string, int64_t> hostPlannerShape(Operation *op) {
+  std::map<std::string, int64_t> shape;
+  if (auto plan = dyn_cast<PlanPlacementOp>(op)) {
+    // NetMoE: I samples on nodes x ranks per node, E experts -- what the
+    // runtime solves (RuntimeCall<PlanPlacementOp> reads the same grid).
+    auto [nodes, perNode] = nodeGridOf(op, plan.getGridAttr(), plan.getAxes());
+    shape["samples"] = cast<ShapedType>(plan.getCounts().getType()).getDimSize(0);
+    shape["nodes"] = nodes;
+    shape["ranks_per_node"] = perNode;
+    shape["experts"] = plan.getNumExperts();
+  }
+  return shape;
+}
+
+/// A host planner's task: its solve, measured (the profile's host_planners)
+/// at its problem shape. No fallback: an unmeasured solve priced at 0 is
+/// the "assumed hidden" the host stream is there to check.
+FailureOr<TaskCost> hostPlannerCost(Operation *op,
+                                    const HardwareProfile &profile) {
+  std::map<std::string, int64_t> shape = hostPlannerShape(op);
+  StringRef name = op->getName().getStringRef();
+  if (std::optional<double> us = profile.hostPlannerUs(name, shape)) {
+    TaskCost c;
+    c.us = *us;
+    return c;
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (auto [i, field] : llvm::enumerate(shape))
+    os << (i ? ", " : "") << "\"" << field.first << "\": " << field.second;
+  return op->emitOpError()
+         << "is a host planner with no measured solve time in profile '"
+         << profile.name << "': add {" << text
+         << ", \"us\": <time>} to host_planners.\"" << name
+         << "\" (moe-trace time-solve measures NetMoE's solve; "
+            "docs/profile-format.md)";
 }
 
 double dim(Value v, unsigned i) {
@@ -133,11 +175,6 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
     // floats, the size of the i32 result).
     kind = CollectiveKind::AllGather;
     c.bytes = valueBytes(forward->getResult(0));
-  } else if (isa<PlanPlacementOp>(forward)) {
-    // NetMoE's planner: the stream only starts the solve, which runs on a
-    // host thread (docs/netmoe-in-the-step.md) and is not priced.
-    c.us = profile.launchUs;
-    return c;
   } else if (auto move = dyn_cast<MoveSamplesOp>(forward)) {
     // What follows a sample (labels): an all-gather of the group's.
     kind = CollectiveKind::AllGather;
@@ -238,6 +275,8 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
     forward = vjp.getForwardOp();
     backward = true;
   }
+  if (isHostPlanner(forward))
+    return hostPlannerCost(forward, profile);
   // Expert sharding's shard collectives are priced below, as nccl-tests
   // sizes them.
   if (isa<CollectiveOpInterface>(forward) &&

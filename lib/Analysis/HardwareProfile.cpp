@@ -104,7 +104,63 @@ private:
   std::string source;
 };
 
+/// `host_planners`: {"<planner op>": [{<shape field>: int, ..., "us": t}]}.
+llvm::Error parseHostPlanners(Reader &r, const Object &root,
+                              HardwareProfile &p) {
+  auto planners = r.object(root, "host_planners", "(profile)");
+  if (!planners)
+    return planners.takeError();
+  static const llvm::Regex opName("^[a-z_]+\\.[a-z_0-9]+$");
+  for (const auto &[key, value] : **planners) {
+    std::string here = "host_planners." + key.str();
+    if (!opName.match(key))
+      return r.error(here, "not a planner op name (e.g. moe.plan_placement)");
+    const llvm::json::Array *points = value.getAsArray();
+    if (!points || points->empty())
+      return r.error(here, "must be a non-empty array of measured solves");
+    std::vector<HostPlannerPoint> &list = p.hostPlanners[key.str()];
+    for (auto [i, v] : llvm::enumerate(*points)) {
+      std::string at = here + "[" + std::to_string(i) + "]";
+      const Object *o = v.getAsObject();
+      if (!o)
+        return r.error(at, "must be an object");
+      HostPlannerPoint point;
+      auto us = r.number(*o, "us", at, false);
+      if (!us)
+        return us.takeError();
+      point.us = *us;
+      for (const auto &[field, size] : *o) {
+        if (field == "us")
+          continue;
+        std::optional<int64_t> n = size.getAsInteger();
+        if (!n || *n < 1)
+          return r.error(at + "." + field.str(),
+                         "must be a positive integer (a problem size)");
+        point.shape[field.str()] = *n;
+      }
+      if (point.shape.empty())
+        return r.error(at, "names no problem size (e.g. samples, nodes)");
+      for (const HostPlannerPoint &earlier : list)
+        if (earlier.shape == point.shape)
+          return r.error(at, "measures the same shape as an earlier entry");
+      list.push_back(std::move(point));
+    }
+  }
+  return llvm::Error::success();
+}
+
 } // namespace
+
+std::optional<double> HardwareProfile::hostPlannerUs(
+    llvm::StringRef op, const std::map<std::string, int64_t> &shape) const {
+  auto it = hostPlanners.find(op.str());
+  if (it == hostPlanners.end())
+    return std::nullopt;
+  for (const HostPlannerPoint &point : it->second)
+    if (point.shape == shape)
+      return point.us;
+  return std::nullopt;
+}
 
 const CollectiveModel &HardwareProfile::collective(CollectiveKind kind) const {
   switch (kind) {
@@ -134,7 +190,8 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
                       {"name", "description", "mesh", "launch_us",
                        "backward_factor", "compute", "collectives",
                        "op_scale", "comm_cpu_share", "comm_stretch",
-                       "collective_latency_us", "runtime_collective_scale"}))
+                       "collective_latency_us", "runtime_collective_scale",
+                       "host_planners"}))
     return std::move(e);
 
   HardwareProfile p;
@@ -253,6 +310,9 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
           return r.error(here, "must be between 0.1 and 10");
     }
   }
+  if (root->get("host_planners"))
+    if (llvm::Error e = parseHostPlanners(r, *root, p))
+      return std::move(e);
   if (root->get("op_scale")) {
     auto scales = r.object(*root, "op_scale", "(profile)");
     if (!scales)
@@ -410,5 +470,19 @@ std::string HardwareProfile::toJson() const {
   }
   if (!runtimeScales.empty())
     root["runtime_collective_scale"] = std::move(runtimeScales);
+  if (!hostPlanners.empty()) {
+    llvm::json::Object planners;
+    for (const auto &[op, points] : hostPlanners) {
+      llvm::json::Array list;
+      for (const HostPlannerPoint &point : points) {
+        llvm::json::Object o{{"us", point.us}};
+        for (const auto &[field, n] : point.shape)
+          o[field] = n;
+        list.push_back(std::move(o));
+      }
+      planners[op] = std::move(list);
+    }
+    root["host_planners"] = std::move(planners);
+  }
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
 }

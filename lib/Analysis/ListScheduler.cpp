@@ -43,7 +43,8 @@ std::vector<Queue> makeQueues(const std::vector<QueuedTask> &tasks,
 
 bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
                                   const std::vector<bool> &commStream,
-                                  double commCpuShare, double commStretch) {
+                                  double commCpuShare, double commStretch,
+                                  const std::vector<bool> &hostStream) {
   unsigned numStreams;
   std::vector<Queue> queues = makeQueues(tasks, numStreams);
   std::vector<bool> done(tasks.size(), false);
@@ -52,6 +53,7 @@ bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
   for (unsigned t = 0; t < tasks.size(); ++t)
     left[t] = tasks[t].durationUs;
   auto isComm = [&](unsigned s) { return s < commStream.size() && commStream[s]; };
+  auto isHost = [&](unsigned s) { return s < hostStream.size() && hostStream[s]; };
   auto readyAt = [&](const Queue &q) {
     if (q.next >= q.tasks.size())
       return false;
@@ -83,12 +85,14 @@ bool mlir::moe::contendedSchedule(std::vector<QueuedTask> &tasks,
     int collectives = 0, computing = 0;
     for (unsigned s = 0; s < numStreams; ++s) {
       collectives += running[s] >= 0 && isComm(s);
-      computing += running[s] >= 0 && !isComm(s);
+      computing += running[s] >= 0 && !isComm(s) && !isHost(s);
     }
     double computeRate = 1 - std::min(0.95, commCpuShare * collectives);
     // The pool thread shares the core with a running compute task.
     double commRate = computing ? 1 / commStretch : 1.0;
-    auto rateOf = [&](unsigned s) { return isComm(s) ? commRate : computeRate; };
+    auto rateOf = [&](unsigned s) {
+      return isHost(s) ? 1.0 : isComm(s) ? commRate : computeRate;
+    };
     double step = kUnknown;
     for (unsigned s = 0; s < numStreams; ++s)
       if (running[s] >= 0)

@@ -60,6 +60,48 @@ static LogicalResult verifySliceCausality(Operation *op,
   return success();
 }
 
+/// A host stream's join (docs/host-planners.md): an event recorded there
+/// completes with the planner before it; one recorded before any planner
+/// ran on the stream joins nothing, and a stream waiting for it would read
+/// a placement that is not solved yet.
+static LogicalResult verifyHostJoins(Block &entry, const StreamOrder &order) {
+  DenseMap<Operation *, Operation *> anchors = StreamOrder::eventAnchors(entry);
+  for (Operation &op : entry) {
+    auto record = dyn_cast<RecordEventOp>(op);
+    if (!record || record.getStream().getKind() != StreamKind::host ||
+        anchors.lookup(&op))
+      continue;
+    return record.emitOpError()
+           << "joins " << record.getStream()
+           << " before any host planner started on it: a stream waiting "
+              "for this event would not wait for a solve (record the join "
+              "after the planner whose result is read)";
+  }
+  return success();
+}
+
+/// The error for a cross-stream use `op` makes of `def`'s result without an
+/// event ordering them, in the words of the edge it misses.
+static void reportUnorderedUse(Operation &op, Operation *def, unsigned operand,
+                               const StreamOrder &order) {
+  InFlightDiagnostic diag = op.emitOpError();
+  if (isHostPlanner(&op))
+    diag << "is a host planner " << describe(&op, order)
+         << " that starts before its input (operand #" << operand
+         << ") exists: it is produced by " << describe(def, order)
+         << "; record an event after the producer and wait for it on the "
+            "host stream before the planner";
+  else if (isHostPlanner(def))
+    diag << "reads the result of host planner " << describe(def, order)
+         << " before joining it: no event recorded on its host stream "
+            "after the planner is waited for before this op";
+  else
+    diag << "uses a value produced by " << describe(def, order)
+         << " without waiting for it (no event orders "
+            "the producer before this op)";
+  diag.attachNote(def->getLoc()) << "producer: " << describe(def, order);
+}
+
 LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
   FailureOr<StreamOrder> built = StreamOrder::build(func, true);
   if (failed(built))
@@ -67,23 +109,21 @@ LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
   const StreamOrder &order = *built;
   Block &entry = func.getFunctionBody().front();
 
-  // Data dependencies across streams.
+  if (failed(verifyHostJoins(entry, order)))
+    return failure();
+
+  // Data dependencies across streams; for a host planner these are its
+  // start (after its inputs) and its join (before its result's first use).
   for (Operation &op : entry) {
     if (order.streamOf(&op) < 0)
       continue;
     WalkResult result = op.walk([&](Operation *nested) {
-      for (Value v : nested->getOperands()) {
-        Operation *def = v.getDefiningOp();
+      for (OpOperand &use : nested->getOpOperands()) {
+        Operation *def = use.get().getDefiningOp();
         if (!def || def->getBlock() != &entry || def == &op)
           continue;
         if (!order.happensBefore(def, &op)) {
-          InFlightDiagnostic diag =
-              op.emitOpError()
-              << "uses a value produced by " << describe(def, order)
-              << " without waiting for it (no event orders "
-                 "the producer before this op)";
-          diag.attachNote(def->getLoc())
-              << "producer: " << describe(def, order);
+          reportUnorderedUse(op, def, use.getOperandNumber(), order);
           return WalkResult::interrupt();
         }
       }

@@ -53,9 +53,15 @@ void mlir::moe::summarizeTimeline(SimulationResult &result,
                                   const std::vector<bool> &isCommStream) {
   std::vector<std::pair<double, double>> compute, comm, inter, intra;
   result.iterationUs = result.computeBusyUs = result.commBusyUs = 0;
+  result.hostBusyUs = 0;
   result.interCommBusyUs = result.intraCommBusyUs = 0;
   for (const SimulatedTask &t : result.tasks) {
     result.iterationUs = std::max(result.iterationUs, t.endUs);
+    if (t.host) {
+      // A host thread's solve: its own resource, neither compute nor a link.
+      result.hostBusyUs += t.cost.us;
+      continue;
+    }
     (t.communication ? result.commBusyUs : result.computeBusyUs) += t.cost.us;
     if (t.cost.link == Link::Inter) {
       result.interCommBusyUs += t.cost.us;
@@ -156,6 +162,7 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
     task.label = label ? label.getLabel() : op.getName().getStringRef().str();
     task.stream = s;
     task.communication = cost->communication;
+    task.host = stream.getKind() == StreamKind::host;
     task.lowPriority = StreamOrder::isLowPriority(&op);
     task.cost = *cost;
     unsigned index = result.tasks.size();
@@ -172,13 +179,14 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
   }
 
   std::vector<std::string> names;
-  std::vector<bool> isComm;
+  std::vector<bool> isComm, isHost;
   for (StreamAttr st : streams) {
     names.push_back(
         (stringifyStreamKind(st.getKind()) +
          (st.getIndex() ? llvm::Twine(st.getIndex()) : llvm::Twine("")))
             .str());
     isComm.push_back(st.getKind() == StreamKind::comm);
+    isHost.push_back(st.getKind() == StreamKind::host);
   }
   // On a CPU cluster compute and communication share the rank's core
   // (HardwareProfile::commCpuShare, commStretch): each stretches while the
@@ -187,7 +195,8 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
          stretch = model.getProfile().commStretch;
   bool contended = share > 0 || stretch > 1;
   bool scheduled = contended
-                       ? contendedSchedule(queued, isComm, share, stretch)
+                       ? contendedSchedule(queued, isComm, share, stretch,
+                                           isHost)
                        : listSchedule(queued);
   if (!scheduled)
     return mlir::emitError(func.getLoc())
@@ -258,8 +267,9 @@ std::string mlir::moe::chromeTrace(const SimulationResult &result,
     for (const SimulatedTask &t : result.tasks)
       events.push_back(llvm::json::Object{
           {"name", t.label},
-          {"cat", t.communication ? (t.lowPriority ? "all-reduce" : "comm")
-                                  : "compute"},
+          {"cat", t.host            ? "host"
+                  : t.communication ? (t.lowPriority ? "all-reduce" : "comm")
+                                    : "compute"},
           {"ph", "X"},
           {"ts", t.startUs},
           {"dur", t.cost.us},

@@ -157,7 +157,9 @@ std::optional<CollectiveKey> mlir::moe::getCollectiveKey(Operation *op) {
   Operation *forward = op;
   if (auto vjp = dyn_cast<VjpOp>(op))
     forward = vjp.getForwardOp();
-  if (!forward)
+  // A host planner names a group for its problem's shape only: it issues
+  // no collective.
+  if (!forward || isHostPlanner(forward))
     return std::nullopt;
   CollectiveKey key;
   if (auto collective = dyn_cast<CollectiveOpInterface>(forward)) {

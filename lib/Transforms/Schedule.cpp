@@ -209,10 +209,14 @@ struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
     StreamAttr compute = StreamAttr::get(ctx, StreamKind::compute, 0);
     StreamAttr comm = StreamAttr::get(ctx, StreamKind::comm, 0);
     StreamAttr intra = StreamAttr::get(ctx, StreamKind::comm, 1);
+    // Host planners solve on a host thread, off both streams; events start
+    // and join them like any cross-stream use (docs/host-planners.md).
+    StreamAttr host = StreamAttr::get(ctx, StreamKind::host, 0);
     for (Operation *op : order)
       if (!op->hasTrait<OpTrait::ConstantLike>())
         op->setAttr(MoeDialect::getStreamAttrName(),
-                    !isCommunicationTask(op) ? compute
+                    isHostPlanner(op)            ? host
+                    : !isCommunicationTask(op) ? compute
                     : isShardingCollective(op) ||
                             (policy == Policy::Fsmoe && isIntraNode(op))
                         ? intra

@@ -70,6 +70,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         func->getAttrOfType<StringAttr>(MoeDialect::getScheduleAttrName());
     size_t comm = llvm::count_if(
         r.tasks, [](const SimulatedTask &t) { return t.communication; });
+    size_t host = llvm::count_if(
+        r.tasks, [](const SimulatedTask &t) { return t.host; });
     os << "simulated @" << func.getName() << " (policy "
        << (policy ? policy.getValue() : "?") << ") on profile " << hw.name
        << " [simulated, not measured]\n";
@@ -85,6 +87,11 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
        << pct(r.interCommBusyUs) << "\n";
     os << "    intra-node links       " << ms(r.intraCommBusyUs) << " "
        << pct(r.intraCommBusyUs) << "\n";
+    // Host planners (docs/host-planners.md): their threads' busy time; a
+    // solve the join waits for shows in the iteration time.
+    if (host)
+      os << "  host planners busy       " << ms(r.hostBusyUs) << " "
+         << pct(r.hostBusyUs) << "\n";
     os << "  overlap                  " << ms(r.overlapUs) << "\n";
     os << "  exposed communication    " << ms(r.exposedCommUs) << "\n";
     os << "  lower bound              " << ms(r.lowerBoundUs)
@@ -93,7 +100,11 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
        << llvm::format("%10.3f MiB", r.peakPendingGradientBytes / 1048576.0)
        << "\n";
     os << "  tasks                    " << r.tasks.size() << " ("
-       << r.tasks.size() - comm << " compute, " << comm << " communication)\n";
+       << r.tasks.size() - comm - host << " compute, " << comm
+       << " communication";
+    if (host)
+      os << ", " << host << " host planner";
+    os << ")\n";
   }
 
   llvm::json::Value toJson(FunctionOpInterface func, const HardwareProfile &hw,
@@ -127,6 +138,8 @@ struct SimulatePass : public moe::impl::MoeSimulateBase<SimulatePass> {
         {"lower_bound_us", r.lowerBoundUs},
         {"peak_pending_gradient_bytes", r.peakPendingGradientBytes},
         {"tasks", static_cast<int64_t>(r.tasks.size())}};
+    if (r.hostBusyUs > 0)
+      summary["host_busy_us"] = r.hostBusyUs;
     if (loads) {
       summary["routing_trace"] = routingTrace;
       summary["routing_step"] = loads->step();

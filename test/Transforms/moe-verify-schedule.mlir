@@ -89,3 +89,65 @@ func.func @ordered(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8
   %d = moe.all_reduce %x on @g axes = [0] {moe.stream = #moe.stream<comm, 1>} : tensor<8xf32>
   return %a, %b, %d : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// Host planners (docs/host-planners.md): the start (after the counts), the
+// join (before the placement's first use), and the join after the start.
+shard.grid @g(shape = 2x2)
+func.func @planner_starts_before_counts(%idx: tensor<2x16x2xi32>, %labels: tensor<2x16xi64>) -> tensor<2x16xi64> attributes {moe.schedule = "test"} {
+  // expected-note @+1 {{producer: 'moe.routing_counts' on #moe.stream<comm>}}
+  %n = moe.routing_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm>} : (tensor<2x16x2xi32>) -> tensor<8x8xi32>
+  // expected-error @+1 {{is a host planner 'moe.plan_placement' on #moe.stream<host> that starts before its input (operand #0) exists: it is produced by 'moe.routing_counts' on #moe.stream<comm>}}
+  %p = moe.plan_placement %n on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<host>} : (tensor<8x8xi32>) -> tensor<8xi32>
+  %solved = moe.record_event on <host>
+  moe.wait_event %solved on <comm>
+  %l = moe.move_samples %labels to(%p) on @g axes = [0, 1] {moe.stream = #moe.stream<comm>} : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
+  return %l : tensor<2x16xi64>
+}
+
+// -----
+
+shard.grid @g(shape = 2x2)
+func.func @use_before_join(%idx: tensor<2x16x2xi32>, %labels: tensor<2x16xi64>) -> tensor<2x16xi64> attributes {moe.schedule = "test"} {
+  %n = moe.routing_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm>} : (tensor<2x16x2xi32>) -> tensor<8x8xi32>
+  %counted = moe.record_event on <comm>
+  moe.wait_event %counted on <host>
+  // expected-note @+1 {{producer: 'moe.plan_placement' on #moe.stream<host>}}
+  %p = moe.plan_placement %n on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<host>} : (tensor<8x8xi32>) -> tensor<8xi32>
+  // expected-error @+1 {{reads the result of host planner 'moe.plan_placement' on #moe.stream<host> before joining it}}
+  %l = moe.move_samples %labels to(%p) on @g axes = [0, 1] {moe.stream = #moe.stream<comm>} : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
+  return %l : tensor<2x16xi64>
+}
+
+// -----
+
+shard.grid @g(shape = 2x2)
+func.func @join_before_start(%idx: tensor<2x16x2xi32>, %labels: tensor<2x16xi64>) -> tensor<2x16xi64> attributes {moe.schedule = "test"} {
+  %n = moe.routing_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm>} : (tensor<2x16x2xi32>) -> tensor<8x8xi32>
+  %counted = moe.record_event on <comm>
+  // expected-error @+1 {{joins #moe.stream<host> before any host planner started on it}}
+  %early = moe.record_event on <host>
+  moe.wait_event %counted on <host>
+  %p = moe.plan_placement %n on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<host>} : (tensor<8x8xi32>) -> tensor<8xi32>
+  moe.wait_event %early on <comm>
+  %l = moe.move_samples %labels to(%p) on @g axes = [0, 1] {moe.stream = #moe.stream<comm>} : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
+  return %l : tensor<2x16xi64>
+}
+
+// -----
+
+// Both edges present: verifies (and the planner's group, which only gives
+// its problem's shape, is not a collective to order against the others).
+shard.grid @g(shape = 2x2)
+func.func @planner_ok(%idx: tensor<2x16x2xi32>, %labels: tensor<2x16xi64>) -> tensor<2x16xi64> attributes {moe.schedule = "test"} {
+  %n = moe.routing_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm>} : (tensor<2x16x2xi32>) -> tensor<8x8xi32>
+  %counted = moe.record_event on <comm>
+  moe.wait_event %counted on <host>
+  %p = moe.plan_placement %n on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<host>} : (tensor<8x8xi32>) -> tensor<8xi32>
+  %solved = moe.record_event on <host>
+  %m = moe.routing_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm>} : (tensor<2x16x2xi32>) -> tensor<8x8xi32>
+  moe.wait_event %solved on <comm>
+  %l = moe.move_samples %labels to(%p) on @g axes = [0, 1] {moe.stream = #moe.stream<comm>} : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
+  return %l : tensor<2x16xi64>
+}

@@ -79,7 +79,8 @@ TEST(RuntimeCalls, DifferentiatedOpsHaveBackwardCalls) {
 }
 
 // The table's stream class is the one the dialect's verifier allows
-// (isCommunicationTask), so a scheduled op's call queues where it must.
+// (isCommunicationTask, isHostPlanner), so a scheduled op's call queues
+// where it must.
 TEST(RuntimeCalls, StreamClassesAgreeWithTheDialect) {
   MLIRContext context;
   loadDialects(context);
@@ -93,6 +94,7 @@ TEST(RuntimeCalls, StreamClassesAgreeWithTheDialect) {
     ASSERT_TRUE(cls) << name.str();
     EXPECT_EQ(*cls == StreamClass::comm, isCommunicationTask(op))
         << name.str();
+    EXPECT_EQ(*cls == StreamClass::host, isHostPlanner(op)) << name.str();
     op->destroy();
   }
 }

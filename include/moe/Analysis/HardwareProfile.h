@@ -13,6 +13,7 @@
 #include "llvm/Support/Error.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,14 @@ enum class CollectiveKind { AllToAll, AllReduce, AllGather, ReduceScatter };
 
 struct CollectiveModel {
   AlphaBeta intra, inter;
+};
+
+/// One measured host-planner solve (docs/host-planners.md): the problem's
+/// shape (integer fields the planner op names, e.g. samples, nodes,
+/// ranks_per_node, experts for moe.plan_placement) and its time.
+struct HostPlannerPoint {
+  std::map<std::string, int64_t> shape;
+  double us = 0.0;
 };
 
 struct HardwareProfile {
@@ -72,11 +81,19 @@ struct HardwareProfile {
     double at(double n) const;
   };
   ScaleBySize runtimeCollectiveScale[4];
+  /// Measured solve times of host planners, by planner op name
+  /// ("moe.plan_placement"): what the simulator charges on a host stream.
+  /// A planner whose shape has no point here cannot be simulated.
+  std::map<std::string, std::vector<HostPlannerPoint>> hostPlanners;
 
   double runtimeScaleOf(CollectiveKind kind, double bytes) const {
     return runtimeCollectiveScale[static_cast<int>(kind)].at(bytes);
   }
   double opScaleOf(llvm::StringRef opClass) const;
+  /// The measured time of planner `op` at exactly `shape`, if any.
+  std::optional<double>
+  hostPlannerUs(llvm::StringRef op,
+                const std::map<std::string, int64_t> &shape) const;
 
   const CollectiveModel &collective(CollectiveKind kind) const;
 

@@ -46,10 +46,14 @@ bool listSchedule(std::vector<QueuedTask> &tasks);
 /// durationUs is its work at full rate; its endUs - startUs is the
 /// stretched time. With a share of 0 and a stretch of 1 it gives
 /// listSchedule's timeline. `commStream[s]` says whether stream s is a
-/// communication stream.
+/// communication stream; `hostStream[s]` (empty: none) whether it is a
+/// host planner's thread, which runs at its measured pace and neither
+/// slows nor is slowed by the others (its solve time is measured on the
+/// loaded machine).
 bool contendedSchedule(std::vector<QueuedTask> &tasks,
                        const std::vector<bool> &commStream,
-                       double commCpuShare, double commStretch = 1.0);
+                       double commCpuShare, double commStretch = 1.0,
+                       const std::vector<bool> &hostStream = {});
 
 } // namespace mlir::moe
 

@@ -5,8 +5,11 @@
 // (non-preemptive); a task also waits for the events its stream waited on
 // before it; on a communication stream, all-reduce chunks form a
 // low-priority queue that the pool issues only when no other communication
-// task is ready (FlowMoE Alg. 2). Ranks run the same program on the same
-// profile, so one rank's timeline is every rank's.
+// task is ready (FlowMoE Alg. 2). A host stream (#moe.stream<host>) is a
+// host thread running host planners: a resource of its own, charged the
+// profile's measured solve times, started and joined by events like any
+// other stream (docs/host-planners.md). Ranks run the same program on the
+// same profile, so one rank's timeline is every rank's.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_ANALYSIS_SIMULATOR_H
@@ -26,6 +29,9 @@ struct SimulatedTask {
   std::string label; // FlowMoE name, e.g. "D_2^1"
   int stream = 0;
   bool communication = false, lowPriority = false;
+  /// A host planner's solve on a host stream: neither compute nor
+  /// communication busy time.
+  bool host = false;
   double startUs = 0, endUs = 0;
   TaskCost cost;
 };
@@ -35,6 +41,8 @@ struct SimulationResult {
   std::vector<SimulatedTask> tasks;
   double iterationUs = 0;
   double computeBusyUs = 0, commBusyUs = 0;
+  /// Host planners' solves (host streams), e.g. NetMoE's placement.
+  double hostBusyUs = 0;
   /// The two communication resources (FSMoE §4): collectives whose group
   /// spans nodes, and those within a node. Together they are commBusyUs
   /// (less collectives over a single rank, which use no link).
@@ -67,7 +75,8 @@ void summarizeTimeline(SimulationResult &result,
 FailureOr<SimulationResult> simulate(FunctionOpInterface func,
                                      CostModel &model);
 
-/// Chrome-trace / Perfetto JSON: one process per rank, one track per stream.
+/// Chrome-trace / Perfetto JSON: one process per rank, one track per stream
+/// (a host stream's track holds its planners' solves, category "host").
 /// When a step has several communication streams, each one's track name
 /// says which links its collectives use, e.g. "comm1 (intra-node)".
 std::string chromeTrace(const SimulationResult &result, int64_t ranks,

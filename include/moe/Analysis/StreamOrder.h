@@ -4,7 +4,8 @@
 // (`moe.stream`). A compute stream is one in-order queue. A communication
 // stream is a pool of two in-order queues sharing one link: all-reduce
 // chunks (low priority) and everything else (FlowMoE Alg. 2), so a chunk
-// waiting for its gradient never holds back an all-to-all. A
+// waiting for its gradient never holds back an all-to-all. A host stream
+// (host planners, docs/host-planners.md) is one in-order queue too. A
 // `moe.wait_event` gates the queue of the next task on its stream; a
 // `moe.record_event` completes with the task before it on its stream (and,
 // by queue order, everything earlier in that task's queue). Events are the

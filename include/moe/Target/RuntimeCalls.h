@@ -70,9 +70,10 @@
 
 namespace mlir::moe::target {
 
-/// The stream a runtime call queues its work on: a compute stream, or a
-/// communication stream (FlowMoE's priority pool).
-enum class StreamClass { compute, comm };
+/// The stream a runtime call queues its work on: a compute stream, a
+/// communication stream (FlowMoE's priority pool), or a host stream (a host
+/// planner's thread, docs/host-planners.md).
+enum class StreamClass { compute, comm, host };
 
 /// A moe_rt function as an entry names it: its C name, its declared type
 /// `Sig` (decltype of the declaration, which references no symbol) and
@@ -593,11 +594,12 @@ template <> struct RuntimeCall<RoutingCountsOp> {
   }
 };
 
-/// NetMoE's planner, inline on the stream of the combine it feeds (its
-/// task's): every rank solves the same problem from the gathered counts.
+/// NetMoE's planner, a host planner: it solves inline on its host stream
+/// (whose thread is the planner's), started and joined by the schedule's
+/// events; every rank solves the same problem from the gathered counts.
 template <> struct RuntimeCall<PlanPlacementOp> {
   static constexpr bool exists = true;
-  static constexpr StreamClass stream = StreamClass::comm;
+  static constexpr StreamClass stream = StreamClass::host;
   template <class V> static LogicalResult forward(PlanPlacementOp op, V &v) {
     auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName());
     auto [nodes, perNode] = nodeGridOf(op, op.getGridAttr(), op.getAxes());

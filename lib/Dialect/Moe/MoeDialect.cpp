@@ -107,6 +107,18 @@ LogicalResult MoeDialect::verifyOperationAttribute(Operation *op,
     if (!isTask(op))
       return op->emitError() << "only tasks (compute ops, plumbing and "
                                 "collectives) can be put on a stream";
+    // A host thread runs host planners only, and a planner only there: a
+    // solve on the compute or communication stream would block it.
+    bool host = stream.getKind() == StreamKind::host;
+    if (host != isHostPlanner(op))
+      return op->emitError()
+             << (host ? "only a host planner (an op with the HostPlanner "
+                        "trait) can run on a host stream"
+                      : "a host planner runs on a host stream "
+                        "(#moe.stream<host>), not on a compute or "
+                        "communication stream");
+    if (host)
+      return success();
     bool comm = stream.getKind() == StreamKind::comm;
     if (comm != isCommunicationTask(op))
       return op->emitError()

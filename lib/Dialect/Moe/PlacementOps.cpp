@@ -61,7 +61,8 @@ PlanPlacementOp::verifySymbolUses(SymbolTableCollection &table) {
   return success();
 }
 
-bool PlanPlacementOp::isCommunication() { return true; }
+// A host planner: it occupies a host thread, not a link.
+bool PlanPlacementOp::isCommunication() { return false; }
 
 LogicalResult MoveSamplesOp::verify() {
   auto input = cast<ShapedType>(getInput().getType());

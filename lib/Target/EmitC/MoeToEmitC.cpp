@@ -192,13 +192,13 @@ Value StepEmitter::stream(StreamAttr s) {
   if (it != streams.end())
     return it->second;
   // Compute streams are plain CPU streams, communication streams FlowMoE's
-  // priority pool (all-to-alls high, all-reduce chunks low), as in moe-run.
-  return streams[key] = call(
-             "moe_step_stream", streamTy,
-             {ctx,
-              opaque(s.getKind() == StreamKind::comm ? "MOE_STEP_COMM"
-                                                     : "MOE_STEP_COMPUTE"),
-              i64(s.getIndex())});
+  // priority pool (all-to-alls high, all-reduce chunks low), host streams
+  // a CPU thread for host planners, as in moe-run.
+  const char *kind = s.getKind() == StreamKind::comm   ? "MOE_STEP_COMM"
+                     : s.getKind() == StreamKind::host ? "MOE_STEP_HOST"
+                                                       : "MOE_STEP_COMPUTE";
+  return streams[key] = call("moe_step_stream", streamTy,
+                             {ctx, opaque(kind), i64(s.getIndex())});
 }
 
 Value StepEmitter::comm(FlatSymbolRefAttr grid, ArrayRef<int16_t> axes) {

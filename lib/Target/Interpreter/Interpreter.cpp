@@ -222,12 +222,14 @@ llvm::Expected<moe_rt_stream> Interpreter::Impl::streamFor(StreamAttr s) {
   if (it != streams.end())
     return it->second;
   moe_rt_stream stream;
+  // A host stream (host planners) is a CPU stream: its worker thread is
+  // the planner's thread, and events start and join it.
   moe_rt_status st = s.getKind() == StreamKind::comm
                          ? moe_rt_stream_create_pool(&stream)
                          : moe_rt_stream_create(MOE_RT_CPU, &stream);
   // A step's values do not change between an op and its vjp: the expert
   // vjps may use their forwards' pre-activations (moe_rt.h).
-  if (st == MOE_RT_OK && s.getKind() != StreamKind::comm)
+  if (st == MOE_RT_OK && s.getKind() == StreamKind::compute)
     st = moe_rt_stream_keep_activations(stream, 1);
   if (st != MOE_RT_OK)
     return error(moe_rt_last_error());

@@ -25,7 +25,7 @@
  * experts of block l+1 follow which experts of block l.
  *
  * Determinism: every rank of the group calls it in the same program order
- * (the planners run on the communication stream) with the same gathered
+ * (the planners run in order on their host stream) with the same gathered
  * counts and placements, so every rank predicts the same counts and solves
  * the same problem: no broadcast. Not thread-safe: the caller serialises.
  *

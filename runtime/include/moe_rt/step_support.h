@@ -144,7 +144,8 @@ const char *moe_step_routing_balance(const moe_step *s);
 
 typedef enum moe_step_stream_kind {
   MOE_STEP_COMPUTE = 0,
-  MOE_STEP_COMM = 1
+  MOE_STEP_COMM = 1,
+  MOE_STEP_HOST = 2 /* host planners: a CPU thread (docs/host-planners.md) */
 } moe_step_stream_kind;
 
 void moe_step_grid_v(moe_step *s, const char *name, int rank,
@@ -184,7 +185,8 @@ void moe_step_result(moe_step *s, const char *name, int64_t id);
 void moe_step_begin(moe_step *s);
 moe_rt_tensor *moe_step_tensor(moe_step *s, int64_t id);
 /* The stream of #moe.stream<kind, index>, created on first use: a CPU
- * stream for compute, the priority pool for comm. */
+ * stream for compute, the priority pool for comm, a CPU stream for host
+ * (host planners, on any backend). */
 moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
                               int64_t index);
 moe_rt_comm moe_step_comm_v(moe_step *s, const char *grid, int naxes,

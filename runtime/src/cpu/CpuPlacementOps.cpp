@@ -3,8 +3,10 @@
 // The three calls that make a sample placement a run-time value
 // (docs/netmoe-in-the-step.md):
 //  - planPlacement: NetMoE's two-stage solve (moe_planning) on the
-//    all-gathered counts, inline on the stream that runs it (every rank
-//    solves the same problem deterministically, so no broadcast);
+//    all-gathered counts, inline on the host stream that runs it (a host
+//    planner: the stream's thread is the planner's, and the schedule's
+//    events start and join it, docs/host-planners.md); every rank solves
+//    the same problem deterministically, so no broadcast;
 //  - moveSamples: whole samples of an integer tensor (labels) to their new
 //    ranks, by an all-gather and a local pick (labels are tiny);
 //  - the placing variable-count combine and its vjp: expert output rows
@@ -25,7 +27,6 @@
 
 #include <cstdio>
 
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,10 +34,6 @@
 #include <vector>
 
 namespace moe_rt::cpu {
-
-/// Waits for the planner's solve into `place` if one is pending; "" or its
-/// error. Every reader of a placement calls it first.
-std::string joinPlacement(const int64_t *place);
 
 namespace {
 namespace k = moe_rt::kernels;
@@ -99,9 +96,8 @@ moe_rt_status gatherRouting(moe_rt_stream s, moe_rt_comm comm,
           mpi::allGather(s, comm, w, st->allW.data(), r.T * r.k))
     return e;
   return task(s, [=] {
-    st->error = joinPlacement(place);
     // An expert placement: the gathered choices as physical experts.
-    if (st->error.empty() && r.slots)
+    if (r.slots)
       st->error = varplan::toPhysical(r, st->allIdx.data(),
                                       int64_t(st->allIdx.size()), st->allIdx);
     planPlaced(r, B, place, *st);
@@ -156,13 +152,13 @@ std::string solvePlacement(const PlacementShape &p,
 
 /// What the planners keep between calls: the next-block predictor and, per
 /// micro-batch, the last solve (its placement moves the previous block's
-/// counts into the next block's sample order). Calls come in stream order,
-/// the same on every rank of the group (step_predictor.h).
+/// counts into the next block's sample order). Calls come in the host
+/// stream's order, the same on every rank of the group (step_predictor.h).
 struct PlannerState {
   std::mutex lock;
   planning::StepPredictor predictor;
   struct Solve {
-    std::shared_future<std::string> done;
+    std::string error;
     std::shared_ptr<std::vector<int>> place;
   };
   std::map<int64_t, Solve> previous; // by micro-batch
@@ -187,9 +183,8 @@ std::shared_ptr<PlacementInput> placementInput(const PlacementShape &p,
   std::lock_guard<std::mutex> guard(st.lock);
   const std::vector<int> *previous = nullptr;
   auto it = st.previous.find(p.micro);
-  // The previous solve has been joined by its combine, which this block's
-  // dispatch follows: get() does not wait.
-  if (it != st.previous.end() && it->second.done.get().empty())
+  // The previous solve ran earlier on this host stream: it is complete.
+  if (it != st.previous.end() && it->second.error.empty())
     previous = it->second.place.get();
   in->hasNext = st.predictor.beforeSolve(int(p.micro), int(p.block),
                                          in->counts, previous,
@@ -197,55 +192,28 @@ std::shared_ptr<PlacementInput> placementInput(const PlacementShape &p,
   return in;
 }
 
-/// Placements being solved on host threads, by their output buffer: the
-/// first task that reads one joins its solve (joinPlacement).
-struct PendingPlacements {
-  std::mutex lock;
-  std::map<const int64_t *, std::shared_future<std::string>> solves;
-};
-PendingPlacements &pending() {
-  static PendingPlacements p;
-  return p;
-}
-
 } // namespace
-
-std::string joinPlacement(const int64_t *place) {
-  std::shared_future<std::string> solve;
-  {
-    std::lock_guard<std::mutex> guard(pending().lock);
-    auto it = pending().solves.find(place);
-    if (it == pending().solves.end())
-      return ""; // solved inline, or already joined
-    solve = it->second;
-    pending().solves.erase(it);
-  }
-  return solve.get();
-}
 
 moe_rt_status planPlacement(moe_rt_stream s, const PlacementShape &p,
                             const moe_rt_tensor *counts, moe_rt_tensor *out) {
   const int64_t *pc = i64(counts);
   int64_t *po = i64(out);
   return enqueue(s, [=](std::string &message) {
-    // The counts are copied now (the solve may outlive their buffer);
-    // the solve runs on its own host thread, off this stream, and is
-    // joined by the first task that reads the placement (NetMoE §3.2:
-    // "joined where first used"). The prediction runs here, in stream
-    // order, so that every rank learns in the same order.
+    // A host planner: this task runs on the host stream's thread, which
+    // the schedule started after the counts exist (an event) and which the
+    // first reader of the placement joins (an event), so the solve
+    // overlaps the compute and communication streams and blocks neither.
+    // The prediction runs here too, in the host stream's order, the same
+    // on every rank.
     std::shared_ptr<const PlacementInput> in = placementInput(p, pc);
     auto kept = std::make_shared<std::vector<int>>();
-    std::shared_future<std::string> solve =
-        std::async(std::launch::async, solvePlacement, p, in, po, kept)
-            .share();
+    message = solvePlacement(p, in, po, kept);
     if (p.predict && !p.identity) {
       PlannerState &st = planner();
       std::lock_guard<std::mutex> guard(st.lock);
-      st.previous[p.micro] = {solve, kept};
+      st.previous[p.micro] = {message, kept};
     }
-    std::lock_guard<std::mutex> guard(pending().lock);
-    pending().solves[po] = solve;
-    return MOE_RT_OK;
+    return message.empty() ? MOE_RT_OK : MOE_RT_INVALID_ARGUMENT;
   });
 }
 
@@ -276,9 +244,6 @@ moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status e = mpi::allGatherCounts(s, comm, px, all->data(), B * row))
     return e;
   return enqueue(s, [=](std::string &message) {
-    message = joinPlacement(place);
-    if (!message.empty())
-      return MOE_RT_INVALID_ARGUMENT;
     int64_t n = 0;
     for (int64_t i = 0; i < G * B; ++i)
       if (place[i] == rank && n++ < B)

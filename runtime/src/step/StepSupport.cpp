@@ -480,16 +480,20 @@ moe_rt_stream moe_step_stream(moe_step *s, moe_step_stream_kind kind,
   if (it != s->streams.end())
     return it->second;
   moe_rt_stream stream;
+  // A host stream runs host planners (solves on the CPU) whatever the
+  // step's backend: its worker thread is the planner's thread.
   check(s,
-        kind == MOE_STEP_COMM ? moe_rt_stream_create_pool_on(s->backend, &stream)
-                              : moe_rt_stream_create(s->backend, &stream),
+        kind == MOE_STEP_COMM   ? moe_rt_stream_create_pool_on(s->backend, &stream)
+        : kind == MOE_STEP_HOST ? moe_rt_stream_create(MOE_RT_CPU, &stream)
+                                : moe_rt_stream_create(s->backend, &stream),
         "creating a stream");
   // A step's values do not change between an op and its vjp: the expert
   // vjps may use their forwards' pre-activations (moe_rt.h).
-  if (kind != MOE_STEP_COMM)
+  if (kind == MOE_STEP_COMPUTE)
     check(s, moe_rt_stream_keep_activations(stream, 1), "creating a stream");
-  moe_rt_profile_name_stream(stream, (std::string(kind == MOE_STEP_COMM
-                                                      ? "comm."
+  moe_rt_profile_name_stream(stream, (std::string(kind == MOE_STEP_COMM ? "comm."
+                                                  : kind == MOE_STEP_HOST
+                                                      ? "host."
                                                       : "compute.") +
                                       std::to_string(index))
                                          .c_str());

@@ -283,6 +283,25 @@ func.func @f(%x: tensor<4x16xf32>, %s: tensor<16xf32>) {
 
 // -----
 
+// A host planner runs on a host thread, and only host planners run there
+// (docs/host-planners.md).
+shard.grid @g(shape = 2x2)
+func.func @f(%n: tensor<8x8xi32>) {
+  // expected-error @+1 {{a host planner runs on a host stream (#moe.stream<host>), not on a compute or communication stream}}
+  %p = moe.plan_placement %n on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm>} : (tensor<8x8xi32>) -> tensor<8xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x16xf32>, %s: tensor<16xf32>) {
+  // expected-error @+1 {{only a host planner (an op with the HostPlanner trait) can run on a host stream}}
+  %n = moe.norm rms %x, %s {moe.stream = #moe.stream<host>} : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
 shard.grid @g(shape = 4)
 func.func @f(%x: tensor<4x16xf32>) {
   // An upstream shard collective counts as communication.

@@ -58,7 +58,8 @@ def Moe_RotaryLayoutAttr
 
 def Moe_StreamKind : I32EnumAttr<"StreamKind", "stream kind", [
     I32EnumAttrCase<"compute", 0>,
-    I32EnumAttrCase<"comm", 1>]> {
+    I32EnumAttrCase<"comm", 1>,
+    I32EnumAttrCase<"host", 2>]> {
   let cppNamespace = "::mlir::moe";
   let genSpecializedAttr = 0;
 }
@@ -128,12 +129,15 @@ class Moe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
 }
 
 def Moe_StreamAttr : Moe_Attr<"Stream", "stream"> {
-  let summary = "a compute or communication stream of one rank";
+  let summary = "a compute, communication or host-planner stream of one rank";
   let description = [{
-    `#moe.stream<compute>` or `#moe.stream<comm, 1>`: the kind of resource
-    and an index among streams of that kind (default 0). FlowMoE uses one
-    compute and one communication stream; FSMoE adds a second communication
-    stream for intra-node collectives.
+    `#moe.stream<compute>`, `#moe.stream<comm, 1>` or `#moe.stream<host>`:
+    the kind of resource and an index among streams of that kind (default
+    0). FlowMoE uses one compute and one communication stream; FSMoE adds a
+    second communication stream for intra-node collectives. A `host` stream
+    is a host thread that runs host planners (ops with the `HostPlanner`
+    trait, e.g. `moe.plan_placement`) and nothing else: its start and join
+    are ordinary events (docs/host-planners.md).
   }];
   let parameters = (ins
     EnumParameter<Moe_StreamKind>:$kind,

@@ -33,4 +33,13 @@ def Moe_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
   ];
 }
 
+// A host planner (docs/host-planners.md): an op whose work is a solve on
+// the host CPU (NetMoE's placement; FlexMoE's and Pro-Prophet's plans),
+// issued on a `#moe.stream<host>` thread so that it overlaps the streams it
+// does not depend on. It moves no data: a collective group it names only
+// gives the problem's shape.
+def Moe_HostPlanner : NativeOpTrait<"HostPlanner"> {
+  let cppNamespace = "::mlir::moe";
+}
+
 #endif // MOE_INTERFACES_TD

@@ -17,6 +17,12 @@
 
 #include "moe/Dialect/Moe/MoeInterfaces.h.inc"
 
+namespace mlir::moe {
+/// Marks a host planner (MoeInterfaces.td, docs/host-planners.md).
+template <typename ConcreteType>
+class HostPlanner : public OpTrait::TraitBase<ConcreteType, HostPlanner> {};
+} // namespace mlir::moe
+
 #define GET_OP_CLASSES
 #include "moe/Dialect/Moe/MoeOps.h.inc"
 
@@ -64,6 +70,10 @@ std::optional<RoutingShape> routingShape(Operation *op);
 /// Whether `op` occupies a communication stream: moe collectives, their
 /// vjps, and upstream `shard` collectives.
 bool isCommunicationTask(Operation *op);
+/// Whether `op` is a host planner: it runs on a `#moe.stream<host>`.
+inline bool isHostPlanner(Operation *op) {
+  return op->hasTrait<HostPlanner>();
+}
 
 /// Verifies a `#moe.model` attribute against the body of `funcOp`.
 LogicalResult verifyModel(Operation *funcOp, ModelAttr model);

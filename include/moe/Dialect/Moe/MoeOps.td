@@ -606,7 +606,8 @@ def Moe_RoutingCountsOp : Moe_CollectiveOp<"routing_counts"> {
   }];
 }
 
-def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement"> {
+def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement",
+                                           [Moe_HostPlanner]> {
   let summary = "NetMoE's sample placement, solved from the routing counts";
   let description = [{
     NetMoE's two-stage solve (seeds/002 §3.2, `moe_rt/sample_placement.h`):
@@ -615,9 +616,12 @@ def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement"> {
     rank, minimising first the inter-node, then the intra-node tokens of
     the combine that the placement drives (experts where expert
     parallelism puts them, E/G per rank in order). Every rank solves the
-    same problem and gets the same answer: no broadcast. The runtime
-    solves on a host thread; the first op that reads the result joins it. The group is read
-    as nodes (grid axis 0, when the group spans it) x ranks per node.
+    same problem and gets the same answer: no broadcast. A host planner:
+    scheduled, it runs on `#moe.stream<host>` (a host thread), started by
+    an event after its counts and joined by an event before the first op
+    that reads the placement (docs/host-planners.md); it moves no data, the
+    group only gives the problem's shape, read as nodes (grid axis 0, when
+    the group spans it) x ranks per node.
     `identity` keeps every sample where it is (tests; a baseline).
     Unless `gather_only`, the objective also prices the next MoE block's
     dispatch from the new ranks (Eq. 10), with that block's counts
