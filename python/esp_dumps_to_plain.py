@@ -13,7 +13,9 @@ weights, token ids) as it is. compare_dumps.py and torch_reference.py
 then read them like a plain step's dumps. moe-tensor-parallel
 (docs/passes/moe-tensor-parallel.md) gives rank (n, j) part j along `dim`
 of an attention weight (moe.head_shard) that the plain step replicates:
-every rank of node n gets the S parts joined. Standard library only.
+every rank of node n gets the S parts joined. Optimizer state
+(NAME.exp_avg, NAME.exp_avg_sq, NAME.momentum_buffer) follows its
+parameter. Standard library only.
 
   esp_dumps_to_plain.py STEP.mlir PREFIX OUT
 """
@@ -47,6 +49,18 @@ def read_step(path):
         sys.exit(f"error: {path}: no parameter has moe.hidden_shard or "
                  "moe.head_shard")
     return shape, sharded, heads
+
+
+# Optimizer state (moe-build-train-step: torch.optim's slot names after
+# the parameter's) is laid out as its parameter is.
+STATE_SUFFIXES = (".exp_avg_sq", ".exp_avg", ".momentum_buffer")
+
+
+def param_of(name):
+    for suffix in STATE_SUFFIXES:
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
 
 
 def load(path):
@@ -116,8 +130,9 @@ def main():
         node, i = divmod(q, S)
         lines = []
         for name, (size, data) in ranks[q].items():
-            if name in sharded:
-                shape, dim, _ = sharded[name]
+            owner = param_of(name)
+            if owner in sharded:
+                shape, dim, _ = sharded[owner]
                 parts = [ranks[node * S + j][name][1] for j in range(S)]
                 data = plain_part(parts, shape, dim, i, shape[0] // S)
                 plain = list(shape)
@@ -125,8 +140,8 @@ def main():
                 plain[dim] *= S
                 size = ("x".join(map(str, plain)) if "x" in size
                         else str(len(data)))
-            elif name in heads:
-                shape, dim, _ = heads[name]
+            elif owner in heads:
+                shape, dim, _ = heads[owner]
                 data = joined([ranks[node * S + j][name][1] for j in range(S)],
                               shape, dim)
                 plain = list(shape)

@@ -23,7 +23,7 @@ static int64_t numElements(Value value) {
 /// after it (see MoeOps.td); the embedding takes ids then the table.
 static bool holdsWeights(Operation *op) {
   return isa<AttentionOp, GateOp, NormOp, LinearOp, EmbeddingOp, ExpertOp,
-             SharedExpertOp, PositionEmbeddingOp>(op);
+             SharedExpertOp, PositionEmbeddingOp, BiasAddOp>(op);
 }
 
 namespace {

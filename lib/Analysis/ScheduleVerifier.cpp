@@ -1,6 +1,7 @@
 //===- ScheduleVerifier.cpp - is a scheduled step safe to run? ------------===//
 
 #include "moe/Analysis/ScheduleVerifier.h"
+#include "moe/Analysis/GradientGroups.h"
 #include "moe/Analysis/StreamOrder.h"
 #include "moe/Analysis/Tasks.h"
 
@@ -80,6 +81,67 @@ static LogicalResult verifyHostJoins(Block &entry, const StreamOrder &order) {
   return success();
 }
 
+/// Every all-reduce (and every slice of one) that a parameter's gradient
+/// passes through on its way to the update runs over the parameter's group
+/// (GradientGroups.h): replicated weights over the data-parallel ranks,
+/// tensor-parallel shards over the nodes only, experts over none — so
+/// slices planned into shared windows (moe-fsmoe-plan) keep their groups.
+static LogicalResult verifyGradientGroups(FunctionOpInterface func) {
+  auto model = func->getAttrOfType<ModelAttr>(MoeDialect::getModelAttrName());
+  if (!model)
+    return success();
+  SymbolTableCollection table;
+  FailureOr<shard::GridOp> grid = lookupGrid(func, model.getGrid(), table);
+  if (failed(grid))
+    return failure();
+  ArrayRef<int64_t> shape = grid->getShape();
+  Block &entry = func.getFunctionBody().front();
+  for (Operation &op : entry) {
+    Value param, grad;
+    if (auto u = dyn_cast<SgdOp>(op))
+      param = u.getParam(), grad = u.getGrad();
+    else if (auto u = dyn_cast<AdamWOp>(op))
+      param = u.getParam(), grad = u.getGrad();
+    else if (auto u = dyn_cast<SgdMomentumOp>(op))
+      param = u.getParam(), grad = u.getGrad();
+    auto arg = dyn_cast_or_null<BlockArgument>(param);
+    if (!arg || arg.getOwner() != &entry)
+      continue;
+    GradientGroups groups = gradientGroups(func, model, arg);
+    SmallVector<int16_t> expected = nontrivialAxes(groups.reduce, shape);
+    auto name = func.getArgAttrOfType<StringAttr>(
+        arg.getArgNumber(), MoeDialect::getParamAttrName());
+    auto culprit = [&](Operation *at) {
+      InFlightDiagnostic diag = at->emitOpError();
+      diag << "reduces the gradient of parameter #" << arg.getArgNumber();
+      if (name)
+        diag << " ('" << name.getValue() << "')";
+      return diag;
+    };
+    bool reduced = false;
+    for (Value v = grad; auto ar = v.getDefiningOp<AllReduceOp>();
+         v = ar.getInputs()[cast<OpResult>(v).getResultNumber()]) {
+      reduced = true;
+      if (nontrivialAxes(ar.getAxes(), shape) != expected)
+        return culprit(ar)
+               << " over grid axes [" << ar.getAxes() << "], but "
+               << (groups.expert      ? "an expert weight is local to its rank"
+                   : groups.headShard ? "a head shard's replicas are on the "
+                                        "nodes only"
+                                      : "a replicated weight's replicas are "
+                                        "on every data-parallel rank")
+               << " (axes [" << groups.reduce << "])";
+    }
+    if (!reduced && !expected.empty())
+      return op.emitOpError()
+             << "updates parameter #" << arg.getArgNumber()
+             << (name ? " ('" + name.getValue().str() + "')" : std::string())
+             << " with a gradient never all-reduced over its replicas (axes ["
+             << groups.reduce << "])";
+  }
+  return success();
+}
+
 /// The error for a cross-stream use `op` makes of `def`'s result without an
 /// event ordering them, in the words of the edge it misses.
 static void reportUnorderedUse(Operation &op, Operation *def, unsigned operand,
@@ -138,6 +200,9 @@ LogicalResult mlir::moe::verifySchedule(FunctionOpInterface func) {
   for (Operation &op : entry)
     if (failed(verifySliceCausality(&op, order)))
       return failure();
+
+  if (failed(verifyGradientGroups(func)))
+    return failure();
 
   // Collectives of one group and class must be totally ordered: consecutive
   // ones in program order must be ordered by happens-before.

@@ -37,8 +37,9 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
   if (auto norm = dyn_cast<NormOp>(op);
       norm && norm.getInput().getDefiningOp<DispatchOp>())
     return TaskKind::E;
+  // (moe.bias_add: a tensor-parallel attention's output bias.)
   if (isa<AttentionOp, NormOp, GateOp, SharedExpertOp, SigmoidGateOp,
-          LinearOp>(op))
+          LinearOp, BiasAddOp>(op))
     return TaskKind::AT;
   return std::nullopt;
 }

@@ -9,6 +9,7 @@
 
 #include "OptimizerUpdates.h"
 
+#include "moe/Analysis/GradientGroups.h"
 #include "moe/Analysis/Tasks.h"
 #include "moe/Transforms/PassUtils.h"
 #include "moe/Transforms/Passes.h"
@@ -286,12 +287,14 @@ struct BuildTrainStepPass
       if (failed(diff.backward(op)))
         return failure();
 
-    // Which block uses each parameter, and whether it is an expert weight.
+    // Which block uses each parameter, and which ranks share its gradient
+    // (GradientGroups.h): replicated weights are reduced over dp_axes;
+    // tensor-parallel attention's shards (moe-tensor-parallel) over the
+    // nodes only, a node's ranks holding different heads; experts not.
     std::map<int64_t, SmallVector<BlockArgument>> denseByBlock;
-    // Tensor-parallel attention's shards (moe-tensor-parallel): the node's
-    // ranks hold different heads, so only the nodes reduce them.
     std::map<int64_t, SmallVector<BlockArgument>> headShardsByBlock;
     SmallVector<std::pair<BlockArgument, Value>> updates;
+    DenseMap<BlockArgument, GradientGroups> groups;
     for (BlockArgument arg : entry.getArguments()) {
       if (!func.getArgAttr(arg.getArgNumber(), MoeDialect::getParamAttrName()))
         continue;
@@ -300,75 +303,56 @@ struct BuildTrainStepPass
         return mlir::emitError(func.getLoc())
                << "moe-build-train-step: parameter #" << arg.getArgNumber()
                << " does not influence the loss";
-      bool expert = false;
       int64_t block = -1;
-      for (Operation *user : arg.getUsers()) {
-        expert |= isa<ExpertOp>(user);
+      for (Operation *user : arg.getUsers())
         if (TaskAttr t = getTask(user); t && t.getPhase() == Phase::fwd)
           block = std::max(block, t.getBlock());
-      }
+      GradientGroups g = gradientGroups(func, model, arg);
       updates.push_back({arg, grad});
-      if (func.getArgAttr(arg.getArgNumber(),
-                          MoeDialect::getHeadShardAttrName()))
+      if (g.headShard)
         headShardsByBlock[block].push_back(arg);
-      else if (!expert)
+      else if (!g.expert)
         denseByBlock[block].push_back(arg);
+      groups[arg] = std::move(g);
     }
-    // The global norm of sharded weights needs their squares summed over
-    // a node's ranks too, which the clipping code does not do yet.
-    bool sharded = llvm::any_of(entry.getArguments(), [&](BlockArgument a) {
-      return func.getArgAttr(a.getArgNumber(),
-                             MoeDialect::getHeadShardAttrName()) ||
-             func.getArgAttr(a.getArgNumber(),
-                             MoeDialect::getHiddenShardAttrName());
-    });
-    if (sharded && clipNorm > 0)
-      return mlir::emitError(func.getLoc())
-             << "moe-build-train-step: clip-norm with sharded weights "
-                "(moe.head_shard, moe.hidden_shard: tensor-parallel attention, "
-                "expert sharding) is not supported yet";
 
-    // AR^(l): one all-reduce per block of its replicated gradients, blocks
-    // in backward order; -1 holds the weights outside blocks.
+    // AR^(l): one all-reduce per block and group of its replicated
+    // gradients, blocks in backward order; -1 holds the weights outside
+    // blocks.
     DenseMap<Value, Value> reduced;
-    auto reduceOver = [&](ArrayRef<int16_t> axes, int64_t block,
-                          ArrayRef<BlockArgument> args) {
+    auto reduceOver = [&](int64_t block, ArrayRef<BlockArgument> args) {
       SmallVector<Value> grads;
       for (BlockArgument arg : args)
         grads.push_back(diff.cotangent(arg));
-      auto allReduce =
-          AllReduceOp::create(builder, func.getLoc(), grads, model.getGrid(),
-                              builder.getDenseI16ArrayAttr(axes),
-                              /*bytes=*/nullptr);
+      auto allReduce = AllReduceOp::create(
+          builder, func.getLoc(), grads, model.getGrid(),
+          builder.getDenseI16ArrayAttr(groups[args.front()].reduce),
+          /*bytes=*/nullptr);
       setTask(allReduce,
               TaskAttr::get(ctx, TaskKind::AR, Phase::bwd, block, 0, -1));
       for (auto [arg, result] : llvm::zip(args, allReduce.getResults()))
         reduced[arg] = result;
     };
-    SmallVector<int16_t> nodeAxes;
-    for (int16_t a : model.getDpAxes())
-      if (!llvm::is_contained(model.getIntraAxes(), a))
-        nodeAxes.push_back(a);
-    FailureOr<int64_t> nodes = verifyGroupSize(func, *grid, nodeAxes);
-    if (failed(nodes))
-      return failure();
     std::set<int64_t> blocks;
     for (auto *byBlock : {&denseByBlock, &headShardsByBlock})
       for (auto &entry : *byBlock)
         blocks.insert(entry.first);
     for (int64_t block : llvm::reverse(blocks)) {
       if (auto it = denseByBlock.find(block); it != denseByBlock.end())
-        reduceOver(model.getDpAxes(), block, it->second);
+        reduceOver(block, it->second);
       // One node: each rank's shards are its own, like its experts.
       if (auto it = headShardsByBlock.find(block);
-          *nodes > 1 && it != headShardsByBlock.end())
-        reduceOver(nodeAxes, block, it->second);
+          it != headShardsByBlock.end() &&
+          !nontrivialAxes(groups[it->second.front()].reduce,
+                          grid->getShape())
+               .empty())
+        reduceOver(block, it->second);
     }
 
     SmallVector<ParamUpdate> toUpdate;
     for (auto [arg, grad] : updates) {
       Value g = reduced.lookup(arg);
-      toUpdate.push_back({arg, g ? g : grad, !g});
+      toUpdate.push_back({arg, g ? g : grad, groups[arg].distinct});
     }
     FailureOr<SmallVector<Value>> updated =
         emitOptimizerUpdates(func, builder, model, config(), toUpdate);

@@ -9,17 +9,23 @@
 // the host fills from `moe.lr_schedule` before each step.
 //
 // Clipping (torch.nn.utils.clip_grad_norm_): the global norm is that of
-// the whole model's gradient. Reduced dense gradients are equal on every
-// rank; expert gradients are spread over the expert-parallel group. So
-//   ||g||^2 = sum_sq(dense) + all_reduce_ep(sum_sq(experts)).
-// The expert part depends only on the expert gradients: its sum of
-// squares runs on the compute stream while the dense all-reduce chunks are
-// still in flight, and its one-float all-reduce goes on the communication
-// stream (the runtime queues every all-reduce in one FIFO, so all ranks
-// issue them in one order): what clipping adds after the last dense chunk
-// is that 4-byte all-reduce, the local sum of the dense squares and the
-// coefficient — the compute stream never blocks on a collective before the
-// updates, which need the norm anyway.
+// the whole model's gradient, each element counted once. Reduced
+// replicated gradients are equal on every rank; an expert's gradient lives
+// on one rank of the expert-parallel group; a shard (tensor-parallel heads,
+// expert-sharding's hidden slices) on one rank of its node. So each group
+// of parameters with the same `normAxes` sums its squares locally and
+// all-reduces that one float over those axes (GradientGroups.h):
+//   ||g||^2 = sum_sq(replicated) + sum over groups of
+//             all_reduce_axes(sum_sq(group)),
+// e.g. all_reduce_ep(sum_sq(experts)) + all_reduce_intra(sum_sq(heads)).
+// A group's sum of squares depends only on its gradients: it runs on the
+// compute stream while the dense all-reduce chunks are still in flight,
+// and its one-float all-reduce goes on the communication stream (the
+// runtime queues every all-reduce in one FIFO, so all ranks issue them in
+// one order): what clipping adds after the last dense chunk is those
+// 4-byte all-reduces, the local sum of the dense squares and the
+// coefficient — the compute stream never blocks on a collective before
+// the updates, which need the norm anyway.
 //
 //===----------------------------------------------------------------------===//
 
@@ -174,28 +180,43 @@ private:
     return op;
   }
 
-  /// min(1, clip / ||g||) from the dense and expert gradients.
+  /// min(1, clip / ||g||): the replicated gradients' squares summed
+  /// here, every other group's also over the ranks holding its parts.
   Value clipCoefficient(ArrayRef<ParamUpdate> updates) {
-    SmallVector<Value> dense, expert;
-    for (const ParamUpdate &u : updates)
-      (u.expert ? expert : dense).push_back(u.grad);
-    Value total;
-    if (!expert.empty()) {
-      auto reduce = AllReduceOp::create(
-          b, func.getLoc(), ValueRange{sumSquares(expert)}, model.getGrid(),
-          b.getDenseI16ArrayAttr(model.getEpAxes()), /*bytes=*/nullptr);
-      setTask(reduce, opt);
-      total = reduce.getResult(0);
-    }
-    if (!dense.empty()) {
-      Value local = sumSquares(dense);
-      if (total) {
-        auto add = arith::AddFOp::create(b, func.getLoc(), total, local);
-        setTask(add, opt);
-        local = add;
+    // Groups in order of first appearance; the replicated one last.
+    SmallVector<std::pair<ArrayRef<int16_t>, SmallVector<Value>>> byAxes;
+    SmallVector<Value> local;
+    for (const ParamUpdate &u : updates) {
+      if (u.normAxes.empty()) {
+        local.push_back(u.grad);
+        continue;
       }
-      total = local;
+      auto it = llvm::find_if(byAxes, [&](const auto &g) {
+        return g.first == ArrayRef<int16_t>(u.normAxes);
+      });
+      if (it == byAxes.end())
+        byAxes.push_back({u.normAxes, {u.grad}});
+      else
+        it->second.push_back(u.grad);
     }
+    Value total;
+    auto add = [&](Value v) {
+      if (total) {
+        auto sum = arith::AddFOp::create(b, func.getLoc(), total, v);
+        setTask(sum, opt);
+        v = sum;
+      }
+      total = v;
+    };
+    for (auto &[axes, grads] : byAxes) {
+      auto reduce = AllReduceOp::create(
+          b, func.getLoc(), ValueRange{sumSquares(grads)}, model.getGrid(),
+          b.getDenseI16ArrayAttr(axes), /*bytes=*/nullptr);
+      setTask(reduce, opt);
+      add(reduce.getResult(0));
+    }
+    if (!local.empty())
+      add(sumSquares(local));
     auto coef = ClipCoefOp::create(b, func.getLoc(), total,
                                    b.getF64FloatAttr(c.clipNorm));
     setTask(coef, opt);

@@ -39,12 +39,13 @@ LogicalResult verifyOptimizerConfig(const OptimizerConfig &config,
                                     Location loc);
 
 /// One parameter to update: its argument, its final gradient (all-reduced
-/// for replicated weights) and whether it is an expert weight (local to
-/// the rank under expert parallelism).
+/// for replicated weights) and the grid axes whose ranks hold different
+/// parts of it (GradientGroups::distinct: experts, shards; empty for a
+/// replicated weight), over which the clipping norm sums its squares.
 struct ParamUpdate {
   BlockArgument param;
   Value grad;
-  bool expert;
+  SmallVector<int16_t> normAxes;
 };
 
 /// Emits the updates at `builder`'s insertion point, adding the state and

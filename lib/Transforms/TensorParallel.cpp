@@ -17,7 +17,7 @@
 // its H/S query heads (K/S key/value heads: whole GQA groups); Wq, Wk, Wv
 // (and their biases) are column shards by whole heads, Wo a row shard, so
 // the rank's output is a partial sum over heads that the reduce-scatter
-// completes. Outside attention each rank keeps its own B samples, exactly
+// completes; an out_bias moves after it (moe.bias_add), added once. Outside attention each rank keeps its own B samples, exactly
 // as in the plain data-parallel step: the same data, the same loss.
 // Sharded weights carry moe.head_shard = [dim, S]; moe-build-train-step
 // differentiates each collective into the other and reduces their
@@ -78,9 +78,6 @@ struct TensorParallelPass
       return fail("heads = " + Twine(heads) + " and kv_heads = " + Twine(kv) +
                   " must both divide over the " + Twine(shards) +
                   " ranks of a node (whole heads, whole GQA groups)");
-    if (attention.getOutBias())
-      return fail("an out_bias (added once, after the reduce-scatter) is "
-                  "not supported yet");
 
     // Column shards by whole heads: wq M x (H·D), wk, wv M x (K·D) and the
     // Q, K, V biases; row shard of wo (H·D) x M.
@@ -122,7 +119,16 @@ struct TensorParallelPass
         b, attention.getLoc(), result, grid, axes, attention.getResult(),
         shard::ReductionKindAttr::get(ctx, shard::ReductionKind::Sum),
         sampleAxis);
-    attention.getResult().replaceAllUsesExcept(scatter.getResult(), scatter);
+    Value out = scatter.getResult();
+    // The output bias is added once, to the summed output (Megatron's
+    // row-parallel bias): inside the attention every rank would add it
+    // before the sum. It stays a replicated weight; its gradient, the sum
+    // of the rank's own output rows, is reduced with the others.
+    if (Value bias = attention.getOutBias()) {
+      out = BiasAddOp::create(b, attention.getLoc(), out.getType(), out, bias);
+      attention.getOutBiasMutable().clear();
+    }
+    attention.getResult().replaceAllUsesExcept(out, scatter);
     return success();
   }
 

@@ -192,6 +192,40 @@ TEST_F(OpsTest, PositionEmbeddingKnownAnswerGradientAndChecks) {
   EXPECT_EQ(sync(), MOE_RT_OK); // nothing was queued
 }
 
+TEST_F(OpsTest, BiasAddKnownAnswerGradientAndChecks) {
+  // 3 rows (1 x 3 tokens) of M = 2.
+  Tensor x({1, 3, 2}, {1, 2, 3, 4, 5, 6}), bias({2}, {10, 20}), out({1, 3, 2});
+  ASSERT_EQ(moe_rt_bias_add(s, &x, &bias, &out), MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  std::vector<float> want = {11, 22, 13, 24, 15, 26};
+  for (int i = 0; i < 6; ++i)
+    EXPECT_FLOAT_EQ(out.f()[i], want[i]) << i;
+
+  // dbias sums the rows once (overwritten, not accumulated); dx = dout.
+  Tensor dout({1, 3, 2}, {1, 2, 3, 4, 5, 6}), dx({1, 3, 2}),
+      dbias({2}, {9, 9});
+  ASSERT_EQ(moe_rt_bias_add_grad(s, &dout, &dx, &dbias), MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  EXPECT_FLOAT_EQ(dbias.f()[0], 9);
+  EXPECT_FLOAT_EQ(dbias.f()[1], 12);
+  EXPECT_FLOAT_EQ(dx.f()[5], 6);
+  ASSERT_EQ(moe_rt_bias_add_grad(s, &dout, nullptr, &dbias), MOE_RT_OK);
+  ASSERT_EQ(sync(), MOE_RT_OK);
+  EXPECT_FLOAT_EQ(dbias.f()[1], 12);
+
+  // A bias of the wrong size, a wrong output size, no input.
+  Tensor wide({3}), shortOut({1, 2, 2});
+  EXPECT_EQ(moe_rt_bias_add(s, &x, &wide, &out), MOE_RT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(moe_rt_last_error()).find("last dimension"),
+            std::string::npos)
+      << moe_rt_last_error();
+  EXPECT_EQ(moe_rt_bias_add(s, &x, &bias, &shortOut), MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_bias_add(s, nullptr, &bias, &out), MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(moe_rt_bias_add_grad(s, &dout, &dx, &wide),
+            MOE_RT_INVALID_ARGUMENT);
+  EXPECT_EQ(sync(), MOE_RT_OK); // nothing was queued
+}
+
 TEST_F(OpsTest, GateTopKMatchesTheKernel) {
   const int64_t tokens = 6, model = 4, experts = 5, k = 2;
   Tensor x({1, tokens, model}), w({model, experts});

@@ -252,6 +252,20 @@ template <> struct RuntimeCall<LinearOp> {
   }
 };
 
+template <> struct RuntimeCall<BiasAddOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(BiasAddOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_bias_add), v.stream(), v.in(op.getInput()),
+                  v.in(op.getBias()), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(BiasAddOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_bias_add_grad), v.stream(),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()),
+                  v.grad(op.getBias()));
+  }
+};
+
 template <> struct RuntimeCall<CrossEntropyOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::compute;

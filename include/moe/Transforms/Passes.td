@@ -229,10 +229,11 @@ def MoeBuildTrainStep : Pass<"moe-build-train-step", "::mlir::ModuleOp"> {
        state: new arguments `moe.state = "<param>.<slot>"` after the
        existing ones, the learning rate (and AdamW's update count) as step
        inputs (`moe.step_input`), the schedule in `moe.lr_schedule`.
-       `clip-norm` adds `moe.sum_squares` of the expert gradients, its
-       all-reduce over the expert-parallel axes (on the communication
-       stream), the sum of squares of the reduced dense gradients and
-       `moe.clip_coef`,
+       `clip-norm` adds `moe.sum_squares` of each group of distributed
+       gradients and its all-reduce over the axes holding the group's
+       parts (experts: the expert-parallel axes; head or hidden shards:
+       also a node's ranks; on the communication stream), the sum of
+       squares of the reduced dense gradients and `moe.clip_coef`,
        whose result scales every update. The function returns the loss, the
        updated parameters in argument order, then the new state in argument
        order (docs/optimizers.md).

@@ -108,6 +108,25 @@ struct ModelChecker {
     return success();
   }
 
+  /// Gradients are reduced over the data-parallel group, or over the
+  /// nodes only (tensor-parallel shards); the clipping norm's partial sums
+  /// also over a node's ranks (shards: GradientGroups.h).
+  LogicalResult checkAllReduce(AllReduceOp reduce) {
+    ArrayRef<int16_t> axes = reduce.getAxes();
+    if (model.getIntraAxes().empty())
+      return checkGroup(reduce, reduce.getGridAttr(), axes, model.getDpAxes(),
+                        "data-parallel");
+    if (reduce.getGridAttr() == model.getGrid() &&
+        (axes == model.getDpAxes() || axes == ArrayRef<int16_t>(nodeDpAxes()) ||
+         axes == model.getIntraAxes()))
+      return success();
+    return disagree(reduce, func)
+           << "must run on the model's data-parallel group ("
+           << model.getGrid() << " axes [" << model.getDpAxes()
+           << "]), its nodes (axes [" << nodeDpAxes()
+           << "]) or a node's ranks (axes [" << model.getIntraAxes() << "])";
+  }
+
   LogicalResult checkGate(GateOp gate) {
     if (gate.getNumExperts() != model.getExperts())
       return disagree(gate, func)
@@ -197,11 +216,7 @@ struct ModelChecker {
       else if (auto combine = dyn_cast<CombineOp>(op))
         ok = checkRouted(combine);
       else if (auto reduce = dyn_cast<AllReduceOp>(op))
-        ok = reduce.getAxes() == ArrayRef<int16_t>(nodeDpAxes())
-                 ? checkGroup(op, reduce.getGridAttr(), reduce.getAxes(),
-                              nodeDpAxes(), "tensor-parallel shards'")
-                 : checkGroup(op, reduce.getGridAttr(), reduce.getAxes(),
-                              model.getDpAxes(), "data-parallel");
+        ok = checkAllReduce(reduce);
       return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
     });
     return failure(result.wasInterrupted());

@@ -357,6 +357,20 @@ LogicalResult LinearOp::verify() {
   return verifyShape(*this, "result", shapeOf(getResult()), expected);
 }
 
+LogicalResult BiasAddOp::verify() {
+  ShapedType input = shapeOf(getInput());
+  if (input.getRank() < 1)
+    return emitOpError() << "'input' must have rank >= 1";
+  if (failed(verifyShape(*this, "bias", shapeOf(getBias()),
+                         {input.getDimSize(input.getRank() - 1)})))
+    return failure();
+  if (getResult().getType() != getInput().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " must equal the input type "
+                         << getInput().getType();
+  return success();
+}
+
 LogicalResult CrossEntropyOp::verify() {
   ShapedType logits = shapeOf(getLogits()), labels = shapeOf(getLabels());
   if (logits.getRank() < 2)

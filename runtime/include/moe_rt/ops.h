@@ -143,6 +143,14 @@ moe_rt_status moe_rt_position_embedding_grad(moe_rt_stream s,
                                              moe_rt_tensor *dx,
                                              moe_rt_tensor *dtable);
 
+/* out = x + bias along the last dimension, bias of that size (M). The vjp
+ * overwrites dx = dout and dbias = the sum of dout's rows; either may be
+ * NULL. */
+moe_rt_status moe_rt_bias_add(moe_rt_stream s, const moe_rt_tensor *x,
+                              const moe_rt_tensor *bias, moe_rt_tensor *out);
+moe_rt_status moe_rt_bias_add_grad(moe_rt_stream s, const moe_rt_tensor *dout,
+                                   moe_rt_tensor *dx, moe_rt_tensor *dbias);
+
 /* Mean token cross-entropy; loss and dloss are 0-d. */
 moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
                                    const moe_rt_tensor *labels,

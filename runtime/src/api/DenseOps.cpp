@@ -536,6 +536,51 @@ moe_rt_status moe_rt_position_embedding_grad(moe_rt_stream s,
   return cpu::positionEmbeddingGrad(s, b, n, m, dout, dx, dtable);
 }
 
+/// A bias is a position table of one position over rows of one token:
+/// the position-embedding kernels with batch = rows, seq = 1.
+moe_rt_status moe_rt_bias_add(moe_rt_stream s, const moe_rt_tensor *x,
+                              const moe_rt_tensor *bias, moe_rt_tensor *out) {
+  Check c{"moe_rt_bias_add", backendOf(s)};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(x, "x", MOE_RT_F32)
+      .tensor(bias, "bias", MOE_RT_F32, 1)
+      .tensor(out, "out", MOE_RT_F32);
+  if (c.status)
+    return c.status;
+  c.that(x->rank >= 1 && dim(bias, 0) == dim(x, x->rank - 1),
+         "bias must have the size of x's last dimension")
+      .sizeOf(out, "out", x);
+  if (c.status)
+    return c.status;
+  int64_t m = dim(bias, 0), rows = m ? moe_rt_tensor_numel(x) / m : 0;
+  MOE_RT_ON_CUDA(s, cuda::positionEmbedding(s, rows, 1, m, f32(x), f32(bias),
+                                            f32(out)));
+  return cpu::positionEmbedding(s, rows, 1, m, x, bias, out);
+}
+
+moe_rt_status moe_rt_bias_add_grad(moe_rt_stream s, const moe_rt_tensor *dout,
+                                   moe_rt_tensor *dx, moe_rt_tensor *dbias) {
+  Check c{"moe_rt_bias_add_grad", backendOf(s)};
+  c.that(s != nullptr, "NULL stream")
+      .tensor(dout, "dout", MOE_RT_F32)
+      .tensor(dx, "dx", MOE_RT_F32, 0, true)
+      .tensor(dbias, "dbias", MOE_RT_F32, 1, true);
+  if (c.status)
+    return c.status;
+  c.that(dout->rank >= 1, "dout must have rank >= 1").sizeOf(dx, "dx", dout);
+  if (dbias)
+    c.that(dim(dbias, 0) == dim(dout, dout->rank - 1),
+           "dbias must have the size of dout's last dimension");
+  if (c.status)
+    return c.status;
+  int64_t m = dim(dout, dout->rank - 1),
+          rows = m ? moe_rt_tensor_numel(dout) / m : 0;
+  MOE_RT_ON_CUDA(s, cuda::positionEmbeddingGrad(s, rows, 1, dbias ? 1 : 0, m,
+                                                f32(dout), f32(dx),
+                                                f32(dbias)));
+  return cpu::positionEmbeddingGrad(s, rows, 1, m, dout, dx, dbias);
+}
+
 moe_rt_status moe_rt_cross_entropy(moe_rt_stream s, const moe_rt_tensor *logits,
                                    const moe_rt_tensor *labels,
                                    moe_rt_tensor *loss) {

@@ -210,12 +210,12 @@ func.func @f(%x: tensor<2x8x16xf32>, %i: tensor<2x8x1xi32>, %c: tensor<8xi32>) a
 
 // -----
 
-shard.grid @g(shape = 2x2)
+shard.grid @g(shape = 2x2x2)
 // expected-note @+1 {{model declared here}}
-func.func @f(%w: tensor<16xf32>) attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed = 16, hidden = 8, experts = 4, top_k = 1, dropless, grid = @g, ep_axes = [0, 1], dp_axes = [0, 1], intra_axes = [1]>} {
+func.func @f(%w: tensor<16xf32>) attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed = 16, hidden = 8, experts = 8, top_k = 1, dropless, grid = @g, ep_axes = [0, 1, 2], dp_axes = [0, 1, 2], intra_axes = [2]>} {
   moe.block 0 () {
   }
-  // expected-error @+1 {{must run on the model's data-parallel group (@g axes [0, 1])}}
+  // expected-error @+1 {{must run on the model's data-parallel group (@g axes [0, 1, 2]), its nodes (axes [0, 1]) or a node's ranks (axes [2])}}
   %r = moe.all_reduce %w on @g axes = [1] : tensor<16xf32>
   return
 }

@@ -158,6 +158,28 @@ def Moe_LinearOp : Moe_ComputeOp<"linear"> {
   let hasVerifier = 1;
 }
 
+def Moe_BiasAddOp : Moe_ComputeOp<"bias_add"> {
+  let summary = "a bias added along the last dimension";
+  let description = [{
+    `result[..., j] = input[..., j] + bias[j]` with `bias` of the size of
+    the last dimension. moe-tensor-parallel moves a tensor-parallel
+    attention's `out_bias` here, after the reduce-scatter that sums the
+    ranks' partial outputs, so the bias is added once (Megatron's
+    row-parallel bias).
+
+    ```mlir
+    %y = moe.bias_add %x, %bo
+           : (tensor<4x64x128xf32>, tensor<128xf32>) -> tensor<4x64x128xf32>
+    ```
+  }];
+  let arguments = (ins Moe_FloatTensor:$input, Moe_FloatTensor:$bias);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $bias attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Moe_CrossEntropyOp : Moe_ComputeOp<"cross_entropy"> {
   let summary = "mean token-level cross-entropy of logits against labels";
   let description = [{
