@@ -78,7 +78,9 @@ POLICIES = [
     flowmoe_family("flowmoe S_p=auto", 2, "flowmoe",
                    "chunk-bytes=auto profile={profile} "),
     # FSMoE's per-layer plan on the measured profile, without its expert
-    # sharding (ESP needs ranks that share a node; 2 x 1 has none).
+    # sharding (ESP needs ranks that share a node; 2 x 1 has none). On the
+    # dropless models its token chunks cut the variable-count exchange
+    # (`part [j, r]`: a run of each expert's rows per chunk).
     flowmoe_family("fsmoe (no ESP)", 1, "fsmoe", "profile={profile} "),
     # NetMoE's sample placement under FlowMoE's schedule.
     flowmoe_family("netmoe + flowmoe S_p={chunk}", 2, "flowmoe",

@@ -83,16 +83,40 @@ Value throughVjp(Value v) {
   return v;
 }
 
+} // namespace
+
+int64_t mlir::moe::tokenParts(Operation *op) {
+  if (auto vjp = dyn_cast<VjpOp>(op))
+    op = vjp.getForwardOp();
+  if (std::optional<RoutingShape> shape = routingShape(op))
+    return shape->parts;
+  if (auto e = dyn_cast<ExpertOp>(op); e && e.getRows()) {
+    Operation *def = throughVjp(e.getRows()).getDefiningOp();
+    if (auto w = dyn_cast_or_null<RowsWindowOp>(def))
+      return w.getPart()[1];
+    if (def)
+      return tokenParts(def);
+  }
+  return 1;
+}
+
+namespace {
+
 /// A variable-count expert's rows per local expert at the expected load:
 /// the dispatch's T·k rows per rank spread evenly over the E experts, G·T·k
 /// / E = T·k / E_l; the bound R when the dispatch is out of sight.
 double expectedRows(ExpertOp e) {
   auto in = cast<ShapedType>(e.getInput().getType());
-  auto dispatch = throughVjp(e.getRows()).getDefiningOp<DispatchOp>();
+  Value rows = throughVjp(e.getRows());
+  if (auto w = rows.getDefiningOp<RowsWindowOp>())
+    rows = w.getInputRows().front();
+  auto dispatch = rows.getDefiningOp<DispatchOp>();
   if (!dispatch)
     return in.getDimSize(1);
   auto indices = cast<ShapedType>(dispatch.getIndices().getType());
-  return static_cast<double>(indices.getNumElements()) / in.getDimSize(0);
+  // A token chunk computes its part of every expert's rows.
+  return static_cast<double>(indices.getNumElements()) / in.getDimSize(0) /
+         tokenParts(e);
 }
 
 double tokens(Value v) {
@@ -209,7 +233,8 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
       double k = cast<ShapedType>(indices.getType()).getRank() == 3
                      ? dim(indices, 2)
                      : 1;
-      c.bytes = tokens(tokensSide) * k * m;
+      // A token chunk moves its part of the routed rows.
+      c.bytes = tokens(tokensSide) * k * m / shape->parts;
     }
     // Both ways in one exchange: each rank sends its rows of either
     // direction (the expected loads are the same both ways).
@@ -257,6 +282,18 @@ FailureOr<TaskCost> CostModel::forwardCost(Operation *op) {
   } else if (auto l = dyn_cast<LinearOp>(op)) {
     gemm(2 * tokens(l.getInput()) * dim(l.getWeight(), 0) *
          dim(l.getWeight(), 1));
+  } else if (auto w = dyn_cast<RowsWindowOp>(op)) {
+    // A copy of the window's rows at the expected load (the buffers are
+    // sized for the bound): read and written once.
+    auto dispatch = w.getInputRows().front().getDefiningOp<DispatchOp>();
+    double rows = dispatch ? static_cast<double>(cast<ShapedType>(
+                                 dispatch.getIndices().getType())
+                                 .getNumElements()) /
+                                 w.getPart()[1]
+                           : dim(w.getResult(), 0) * dim(w.getResult(), 1);
+    c.bytes = 2 * rows * dim(w.getResult(), 2) *
+              elementBytes(w.getResult().getType());
+    c.us = profile.memory.time(c.bytes * workScale);
   } else if (op->hasTrait<OpTrait::ConstantLike>()) {
     return c; // folded into the binary, no work
   } else {

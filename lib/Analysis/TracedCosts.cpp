@@ -34,10 +34,13 @@ FailureOr<DispatchOp> forwardDispatch(Operation *op) {
               "to records by (block, micro-batch)";
   auto func = op->getParentOfType<FunctionOpInterface>();
   DispatchOp found;
+  // Variable-count token chunks all route the whole batch (their `micro`
+  // labels the chunk): the first chunk's record holds its routing.
+  int64_t micro = tokenParts(op) > 1 ? 0 : task.getMicro();
   func->walk([&](DispatchOp d) {
     TaskAttr t = getTask(d);
     if (t && t.getPhase() == Phase::fwd && t.getBlock() == task.getBlock() &&
-        t.getMicro() == task.getMicro()) {
+        t.getMicro() == micro) {
       found = d;
       return WalkResult::interrupt();
     }
@@ -93,7 +96,9 @@ FailureOr<TaskCost> CostModel::tracedExchange(Operation *op,
   // at once (a variable-count combine's vjp) sends and receives both.
   bool both = exchangesBothWays(op, forward);
   auto rows = [&](double send, double recv) {
-    return (both ? send + recv : std::max(send, recv)) * rowBytes;
+    // A token chunk moves its part of each rank's rows.
+    return (both ? send + recv : std::max(send, recv)) * rowBytes /
+           tokenParts(op);
   };
   TaskCost c;
   c.communication = true;
@@ -126,8 +131,9 @@ FailureOr<TaskCost> CostModel::tracedExperts(Operation *op, ExpertOp expert) {
   llvm::Expected<DispatchLoad> load = routing->loadOf(*shape);
   if (!load)
     return op->emitOpError() << llvm::toString(load.takeError());
-  int64_t rows = *std::max_element(load->expertRows.begin(),
-                                   load->expertRows.end());
+  double rows = double(*std::max_element(load->expertRows.begin(),
+                                         load->expertRows.end())) /
+                tokenParts(op);
   TaskCost c;
   c.flops = expertFlops(1, rows, dimOf(expert.getInput(), 2),
                         expert.getHiddenSize(), expert.isGated() ? 3 : 2);

@@ -88,10 +88,11 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
       Operation *forward = vjp ? vjp.getForwardOp() : &op;
       BlockTasks &b = blocks[t.getBlock()];
       if (auto d = dyn_cast<DispatchOp>(forward)) {
-        if (!d.getCapacity() || d.getSlots())
+        if ((!d.getCapacity() && !d.isVariable()) || d.getSlots() ||
+            d.getPart())
           return op.emitOpError()
-                 << "moe-fsmoe-plan: token chunks need a capacity-routed "
-                    "dispatch that is not chunked yet";
+                 << "moe-fsmoe-plan: token chunks need a capacity-routed or "
+                    "variable-count dispatch that is not chunked yet";
         if (vjp)
           b.dispatchVjp = &op;
         else if (b.dispatch)
@@ -172,11 +173,13 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
              << "moe-fsmoe-plan: every block needs an MoE layer";
 
     DegreeOptions degrees;
-    for (auto &entry : *blocks) {
-      int64_t capacity = *entry.second.dispatch.getCapacity();
-      llvm::erase_if(degrees.degrees,
-                     [&](int64_t r) { return r > capacity; });
-    }
+    // A padded layer has at most C chunks; a variable-count one any number
+    // (a chunk of a run shorter than r may be empty).
+    for (auto &entry : *blocks)
+      if (std::optional<int64_t> capacity =
+              entry.second.dispatch.getCapacity())
+        llvm::erase_if(degrees.degrees,
+                       [&](int64_t r) { return r > *capacity; });
 
     // The windows and their costs.
     std::vector<GradientWindow> windows(2 * numBlocks);

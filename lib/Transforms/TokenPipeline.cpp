@@ -120,15 +120,16 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
     return at->emitOpError() << "moe-token-pipeline: " << why;
   };
   std::optional<int64_t> capacity = d.getCapacity();
-  if (!capacity)
-    return fail(d, "dropless routing (no capacity) has no slots to chunk: "
-                   "bound it first (moe-bound-dropless)");
+  if (!capacity && !d.isVariable())
+    return fail(d, "dropless routing without a bound has nothing to chunk: "
+                   "give it its variable-count form (moe-variable-dropless) "
+                   "or a capacity (moe-bound-dropless)");
   if (cast<ShapedType>(d.getIndices().getType()).getRank() != 3)
     return fail(d, "expert-choice routing (E x C indices) is not chunked "
                    "along its slots; use token-choice routing");
-  if (d.getSlots())
+  if (d.getSlots() || d.getPart())
     return fail(d, "is already a token chunk");
-  if (maxDegree > *capacity)
+  if (capacity && maxDegree > *capacity)
     return fail(d, "degree " + Twine(maxDegree) + " exceeds the capacity C = " +
                        Twine(*capacity) + " (a chunk would hold no slot)");
   if (TaskAttr t = getTask(d); !t || t.getMicro() != 0)
@@ -136,9 +137,15 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
                    "(use moe-microbatch degree=1)");
   MoeLayer layer;
   layer.dispatch = d;
-  layer.groups = cast<ShapedType>(d.getResult().getType()).getDimSize(1) / *capacity;
+  layer.groups =
+      capacity ? cast<ShapedType>(d.getResult().getType()).getDimSize(1) /
+                     *capacity
+               : 1;
   // Expert sharding: the dispatched tokens are all-gathered over the node.
   layer.gather = slotCollectiveAfter<shard::AllGatherOp>(d.getResult());
+  if (layer.gather && d.isVariable())
+    return fail(d, "expert sharding of a variable-count layer is not "
+                   "chunked (its all-gather would need variable counts)");
   Value expertIn =
       layer.gather ? layer.gather->getResult(0) : Value(d.getResult());
   layer.expert = forwardUserOf<ExpertOp>(expertIn);
@@ -198,6 +205,16 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
       layer.dispatchVjp.getForwardOp()->getName() != d->getName())
     return fail(layer.expertVjp, "the expert's input gradient must feed only "
                                  "the dispatch's vjp");
+  // A variable-count layer's `rows` are replaced by each chunk's: only the
+  // layer's own ops may read them.
+  if (d.isVariable())
+    for (Operation *user : d.getRows().getUsers())
+      if (!llvm::is_contained(
+              {layer.expert.getOperation(), layer.combine.getOperation(),
+               layer.expertVjp.getOperation(), layer.combineVjp.getOperation()},
+              user))
+        return fail(user, "reads a chunked dispatch's rows; only the layer's "
+                          "expert and combine (and their vjps) may");
   return layer;
 }
 
@@ -317,6 +334,16 @@ struct TokenPipelinePass
   VjpOp chunkVjp(OpBuilder &b, VjpOp old, ArrayRef<Value> primals,
                  Value cotangent, Window w, const MoeLayer &layer,
                  int64_t capacity, TaskAttr task) {
+    return chunkVjpWith(b, old, primals, cotangent, task, [&](Operation *op) {
+      restrictToWindow(op, w, layer.groups, capacity);
+    });
+  }
+
+  /// A vjp of `old`'s forward op on `primals`, its copy of the forward op
+  /// made a chunk by `restrict`.
+  VjpOp chunkVjpWith(OpBuilder &b, VjpOp old, ArrayRef<Value> primals,
+                     Value cotangent, TaskAttr task,
+                     llvm::function_ref<void(Operation *)> restrict) {
     SmallVector<Type> gradTypes;
     for (Value p : primals)
       if (auto t = dyn_cast<ShapedType>(p.getType());
@@ -333,7 +360,7 @@ struct TokenPipelinePass
       map.map(arg, body->addArgument(p.getType(), p.getLoc()));
     OpBuilder inner = OpBuilder::atBlockEnd(body);
     Operation *copy = inner.clone(*old.getForwardOp(), map);
-    restrictToWindow(copy, w, layer.groups, capacity);
+    restrict(copy);
     YieldOp::create(inner, old.getLoc(), copy->getResults());
     return vjp;
   }
@@ -409,6 +436,112 @@ struct TokenPipelinePass
     replaceSums(layer.dispatchVjp, dVjps, 0);
   }
 
+  /// A variable-count layer (no capacity: the rows each rank sends each
+  /// expert are data) in token chunks: D_j -> E_j -> C_j with `part [j,
+  /// r_fwd]` on dispatch and combine, y = Σ_j C_j; the backward's chunks
+  /// C'_i -> E'_i -> D'_i with `part [i, r_bwd]`, their primals the forward
+  /// chunks' (moe.rows_window re-cuts them when r_bwd ≠ r_fwd).
+  void chunkVariable(MoeLayer &layer, int64_t rf, int64_t rb) {
+    MLIRContext *ctx = layer.dispatch.getContext();
+    auto partOf = [&](int64_t j, int64_t r) {
+      return DenseI64ArrayAttr::get(ctx, {j, r});
+    };
+    auto setPart = [&](Operation *op, DenseI64ArrayAttr part) {
+      if (auto d = dyn_cast<DispatchOp>(op))
+        d.setPartAttr(part);
+      else if (auto c = dyn_cast<CombineOp>(op))
+        c.setPartAttr(part);
+    };
+    // Forward: each chunk routes the whole batch and moves its part.
+    OpBuilder b(layer.dispatch);
+    SmallVector<Value> inChunks, outChunks, rowsChunks, cChunks;
+    for (int64_t j = 0; j < rf; ++j) {
+      IRMapping map;
+      for (Operation *op : {layer.dispatch.getOperation(),
+                            layer.expert.getOperation(),
+                            layer.combine.getOperation()}) {
+        b.setInsertionPoint(op);
+        Operation *chunk = b.clone(*op, map);
+        setPart(chunk, partOf(j, rf));
+        setTask(chunk, chunkTask(getTask(chunk), j));
+      }
+      inChunks.push_back(map.lookup(layer.dispatch.getResult()));
+      rowsChunks.push_back(map.lookup(layer.dispatch.getRows()));
+      outChunks.push_back(map.lookup(layer.expert.getResult()));
+      cChunks.push_back(map.lookup(layer.combine.getResult()));
+    }
+    TaskAttr sumTask = chunkTask(getTask(layer.combine), rf - 1);
+    for (Operation *user : layer.combine->getUsers())
+      if (TaskAttr t = getTask(user)) {
+        sumTask = t;
+        break;
+      }
+    b.setInsertionPoint(layer.combine);
+    layer.combine.getResult().replaceAllUsesWith(
+        sum(b, layer.combine.getLoc(), cChunks, sumTask));
+
+    // Backward chunk i's expert input / output and rows: the forward
+    // chunk's, or re-cut from all of them.
+    Value rows = layer.dispatch.getRows();
+    auto window = [&](ArrayRef<Value> chunks, int64_t i, TaskAttr task,
+                      Location loc) -> std::pair<Value, Value> {
+      if (rb == rf)
+        return {chunks[i], rowsChunks[i]};
+      auto op = RowsWindowOp::create(b, loc, chunks.front().getType(),
+                                     rows.getType(), chunks, rowsChunks,
+                                     partOf(i, rb));
+      setTask(op, task);
+      return {op.getResult(), op.getRows()};
+    };
+    auto withRows = [&](VjpOp old, Value first, Value chunkRows) {
+      SmallVector<Value> primals(old.getPrimals());
+      primals[0] = first;
+      for (Value &p : primals)
+        if (p == rows)
+          p = chunkRows;
+      return primals;
+    };
+    SmallVector<VjpOp> cVjps, eVjps, dVjps;
+    Value dy = layer.combineVjp.getCotangents()[0];
+    for (int64_t i = 0; i < rb; ++i) {
+      TaskAttr cTask = chunkTask(getTask(layer.combineVjp), i),
+               eTask = chunkTask(getTask(layer.expertVjp), i),
+               dTask = chunkTask(getTask(layer.dispatchVjp), i);
+      auto part = partOf(i, rb);
+      auto restrict = [&](Operation *op) { setPart(op, part); };
+      b.setInsertionPoint(layer.combineVjp);
+      auto [out, outRows] =
+          window(outChunks, i, cTask, layer.combineVjp.getLoc());
+      cVjps.push_back(chunkVjpWith(b, layer.combineVjp,
+                                   withRows(layer.combineVjp, out, outRows), dy,
+                                   cTask, restrict));
+      b.setInsertionPoint(layer.expertVjp);
+      auto [in, inRows] = window(inChunks, i, eTask, layer.expertVjp.getLoc());
+      eVjps.push_back(chunkVjpWith(b, layer.expertVjp,
+                                   withRows(layer.expertVjp, in, inRows),
+                                   cVjps.back().getResult(0), eTask, restrict));
+      b.setInsertionPoint(layer.dispatchVjp);
+      SmallVector<Value> primals(layer.dispatchVjp.getPrimals());
+      dVjps.push_back(chunkVjpWith(b, layer.dispatchVjp, primals,
+                                   eVjps.back().getResult(0), dTask,
+                                   restrict));
+    }
+    auto replaceSums = [&](VjpOp old, ArrayRef<VjpOp> chunks,
+                           unsigned firstResult) {
+      b.setInsertionPoint(old);
+      for (unsigned k = firstResult; k < old.getNumResults(); ++k) {
+        SmallVector<Value> parts;
+        for (VjpOp c : chunks)
+          parts.push_back(c.getResult(k));
+        old.getResult(k).replaceAllUsesWith(
+            sum(b, old.getLoc(), parts, chunkTask(getTask(old), 0)));
+      }
+    };
+    replaceSums(layer.combineVjp, cVjps, 1);
+    replaceSums(layer.expertVjp, eVjps, 1);
+    replaceSums(layer.dispatchVjp, dVjps, 0);
+  }
+
   /// The layer's [r_fwd, r_bwd]: its own (moe.token_degree, set by
   /// moe-fsmoe-plan per layer) or the pass options.
   FailureOr<std::pair<int64_t, int64_t>> degreesOf(DispatchOp d) const {
@@ -447,12 +580,16 @@ struct TokenPipelinePass
       FailureOr<MoeLayer> layer = findLayer(d, std::max(rf, rb));
       if (failed(layer))
         return failure();
-      int64_t capacity = *d.getCapacity();
-      SmallVector<Window> fwd = windowsOf(rf, capacity),
-                          bwd = windowsOf(rb, capacity);
-      SmallVector<Value> inChunks, outChunks;
-      chunkForward(*layer, fwd, capacity, inChunks, outChunks);
-      chunkBackward(*layer, bwd, fwd, capacity, inChunks, outChunks);
+      if (d.isVariable()) {
+        chunkVariable(*layer, rf, rb);
+      } else {
+        int64_t capacity = *d.getCapacity();
+        SmallVector<Window> fwd = windowsOf(rf, capacity),
+                            bwd = windowsOf(rb, capacity);
+        SmallVector<Value> inChunks, outChunks;
+        chunkForward(*layer, fwd, capacity, inChunks, outChunks);
+        chunkBackward(*layer, bwd, fwd, capacity, inChunks, outChunks);
+      }
       // The whole layer, users before what they use.
       for (Operation *op :
            {layer->dispatchVjp.getOperation(), layer->scatterBwd,

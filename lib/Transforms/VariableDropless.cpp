@@ -70,7 +70,7 @@ struct VariableDroplessPass
         old.getIndices(), old.getCounts(), old.getExpertSlots(),
         old.getGridAttr(), old.getAxesAttr(), old.getNumExpertsAttr(),
         /*capacity=*/nullptr,
-        /*slots=*/nullptr, b.getI64IntegerAttr(*rowsBound));
+        /*slots=*/nullptr, b.getI64IntegerAttr(*rowsBound), /*part=*/nullptr);
     // Discardable attributes (a task label) stay with the op.
     for (NamedAttribute attr : old->getDiscardableAttrs())
       dispatch->setAttr(attr.getName(), attr.getValue());

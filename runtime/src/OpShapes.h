@@ -58,6 +58,10 @@ struct VarRouteShape {
   /// parallelism's order (rank g holds experts g E_l ... in order). Read
   /// when the op's tasks run, as the data is.
   const int64_t *slots = nullptr;
+  /// Token chunk `part` of `parts` (moe-token-pipeline): of the rows each
+  /// rank sends each expert, only the part-th of `parts` contiguous runs
+  /// travel (kernels::keepPart); 0 of 1: all of them.
+  int64_t part = 0, parts = 1;
 };
 
 namespace device {

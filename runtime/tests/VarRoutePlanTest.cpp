@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../src/VarRoutePlan.h"
+#include "../src/kernels/VarRouting.h"
 
 #include <gtest/gtest.h>
 
@@ -198,4 +199,36 @@ TEST(VarRoutePlan, ExpertRanksBecomeTheSlotTable) {
   EXPECT_EQ(ep::parseList("1,x", ranks),
             "expert placement: 'x' (entry 1) is not a rank (a non-negative "
             "integer)");
+}
+
+// Token chunks (kernels::keepPart): T = 4 tokens, k = 2, E = 2 experts.
+// Choices (token, choice) -> expert: (0,0)=0 (0,1)=1 (1,0)=0 (1,1)=1
+// (2,0)=0 (2,1)=1 (3,0)=1 (3,1)=0. GShard order puts every first choice
+// before any second: expert 0 gets tokens 0, 1, 2 (first) then 3 (second),
+// expert 1 gets token 3 (first) then 0, 1, 2 (second): 4 rows each. Chunk
+// j of 2 keeps rows [2j, 2j + 2) of each expert, repacked expert-major.
+TEST(VarRoutePlan, TokenChunksPartitionEveryExpertsRows) {
+  namespace k = moe_rt::kernels;
+  const std::vector<int64_t> idx = {0, 1, 0, 1, 0, 1, 1, 0};
+  std::vector<int> seen(8, 0);
+  for (int64_t part = 0; part < 2; ++part) {
+    std::vector<int64_t> counts(2), pos(8);
+    k::packedRows(4, 2, 2, idx.data(), counts.data(), pos.data());
+    k::keepPart(8, 2, idx.data(), part, 2, counts.data(), pos.data());
+    EXPECT_EQ(counts, (std::vector<int64_t>{2, 2}));
+    if (part == 0) // expert 0: tokens 0, 1; expert 1: tokens 3, 0
+      EXPECT_EQ(pos, (std::vector<int64_t>{0, 3, 1, -1, -1, -1, 2, -1}));
+    else // expert 0: tokens 2, 3; expert 1: tokens 1, 2
+      EXPECT_EQ(pos, (std::vector<int64_t>{-1, -1, -1, 2, 0, 3, -1, 1}));
+    for (int64_t i = 0; i < 8; ++i)
+      seen[i] += pos[i] >= 0;
+  }
+  // Every (token, choice) travels in exactly one chunk.
+  EXPECT_EQ(seen, std::vector<int>(8, 1));
+  // Runs of unequal length: 3 rows in 2 chunks are 1 + 2; 1 row in 4
+  // chunks leaves three empty.
+  EXPECT_EQ(k::partRange(3, 0, 2).end, 1);
+  EXPECT_EQ(k::partRange(3, 1, 2).first, 1);
+  EXPECT_EQ(k::partRange(1, 2, 4).end - k::partRange(1, 2, 4).first, 0);
+  EXPECT_EQ(k::partRange(1, 3, 4).end - k::partRange(1, 3, 4).first, 1);
 }

@@ -46,4 +46,4 @@
 // MICRO: token chunks of a micro-batched step are not supported (use moe-microbatch degree=1)
 // SCHED: moe-token-pipeline: the step is already scheduled (run it before moe-schedule)
 // ZERO: moe-token-pipeline: degree must be >= 1 and degree-bwd >= 0, got 0 and 0
-// DROPLESS: dropless routing (no capacity) has no slots to chunk: bound it first (moe-bound-dropless)
+// DROPLESS: dropless routing without a bound has nothing to chunk: give it its variable-count form (moe-variable-dropless) or a capacity (moe-bound-dropless)

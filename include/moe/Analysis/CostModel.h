@@ -20,6 +20,13 @@ namespace mlir::moe {
 
 class RoutingLoads;
 
+/// The variable-count token chunks `op` belongs to (moe-token-pipeline on a
+/// dropless layer): r of a dispatch's / combine's (or its vjp's) `part [j,
+/// r]`, of the dispatch or moe.rows_window giving an expert its rows; 1
+/// for anything else. Such a chunk moves and computes about 1/r of the
+/// layer's routed rows.
+int64_t tokenParts(Operation *op);
+
 struct TaskCost {
   double us = 0.0;
   bool communication = false;

@@ -483,6 +483,13 @@ template <> struct RuntimeCall<DispatchOp> {
   static constexpr bool exists = true;
   static constexpr StreamClass stream = StreamClass::comm;
   template <class V> static LogicalResult forward(DispatchOp op, V &v) {
+    if (op.isVariable() && op.getPart())
+      return v.call(MOE_RT_FN(moe_rt_dispatch_v_part), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
+                    v.i64((*op.getPart())[0]), v.i64((*op.getPart())[1]),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getExpertSlots()), v.out(op.getResult()),
+                    v.out(op.getRows()));
     if (op.isVariable())
       return v.call(MOE_RT_FN(moe_rt_dispatch_v), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
@@ -503,6 +510,13 @@ template <> struct RuntimeCall<DispatchOp> {
                   v.in(op.getIndices()), v.out(op.getResult()));
   }
   template <class V> static LogicalResult backward(DispatchOp op, V &v) {
+    if (op.isVariable() && op.getPart())
+      return v.call(MOE_RT_FN(moe_rt_dispatch_v_part_grad), v.stream(),
+                    v.comm(op), v.i64(op.getNumExperts()),
+                    v.i64(blockIndexOf(op)), v.i64((*op.getPart())[0]),
+                    v.i64((*op.getPart())[1]), v.in(op.getIndices()),
+                    v.in(op.getExpertSlots()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()));
     if (op.isVariable())
       return v.call(MOE_RT_FN(moe_rt_dispatch_v_grad), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
@@ -535,6 +549,13 @@ template <> struct RuntimeCall<CombineOp> {
                     v.in(op.getExpertSlots()), v.in(op.getWeights()),
                     v.in(op.getResidual()), v.in(op.getPlacement()),
                     v.out(op.getResult()));
+    if (op.getRows() && op.getPart())
+      return v.call(MOE_RT_FN(moe_rt_combine_v_part), v.stream(), v.comm(op),
+                    v.i64(op.getNumExperts()), v.i64((*op.getPart())[0]),
+                    v.i64((*op.getPart())[1]), v.in(op.getRows()),
+                    v.in(op.getInput()), v.in(op.getIndices()),
+                    v.in(op.getExpertSlots()), v.in(op.getWeights()),
+                    v.out(op.getResult()));
     if (op.getRows())
       return v.call(MOE_RT_FN(moe_rt_combine_v), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
@@ -564,6 +585,14 @@ template <> struct RuntimeCall<CombineOp> {
                     v.in(op.getResidual()), v.in(op.getPlacement()),
                     v.cotangent(op.getResult()), v.grad(op.getInput()),
                     v.grad(op.getWeights()), v.grad(op.getResidual()));
+    if (op.getRows() && op.getPart())
+      return v.call(MOE_RT_FN(moe_rt_combine_v_part_grad), v.stream(),
+                    v.comm(op), v.i64(op.getNumExperts()),
+                    v.i64((*op.getPart())[0]), v.i64((*op.getPart())[1]),
+                    v.in(op.getRows()), v.in(op.getInput()),
+                    v.in(op.getIndices()), v.in(op.getExpertSlots()),
+                    v.in(op.getWeights()), v.cotangent(op.getResult()),
+                    v.grad(op.getInput()), v.grad(op.getWeights()));
     if (op.getRows())
       return v.call(MOE_RT_FN(moe_rt_combine_v_grad), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.in(op.getRows()),
@@ -705,6 +734,32 @@ template <> struct RuntimeCall<SlotWindowOp> {
       start += width;
     }
     return success();
+  }
+};
+
+/// Variable-count token chunks re-cut (moe.rows_window): the result's rows
+/// first hold the sum of the inputs' (every (local expert, source rank)'s
+/// whole count), each forward chunk then copies the rows it shares with
+/// the window, and the rows become the window's own.
+template <> struct RuntimeCall<RowsWindowOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::compute;
+  template <class V> static LogicalResult forward(RowsWindowOp op, V &v) {
+    int64_t part = op.getPart()[0], parts = op.getPart()[1],
+            fromParts = op.getInputs().size();
+    for (auto [j, rows] : llvm::enumerate(op.getInputRows()))
+      if (failed(v.call(MOE_RT_FN(moe_rt_rows_sum), v.stream(), v.in(rows),
+                        v.out(op.getRows()), v.i64(j > 0))))
+        return failure();
+    for (auto [j, chunk] : llvm::enumerate(op.getInputs()))
+      if (failed(v.call(MOE_RT_FN(moe_rt_rows_window), v.stream(),
+                        v.i64(int64_t(j)), v.i64(fromParts), v.i64(part),
+                        v.i64(parts), v.out(op.getRows()),
+                        v.in(op.getInputRows()[j]), v.in(chunk),
+                        v.out(op.getResult()))))
+        return failure();
+    return v.call(MOE_RT_FN(moe_rt_rows_part), v.stream(), v.i64(part),
+                  v.i64(parts), v.out(op.getRows()));
   }
 };
 

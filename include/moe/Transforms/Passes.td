@@ -283,7 +283,10 @@ def MoeTokenPipeline : Pass<"moe-token-pipeline", "::mlir::ModuleOp"> {
     exactly what the unchunked one does (the combine is the sum of its
     chunks'). Chunk j is labelled `micro = j`; the backward takes its
     expert inputs from the forward chunks through `moe.slot_window` when
-    the windows differ. Token-choice routing with a capacity only.
+    the windows differ. Token-choice routing with a capacity, or the
+    variable-count form (`moe-variable-dropless`): there chunk j of r is a
+    run of each expert's rows, `moe.dispatch ... part [j, r]` (sizes from
+    the counts at run time), re-cut for the backward by `moe.rows_window`.
   }];
   let options = [
     Option<"degree", "degree", "int64_t", /*default=*/"2",

@@ -53,6 +53,11 @@ template <class OpT> static mlir::moe::RoutingShape routingShapeOf(OpT op) {
     shape.firstSlot = (*slots)[0];
     shape.slotCount = (*slots)[1];
   }
+  if (std::optional<ArrayRef<int64_t>> part = op.getPart();
+      part && part->size() == 2) {
+    shape.part = (*part)[0];
+    shape.parts = (*part)[1];
+  }
   return shape;
 }
 

@@ -591,6 +591,26 @@ static LogicalResult verifySlotWindow(Operation *op,
   return success();
 }
 
+/// `part [j, r]`: token chunk j of r of a variable-count op (`rows`), which
+/// is not also a slot window or a placing combine.
+static LogicalResult verifyTokenPart(Operation *op,
+                                     std::optional<ArrayRef<int64_t>> part,
+                                     bool variable, bool placing) {
+  if (!part)
+    return success();
+  if (!variable)
+    return op->emitOpError() << "'part' needs variable-count routing ('rows' "
+                                "and a bound; moe-variable-dropless): with a "
+                                "capacity use 'slots'";
+  if (part->size() != 2 || (*part)[1] < 1 || (*part)[0] < 0 ||
+      (*part)[0] >= (*part)[1])
+    return op->emitOpError() << "'part' must be [j, r] with 0 <= j < r";
+  if (placing)
+    return op->emitOpError() << "'part' cannot be combined with a sample "
+                                "placement ('to')";
+  return success();
+}
+
 /// `rows` of a variable-count op has one column per rank of the group.
 static LogicalResult verifyRowsOverGroup(Operation *op, Value rows,
                                          int64_t groupSize) {
@@ -633,6 +653,8 @@ LogicalResult DispatchOp::verify() {
   if (getBound().has_value() != isVariable())
     return emitOpError() << "variable-count dispatch needs both a 'bound' "
                             "and a 'rows' result";
+  if (failed(verifyTokenPart(*this, getPart(), isVariable(), false)))
+    return failure();
   if (getBound() && failed(verifyDim(*this, "result", result, 1, *getBound(),
                                      "bound R")))
     return failure();
@@ -692,7 +714,9 @@ LogicalResult CombineOp::verify() {
     return emitOpError() << "'weights' must have the shape of 'indices' ("
                          << formatShape(indices.getShape()) << "), got "
                          << formatShape(getWeights().getType().getShape());
-  if (failed(verifyPlacingCombine(*this)))
+  if (failed(verifyPlacingCombine(*this)) ||
+      failed(verifyTokenPart(*this, getPart(), static_cast<bool>(getRows()),
+                             static_cast<bool>(getPlacement()))))
     return failure();
   return verifyDim(*this, "result", result, 2, input.getDimSize(2),
                    "embedding M");
@@ -1035,6 +1059,36 @@ LogicalResult WaitEventOp::verify() {
 
 #define GET_OP_CLASSES
 #include "moe/Dialect/Moe/MoeOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// RowsWindowOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RowsWindowOp::verify() {
+  if (getInputs().empty() || getInputs().size() != getInputRows().size())
+    return emitOpError() << "needs one 'rows' per input chunk, and at least "
+                            "one chunk; got "
+                         << getInputs().size() << " chunks and "
+                         << getInputRows().size() << " rows";
+  ArrayRef<int64_t> part = getPart();
+  if (part.size() != 2 || part[1] < 1 || part[0] < 0 || part[0] >= part[1])
+    return emitOpError() << "'part' must be [i, r] with 0 <= i < r";
+  auto result = cast<ShapedType>(getResult().getType());
+  auto rows = cast<ShapedType>(getRows().getType());
+  for (Value input : getInputs())
+    if (input.getType() != result)
+      return emitOpError() << "every input chunk must have the result's type "
+                           << result << ", got " << input.getType();
+  for (Value r : getInputRows())
+    if (r.getType() != rows)
+      return emitOpError() << "every input's rows must have the 'rows' "
+                              "result's type "
+                           << rows << ", got " << r.getType();
+  if (result.getRank() != 3 || rows.getRank() != 2 ||
+      result.getDimSize(0) != rows.getDimSize(0))
+    return emitOpError() << "result must be E_l x R x M and rows E_l x G";
+  return success();
+}
 
 //===----------------------------------------------------------------------===//
 // SlotWindowOp

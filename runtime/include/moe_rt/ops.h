@@ -367,6 +367,57 @@ moe_rt_status moe_rt_combine_v_grad(
     const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
     const moe_rt_tensor *weights, const moe_rt_tensor *dout,
     moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights);
+/* Token chunks of the variable-count ops (moe-token-pipeline: FSMoE's
+ * token-level pipelining on dropless models): the calls above moving only
+ * chunk `part` of `parts`. Of the c rows a rank sends one expert (GShard
+ * order), chunk part is the run [floor(part c / parts), floor((part + 1) c /
+ * parts)); every rank cuts every expert's rows so, and `rows` is the
+ * chunk's (dispatch_v_part's result). The chunks of a partition move each
+ * routed row once, and their combines sum to the whole combine. CPU
+ * streams only; 0 <= part < parts. */
+moe_rt_status moe_rt_dispatch_v_part(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t experts, int64_t block,
+                                     int64_t part, int64_t parts,
+                                     const moe_rt_tensor *x,
+                                     const moe_rt_tensor *indices,
+                                     const moe_rt_tensor *expert_slots,
+                                     moe_rt_tensor *out, moe_rt_tensor *rows);
+moe_rt_status moe_rt_dispatch_v_part_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t block,
+    int64_t part, int64_t parts, const moe_rt_tensor *indices,
+    const moe_rt_tensor *expert_slots, const moe_rt_tensor *dout,
+    moe_rt_tensor *dx);
+moe_rt_status moe_rt_combine_v_part(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t part,
+    int64_t parts, const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, moe_rt_tensor *out);
+moe_rt_status moe_rt_combine_v_part_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t part,
+    int64_t parts, const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *dout,
+    moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights);
+/* Re-cutting variable-count token chunks (moe.rows_window: the backward's
+ * chunk `part` of `parts` from the forward's `from_parts` chunks), three
+ * local steps on a CPU stream. rows_sum: total (E_l x G) = rows, or += rows
+ * when `accumulate` (summing the forward chunks' rows gives every (local
+ * expert, source rank)'s whole count). rows_window: copies from forward
+ * chunk `from_part` (its E_l x R x M buffer `chunk` and its rows
+ * `chunk_rows`) the rows it shares with chunk `part` of `parts` into out
+ * (E_l x R' x M, packed as a dispatch_v_part result); chunk_rows must be
+ * chunk from_part of `total` (else the call fails naming the entry).
+ * rows_part: total -> chunk `part` of `parts`'s rows, in place. */
+moe_rt_status moe_rt_rows_sum(moe_rt_stream s, const moe_rt_tensor *rows,
+                              moe_rt_tensor *total, int64_t accumulate);
+moe_rt_status moe_rt_rows_window(moe_rt_stream s, int64_t from_part,
+                                 int64_t from_parts, int64_t part,
+                                 int64_t parts, const moe_rt_tensor *total,
+                                 const moe_rt_tensor *chunk_rows,
+                                 const moe_rt_tensor *chunk,
+                                 moe_rt_tensor *out);
+moe_rt_status moe_rt_rows_part(moe_rt_stream s, int64_t part, int64_t parts,
+                               moe_rt_tensor *rows);
 /* The grouped FFN of moe_rt_expert over the filled rows of x (E_l x R x M)
  * only: expert l's first sum_g rows[l][g] rows (a grouped GEMM over
  * per-expert counts); out's other rows are zero, and so are dx's. */

@@ -25,19 +25,18 @@ namespace {
 /// expert side E_l x R x M, the token side T x M, when given `rows`
 /// E_l x G (NULL only for dispatch's vjp, which has none) and the expert
 /// placement `slots` G x E_l (its values are checked when the op runs);
-/// fills `r`.
+/// fills `r`. `rowsOptional`: dispatch's vjp, which has no rows.
 Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
                 int64_t experts, int64_t block, const moe_rt_tensor *indices,
                 const moe_rt_tensor *slots, const moe_rt_tensor *expertSide,
                 const moe_rt_tensor *tokenSide, const moe_rt_tensor *rows,
-                VarRouteShape &r) {
+                VarRouteShape &r, bool rowsOptional = false) {
   Check c{call, backendOf(s)};
   c.that(s != nullptr && comm != nullptr, "NULL stream or group")
       .tensor(indices, "indices", MOE_RT_I64, 1)
       .tensor(expertSide, "the expert side", MOE_RT_F32, 3)
       .tensor(tokenSide, "the tokens", MOE_RT_F32, 1)
-      .tensor(rows, "rows", MOE_RT_I64, 2,
-              /*optional=*/std::string(call) == "moe_rt_dispatch_v_grad")
+      .tensor(rows, "rows", MOE_RT_I64, 2, rowsOptional)
       .tensor(slots, "expert_slots", MOE_RT_I64, 2, /*optional=*/true);
   if (c.status)
     return c;
@@ -69,6 +68,96 @@ Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
   return c;
 }
 
+/// A token chunk's `part` of `parts` (the *_part calls): in range, on a
+/// CPU stream; recorded in `r`.
+Check &partChecks(Check &c, moe_rt_stream s, int64_t part, int64_t parts,
+                  VarRouteShape &r) {
+  c.that(parts >= 1 && part >= 0 && part < parts,
+         "part " + std::to_string(part) + " of " + std::to_string(parts) +
+             " is not a token chunk (0 <= part < parts)")
+        .that(parts == 1 || !s || backendOf(s) != MOE_RT_CUDA,
+            "token chunks of variable-count routing run on CPU streams only");
+  r.part = part;
+  r.parts = parts;
+  return c;
+}
+
+moe_rt_status dispatchVPart(const char *call, moe_rt_stream s,
+                            moe_rt_comm comm, int64_t experts, int64_t block,
+                            int64_t part, int64_t parts,
+                            const moe_rt_tensor *x,
+                            const moe_rt_tensor *indices,
+                            const moe_rt_tensor *expert_slots,
+                            moe_rt_tensor *out, moe_rt_tensor *rows) {
+  VarRouteShape r;
+  Check c = varChecks(call, s, comm, experts, block, indices, expert_slots,
+                      out, x, rows, r);
+  if (partChecks(c, s, part, parts, r).status)
+    return c.status;
+  MOE_RT_ON_CUDA(s, cuda::dispatchV(s, comm, r, f32(x), i64(indices), f32(out),
+                                    i64(rows)));
+  return cpu::dispatchV(s, comm, r, x, indices, out, rows);
+}
+
+moe_rt_status dispatchVPartGrad(const char *call, moe_rt_stream s,
+                                moe_rt_comm comm, int64_t experts,
+                                int64_t block, int64_t part, int64_t parts,
+                                const moe_rt_tensor *indices,
+                                const moe_rt_tensor *expert_slots,
+                                const moe_rt_tensor *dout, moe_rt_tensor *dx) {
+  VarRouteShape r;
+  Check c = varChecks(call, s, comm, experts, block, indices, expert_slots,
+                      dout, dx, nullptr, r, /*rowsOptional=*/true);
+  if (partChecks(c, s, part, parts, r).status)
+    return c.status;
+  MOE_RT_ON_CUDA(
+      s, cuda::dispatchVGrad(s, comm, r, i64(indices), f32(dout), f32(dx)));
+  return cpu::dispatchVGrad(s, comm, r, indices, dout, dx);
+}
+
+moe_rt_status combineVPart(const char *call, moe_rt_stream s,
+                           moe_rt_comm comm, int64_t experts, int64_t part,
+                           int64_t parts, const moe_rt_tensor *rows,
+                           const moe_rt_tensor *expert_out,
+                           const moe_rt_tensor *indices,
+                           const moe_rt_tensor *expert_slots,
+                           const moe_rt_tensor *weights, moe_rt_tensor *out) {
+  VarRouteShape r;
+  Check c = varChecks(call, s, comm, experts, -1, indices, expert_slots,
+                      expert_out, out, rows, r);
+  c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
+  if (partChecks(c, s, part, parts, r).status)
+    return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineV(s, comm, r, i64(rows), f32(expert_out),
+                                   i64(indices), f32(weights), f32(out)));
+  return cpu::combineV(s, comm, r, rows, expert_out, indices, weights, out);
+}
+
+moe_rt_status combineVPartGrad(
+    const char *call, moe_rt_stream s, moe_rt_comm comm, int64_t experts,
+    int64_t part, int64_t parts, const moe_rt_tensor *rows,
+    const moe_rt_tensor *expert_out, const moe_rt_tensor *indices,
+    const moe_rt_tensor *expert_slots, const moe_rt_tensor *weights,
+    const moe_rt_tensor *dout, moe_rt_tensor *dexpert_out,
+    moe_rt_tensor *dweights) {
+  VarRouteShape r;
+  Check c = varChecks(call, s, comm, experts, -1, indices, expert_slots,
+                      expert_out, dout, rows, r);
+  c.tensor(weights, "weights", MOE_RT_F32)
+      .sizeOf(weights, "weights", indices)
+      .tensor(dweights, "dweights", MOE_RT_F32)
+      .sizeOf(dweights, "dweights", indices)
+      .tensor(dexpert_out, "dexpert_out", MOE_RT_F32)
+      .sizeOf(dexpert_out, "dexpert_out", expert_out);
+  if (partChecks(c, s, part, parts, r).status)
+    return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineVGrad(s, comm, r, i64(rows), f32(expert_out),
+                                       i64(indices), f32(weights), f32(dout),
+                                       f32(dexpert_out), f32(dweights)));
+  return cpu::combineVGrad(s, comm, r, rows, expert_out, indices, weights,
+                           dout, dexpert_out, dweights);
+}
+
 } // namespace
 
 extern "C" {
@@ -79,14 +168,8 @@ moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
                                 const moe_rt_tensor *indices,
                                 const moe_rt_tensor *expert_slots,
                                 moe_rt_tensor *out, moe_rt_tensor *rows) {
-  VarRouteShape r;
-  Check c = varChecks("moe_rt_dispatch_v", s, comm, experts, block, indices,
-                      expert_slots, out, x, rows, r);
-  if (c.status)
-    return c.status;
-  MOE_RT_ON_CUDA(s, cuda::dispatchV(s, comm, r, f32(x), i64(indices), f32(out),
-                                    i64(rows)));
-  return cpu::dispatchV(s, comm, r, x, indices, out, rows);
+  return dispatchVPart("moe_rt_dispatch_v", s, comm, experts, block, 0, 1, x,
+                       indices, expert_slots, out, rows);
 }
 
 moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
@@ -95,14 +178,8 @@ moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *expert_slots,
                                      const moe_rt_tensor *dout,
                                      moe_rt_tensor *dx) {
-  VarRouteShape r;
-  Check c = varChecks("moe_rt_dispatch_v_grad", s, comm, experts, block,
-                      indices, expert_slots, dout, dx, nullptr, r);
-  if (c.status)
-    return c.status;
-  MOE_RT_ON_CUDA(
-      s, cuda::dispatchVGrad(s, comm, r, i64(indices), f32(dout), f32(dx)));
-  return cpu::dispatchVGrad(s, comm, r, indices, dout, dx);
+  return dispatchVPartGrad("moe_rt_dispatch_v_grad", s, comm, experts, block,
+                           0, 1, indices, expert_slots, dout, dx);
 }
 
 moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
@@ -112,15 +189,8 @@ moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
                                const moe_rt_tensor *expert_slots,
                                const moe_rt_tensor *weights,
                                moe_rt_tensor *out) {
-  VarRouteShape r;
-  Check c = varChecks("moe_rt_combine_v", s, comm, experts, -1, indices,
-                      expert_slots, expert_out, out, rows, r);
-  c.tensor(weights, "weights", MOE_RT_F32).sizeOf(weights, "weights", indices);
-  if (c.status)
-    return c.status;
-  MOE_RT_ON_CUDA(s, cuda::combineV(s, comm, r, i64(rows), f32(expert_out),
-                                   i64(indices), f32(weights), f32(out)));
-  return cpu::combineV(s, comm, r, rows, expert_out, indices, weights, out);
+  return combineVPart("moe_rt_combine_v", s, comm, experts, 0, 1, rows,
+                      expert_out, indices, expert_slots, weights, out);
 }
 
 moe_rt_status moe_rt_combine_v_grad(
@@ -129,22 +199,113 @@ moe_rt_status moe_rt_combine_v_grad(
     const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
     const moe_rt_tensor *weights, const moe_rt_tensor *dout,
     moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights) {
-  VarRouteShape r;
-  Check c = varChecks("moe_rt_combine_v_grad", s, comm, experts, -1, indices,
-                      expert_slots, expert_out, dout, rows, r);
-  c.tensor(weights, "weights", MOE_RT_F32)
-      .sizeOf(weights, "weights", indices)
-      .tensor(dweights, "dweights", MOE_RT_F32)
-      .sizeOf(dweights, "dweights", indices)
-      .tensor(dexpert_out, "dexpert_out", MOE_RT_F32)
-      .sizeOf(dexpert_out, "dexpert_out", expert_out);
+  return combineVPartGrad("moe_rt_combine_v_grad", s, comm, experts, 0, 1,
+                          rows, expert_out, indices, expert_slots, weights,
+                          dout, dexpert_out, dweights);
+}
+
+moe_rt_status moe_rt_dispatch_v_part(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t experts, int64_t block,
+                                     int64_t part, int64_t parts,
+                                     const moe_rt_tensor *x,
+                                     const moe_rt_tensor *indices,
+                                     const moe_rt_tensor *expert_slots,
+                                     moe_rt_tensor *out, moe_rt_tensor *rows) {
+  return dispatchVPart("moe_rt_dispatch_v_part", s, comm, experts, block,
+                       part, parts, x, indices, expert_slots, out, rows);
+}
+
+moe_rt_status moe_rt_dispatch_v_part_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t block,
+    int64_t part, int64_t parts, const moe_rt_tensor *indices,
+    const moe_rt_tensor *expert_slots, const moe_rt_tensor *dout,
+    moe_rt_tensor *dx) {
+  return dispatchVPartGrad("moe_rt_dispatch_v_part_grad", s, comm, experts,
+                           block, part, parts, indices, expert_slots, dout,
+                           dx);
+}
+
+moe_rt_status moe_rt_combine_v_part(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t part,
+    int64_t parts, const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, moe_rt_tensor *out) {
+  return combineVPart("moe_rt_combine_v_part", s, comm, experts, part, parts,
+                      rows, expert_out, indices, expert_slots, weights, out);
+}
+
+moe_rt_status moe_rt_combine_v_part_grad(
+    moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t part,
+    int64_t parts, const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,
+    const moe_rt_tensor *indices, const moe_rt_tensor *expert_slots,
+    const moe_rt_tensor *weights, const moe_rt_tensor *dout,
+    moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights) {
+  return combineVPartGrad("moe_rt_combine_v_part_grad", s, comm, experts,
+                          part, parts, rows, expert_out, indices, expert_slots,
+                          weights, dout, dexpert_out, dweights);
+}
+
+moe_rt_status moe_rt_rows_sum(moe_rt_stream s, const moe_rt_tensor *rows,
+                              moe_rt_tensor *total, int64_t accumulate) {
+  Check c{"moe_rt_rows_sum", backendOf(s)};
+  c.that(s != nullptr && backendOf(s) == MOE_RT_CPU,
+         "runs on CPU streams only")
+      .tensor(rows, "rows", MOE_RT_I64, 2)
+      .tensor(total, "total", MOE_RT_I64, 2)
+      .sizeOf(total, "total", rows);
   if (c.status)
     return c.status;
-  MOE_RT_ON_CUDA(s, cuda::combineVGrad(s, comm, r, i64(rows), f32(expert_out),
-                                       i64(indices), f32(weights), f32(dout),
-                                       f32(dexpert_out), f32(dweights)));
-  return cpu::combineVGrad(s, comm, r, rows, expert_out, indices, weights,
-                           dout, dexpert_out, dweights);
+  return cpu::rowsSum(s, moe_rt_tensor_numel(rows), rows, total,
+                      accumulate != 0);
+}
+
+moe_rt_status moe_rt_rows_window(moe_rt_stream s, int64_t from_part,
+                                 int64_t from_parts, int64_t part,
+                                 int64_t parts, const moe_rt_tensor *total,
+                                 const moe_rt_tensor *chunk_rows,
+                                 const moe_rt_tensor *chunk,
+                                 moe_rt_tensor *out) {
+  Check c{"moe_rt_rows_window", backendOf(s)};
+  c.that(s != nullptr && backendOf(s) == MOE_RT_CPU,
+         "runs on CPU streams only")
+      .that(from_parts >= 1 && from_part >= 0 && from_part < from_parts &&
+                parts >= 1 && part >= 0 && part < parts,
+            "chunks must satisfy 0 <= part < parts")
+      .tensor(total, "total", MOE_RT_I64, 2)
+      .tensor(chunk_rows, "chunk_rows", MOE_RT_I64, 2)
+      .sizeOf(chunk_rows, "chunk_rows", total)
+      .tensor(chunk, "chunk", MOE_RT_F32, 3)
+      .tensor(out, "out", MOE_RT_F32, 3);
+  if (c.status)
+    return c.status;
+  cpu::RowsWindowShape w;
+  w.El = dim(total, 0);
+  w.G = dim(total, 1);
+  w.chunkRows = dim(chunk, 1);
+  w.outRows = dim(out, 1);
+  w.M = dim(chunk, 2);
+  w.fromPart = from_part;
+  w.fromParts = from_parts;
+  w.part = part;
+  w.parts = parts;
+  c.that(dim(chunk, 0) == w.El && dim(out, 0) == w.El && dim(out, 2) == w.M,
+         "chunk and out must be E_l x R x M, E_l the rows' first dimension");
+  if (c.status)
+    return c.status;
+  return cpu::rowsWindow(s, w, total, chunk_rows, chunk, out);
+}
+
+moe_rt_status moe_rt_rows_part(moe_rt_stream s, int64_t part, int64_t parts,
+                               moe_rt_tensor *rows) {
+  Check c{"moe_rt_rows_part", backendOf(s)};
+  c.that(s != nullptr && backendOf(s) == MOE_RT_CPU,
+         "runs on CPU streams only")
+      .that(parts >= 1 && part >= 0 && part < parts,
+            "chunks must satisfy 0 <= part < parts")
+      .tensor(rows, "rows", MOE_RT_I64, 2);
+  if (c.status)
+    return c.status;
+  return cpu::rowsPart(s, moe_rt_tensor_numel(rows), part, parts, rows);
 }
 
 } // extern "C"

@@ -175,6 +175,21 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm,
                            const moe_rt_tensor *weights,
                            const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
                            moe_rt_tensor *dweights);
+/// moe_rt_rows_window's sizes: E_l local experts, G source ranks, rows
+/// per expert of the forward chunk's buffer and of out, M per row; forward
+/// chunk fromPart of fromParts into chunk part of parts.
+struct RowsWindowShape {
+  int64_t El = 0, G = 0, chunkRows = 0, outRows = 0, M = 0;
+  int64_t fromPart = 0, fromParts = 1, part = 0, parts = 1;
+};
+moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const moe_rt_tensor *rows,
+                      moe_rt_tensor *total, bool accumulate);
+moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
+                         const moe_rt_tensor *total,
+                         const moe_rt_tensor *chunkRows,
+                         const moe_rt_tensor *chunk, moe_rt_tensor *out);
+moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
+                       moe_rt_tensor *rows);
 moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
                       const ExpertShape &f, const moe_rt_tensor *rows,
                       const moe_rt_tensor *x, const moe_rt_tensor *up,

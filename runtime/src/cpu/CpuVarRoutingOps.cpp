@@ -79,6 +79,9 @@ struct VarState {
       idx = physical.data();
     }
     k::packedRows(r.T, r.E, r.k, idx, mine.data(), pos.data());
+    if (r.parts > 1)
+      k::keepPart(r.T * r.k, r.E, idx, r.part, r.parts, mine.data(),
+                  pos.data());
   }
 
   /// The plans both ways from the token side's counts (mine: rows to each
@@ -289,6 +292,64 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
                               pdw);
     k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, recv, pde, false,
                          st->twoWay.gradReceived.data());
+  });
+}
+
+moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const moe_rt_tensor *rows,
+                      moe_rt_tensor *total, bool accumulate) {
+  const int64_t *pr = i64(rows);
+  int64_t *pt = i64(total);
+  return task(s, [=] {
+    for (int64_t i = 0; i < n; ++i)
+      pt[i] = (accumulate ? pt[i] : 0) + pr[i];
+  });
+}
+
+moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
+                         const moe_rt_tensor *total,
+                         const moe_rt_tensor *chunkRows,
+                         const moe_rt_tensor *chunk, moe_rt_tensor *out) {
+  const int64_t *pt = i64(total), *pc = i64(chunkRows);
+  const float *px = f32(chunk);
+  float *py = f32(out);
+  return enqueue(s, [=](std::string &message) {
+    for (int64_t l = 0; l < w.El; ++l) {
+      int64_t from = 0, to = 0; // rows into the chunk's / out's expert l
+      for (int64_t g = 0; g < w.G; ++g) {
+        int64_t c = pt[l * w.G + g], n = pc[l * w.G + g];
+        k::PartRange have = k::partRange(c, w.fromPart, w.fromParts),
+                     want = k::partRange(c, w.part, w.parts);
+        if (n != have.end - have.first || from + n > w.chunkRows ||
+            to + want.end - want.first > w.outRows) {
+          message = "moe_rt_rows_window: rows[" + std::to_string(l) + "][" +
+                    std::to_string(g) + "] = " + std::to_string(n) +
+                    " of forward chunk " + std::to_string(w.fromPart) +
+                    " is not that chunk of the total " + std::to_string(c) +
+                    " (or does not fit its buffer)";
+          return MOE_RT_INVALID_ARGUMENT;
+        }
+        int64_t lo = std::max(have.first, want.first),
+                hi = std::min(have.end, want.end);
+        if (lo < hi)
+          std::copy(px + (l * w.chunkRows + from + lo - have.first) * w.M,
+                    px + (l * w.chunkRows + from + hi - have.first) * w.M,
+                    py + (l * w.outRows + to + lo - want.first) * w.M);
+        from += n;
+        to += want.end - want.first;
+      }
+    }
+    return MOE_RT_OK;
+  });
+}
+
+moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
+                       moe_rt_tensor *rows) {
+  int64_t *pr = i64(rows);
+  return task(s, [=] {
+    for (int64_t i = 0; i < n; ++i) {
+      k::PartRange p = k::partRange(pr[i], part, parts);
+      pr[i] = p.end - p.first;
+    }
   });
 }
 

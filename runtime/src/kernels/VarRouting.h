@@ -40,13 +40,51 @@ inline void packedRows(int64_t tokens, int64_t experts, int64_t k,
     pos[i] += offset[indices[i]];
 }
 
-/// send[pos[t, j]] = x[t] (each routed row written once).
+/// Token chunk `part` of `parts` of `count` rows (moe-token-pipeline on
+/// the variable-count path): the part-th of `parts` contiguous runs, sizes
+/// differing by at most one, [first, end).
+struct PartRange {
+  int64_t first, end;
+};
+inline PartRange partRange(int64_t count, int64_t part, int64_t parts) {
+  return {part * count / parts, (part + 1) * count / parts};
+}
+
+/// Keeps token chunk `part` of `parts` of packedRows' result: of expert
+/// e's counts[e] rows (GShard order), only partRange(counts[e]); the kept
+/// rows are packed expert-major again (counts cut to the run) and every
+/// other (token, choice) gets pos -1: it does not travel in this chunk.
+/// The chunks of a partition together move every row exactly once.
+inline void keepPart(int64_t pairs, int64_t experts, const int64_t *indices,
+                     int64_t part, int64_t parts, int64_t *counts,
+                     int64_t *pos) {
+  std::vector<int64_t> offset(experts, 0), kept(experts, 0);
+  for (int64_t e = 1; e < experts; ++e)
+    offset[e] = offset[e - 1] + counts[e - 1];
+  std::vector<PartRange> range(experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    range[e] = partRange(counts[e], part, parts);
+    counts[e] = range[e].end - range[e].first;
+    if (e > 0)
+      kept[e] = kept[e - 1] + counts[e - 1];
+  }
+  for (int64_t i = 0; i < pairs; ++i) {
+    int64_t e = indices[i], slot = pos[i] - offset[e];
+    pos[i] = slot >= range[e].first && slot < range[e].end
+                 ? kept[e] + slot - range[e].first
+                 : -1;
+  }
+}
+
+/// send[pos[t, j]] = x[t] (each routed row written once; pos -1: a row
+/// of another token chunk, not sent).
 template <typename T>
 void gatherRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
                 const T *x, T *send) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j)
-      std::copy(x + t * m, x + (t + 1) * m, send + pos[t * k + j] * m);
+      if (pos[t * k + j] >= 0)
+        std::copy(x + t * m, x + (t + 1) * m, send + pos[t * k + j] * m);
 }
 
 /// Adjoint of gatherRows: dx[t] += sum over j of d[pos[t, j]].
@@ -55,6 +93,8 @@ void scatterAddRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
                     const T *d, T *dx) {
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j) {
+      if (pos[t * k + j] < 0)
+        continue;
       const T *src = d + pos[t * k + j] * m;
       for (int64_t i = 0; i < m; ++i)
         dx[t * m + i] += src[i];
@@ -68,6 +108,8 @@ void combineRows(int64_t tokens, int64_t k, int64_t m, const int64_t *pos,
   std::fill(y, y + tokens * m, T(0));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j) {
+      if (pos[t * k + j] < 0)
+        continue;
       const T *src = recv + pos[t * k + j] * m;
       T w = weights[t * k + j];
       for (int64_t i = 0; i < m; ++i)
@@ -82,17 +124,22 @@ void combineRowsBackward(int64_t tokens, int64_t k, int64_t m,
                          const int64_t *pos, const T *weights, const T *dy,
                          T *drecv) {
   for (int64_t tj = 0; tj < tokens * k; ++tj)
-    for (int64_t i = 0; i < m; ++i)
+    for (int64_t i = 0; pos[tj] >= 0 && i < m; ++i)
       drecv[pos[tj] * m + i] = weights[tj] * dy[tj / k * m + i];
 }
 
 /// Adjoint of combineRows for the weights: dweights[t, j] = <dy[t],
-/// recv[pos[t, j]]>, float products summed in double.
+/// recv[pos[t, j]]>, float products summed in double (0 for a choice of
+/// another token chunk: its row is not here).
 template <typename T>
 void combineWeightsBackward(int64_t tokens, int64_t k, int64_t m,
                             const int64_t *pos, const T *recv, const T *dy,
                             T *dweights) {
   for (int64_t tj = 0; tj < tokens * k; ++tj) {
+    if (pos[tj] < 0) {
+      dweights[tj] = T(0);
+      continue;
+    }
     const T *row = recv + pos[tj] * m, *d = dy + tj / k * m;
     double sum = 0;
     for (int64_t i = 0; i < m; ++i)
@@ -103,11 +150,11 @@ void combineWeightsBackward(int64_t tokens, int64_t k, int64_t m,
 
 /// out[i] = pos[i] + shift[g], g the rank holding the expert of pair i
 /// (E_l = `local` experts per rank): a packed row's place in a two-way
-/// exchange's buffer (varplan::TwoWayRows).
+/// exchange's buffer (varplan::TwoWayRows); -1 stays -1 (not moved).
 inline void shiftRows(int64_t pairs, int64_t local, const int64_t *indices,
                       const int64_t *pos, const int64_t *shift, int64_t *out) {
   for (int64_t i = 0; i < pairs; ++i)
-    out[i] = pos[i] + shift[indices[i] / local];
+    out[i] = pos[i] < 0 ? -1 : pos[i] + shift[indices[i] / local];
 }
 
 /// The received (source-rank-major) buffer -> E_l x bound x m, tail rows

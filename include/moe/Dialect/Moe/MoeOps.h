@@ -60,6 +60,9 @@ struct RoutingShape {
   std::optional<int64_t> capacity;
   int64_t firstSlot = 0;
   std::optional<int64_t> slotCount;
+  /// Variable-count token chunk `part` of `parts` (`part [j, r]`): moves
+  /// about 1/parts of the routed rows.
+  int64_t part = 0, parts = 1;
   bool isWindow() const { return slotCount != capacity; }
 };
 

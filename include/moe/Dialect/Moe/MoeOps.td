@@ -399,6 +399,13 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     whole capacity, so the dispatches of a partition of [0, capacity)
     together move exactly the tokens of the whole dispatch. Token choice
     only.
+
+    `part [j, r]` (token-level pipelining of the variable-count form,
+    `moe-token-pipeline` on dropless models) moves only token chunk j of r:
+    of the c rows a rank sends one expert (GShard order), the run
+    [⌊j·c/r⌋, ⌊(j+1)·c/r⌋). The sizes follow from the counts at run time;
+    `rows` is the chunk's. The r chunks together move every routed row
+    exactly once. Variable-count only, 0 <= j < r.
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
@@ -409,14 +416,15 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
     OptionalAttr<DenseI64ArrayAttr>:$slots,
-    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$bound));
+    OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$bound,
+    OptionalAttr<DenseI64ArrayAttr>:$part));
   let results = (outs Moe_FloatTensor:$result,
                       Optional<Moe_IndexTensor>:$rows);
   let assemblyFormat = [{
     $input `,` $indices `,` $counts
     (`expert_slots` `(` $expert_slots^ `)`)? `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
-    (`slots` $slots^)? (`bound` `=` $bound^)?
+    (`slots` $slots^)? (`bound` `=` $bound^)? (`part` $part^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -430,7 +438,8 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
                    "::mlir::IntegerAttr":$capacity), [{
       build($_builder, $_state, result, ::mlir::Type(), input, indices,
             counts, ::mlir::Value(), grid, axes, num_experts, capacity,
-            ::mlir::DenseI64ArrayAttr(), ::mlir::IntegerAttr());
+            ::mlir::DenseI64ArrayAttr(), ::mlir::IntegerAttr(),
+            ::mlir::DenseI64ArrayAttr());
     }]>
   ];
   let extraClassDeclaration = [{
@@ -568,14 +577,15 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
-    OptionalAttr<DenseI64ArrayAttr>:$slots));
+    OptionalAttr<DenseI64ArrayAttr>:$slots,
+    OptionalAttr<DenseI64ArrayAttr>:$part));
   let results = (outs Moe_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $indices `,` $weights `,` $counts (`rows` `(` $rows^ `)`)?
     (`residual` `(` $residual^ `)`)? (`to` `(` $placement^ `)`)?
     (`expert_slots` `(` $expert_slots^ `)`)? `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
-    (`slots` $slots^)?
+    (`slots` $slots^)? (`part` $part^)?
     attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
@@ -591,7 +601,8 @@ def Moe_CombineOp : Moe_CollectiveOp<"combine", [AttrSizedOperandSegments]> {
       build($_builder, $_state, result, input, indices, weights, counts,
             ::mlir::Value(), ::mlir::Value(), ::mlir::Value(),
             ::mlir::Value(), grid, axes,
-            num_experts, capacity, ::mlir::DenseI64ArrayAttr());
+            num_experts, capacity, ::mlir::DenseI64ArrayAttr(),
+            ::mlir::DenseI64ArrayAttr());
     }]>
   ];
 }
@@ -942,6 +953,42 @@ def Moe_SlotWindowOp : Moe_Op<"slot_window", [Pure]> {
              getGroups();
     }
   }];
+}
+
+def Moe_RowsWindowOp : Moe_Op<"rows_window",
+                                [Pure, AttrSizedOperandSegments]> {
+  let summary = "re-cut variable-count token chunks for another degree";
+  let description = [{
+    The variable-count analogue of `moe.slot_window`: token-level
+    pipelining of a dropless layer (`moe-token-pipeline`) cuts the rows
+    each rank sends each expert into r_fwd chunks (`moe.dispatch ... part
+    [j, r_fwd]`), and a backward with another degree r_bwd needs the
+    experts' input and output on its own chunks. The inputs are the r_fwd
+    forward chunks' E_l x R x M buffers, in chunk order, and their `rows`
+    (E_l x G each); the results are chunk `part = [i, r_bwd]`'s buffer,
+    packed as `moe.dispatch ... part [i, r_bwd]` packs it (local expert l's
+    rows from source rank 0, 1, ... in turn), and its `rows`. For every
+    (local expert, source rank) with c rows in all (the sum of the inputs'
+    rows), forward chunk j holds the run [⌊j·c/r_fwd⌋, ⌊(j+1)·c/r_fwd⌋)
+    and the result the run [⌊i·c/r_bwd⌋, ⌊(i+1)·c/r_bwd⌋); the sizes are
+    data, read at run time. A local copy: no communication, no arithmetic.
+
+    ```mlir
+    // r_fwd = 2, r_bwd = 4: backward chunk 1 of 4
+    %w:2 = moe.rows_window %e0, %e1 rows(%r0, %r1) part [1, 4]
+             : (tensor<2x64x16xf32>, tensor<2x64x16xf32>, tensor<2x2xi32>,
+                tensor<2x2xi32>) -> (tensor<2x64x16xf32>, tensor<2x2xi32>)
+    ```
+  }];
+  let arguments = (ins Variadic<Moe_FloatTensor>:$inputs,
+                       Variadic<Moe_IndexTensor>:$input_rows,
+                       DenseI64ArrayAttr:$part);
+  let results = (outs Moe_FloatTensor:$result, Moe_IndexTensor:$rows);
+  let assemblyFormat = [{
+    $inputs `rows` `(` $input_rows `)` `part` $part
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
 }
 
 def Moe_RecordEventOp : Moe_Op<"record_event"> {
