@@ -25,10 +25,10 @@
 #include "ParamLoading.h"
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/command_line.h"
 #include "moe_rt/expert_placement.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
-#include "moe_rt/option_values.h"
 #include "moe_rt/profile.h"
 #include "moe_rt/text_data.h"
 
@@ -78,92 +78,69 @@ struct Options {
   double timeout = 60;
 };
 
+const char *kUsage =
+    "usage: mpirun -np P moe-run STEP.mlir [--steps N] [--seed S] "
+    "[--data TEXT] [--random-weights] [--dump FILE] [--dump-inputs FILE] "
+    "[--routing-trace FILE] [--expert-placement RANKS|@FILE] "
+    "[--expert-placement-at STEP:RANKS|@FILE] [--timeout SECONDS] "
+    "[--profile] [--check-collectives first-step|every-step] "
+    "[--save-every N --checkpoint DIR] [--resume DIR]\n";
+
+/// One word of the command line into `o`; false for a word it does not
+/// know. Values are read by moe_rt/command_line.h (shared with the other
+/// tools and the generated-step driver).
+bool readOption(moe_rt::options::CommandLine &args, Options &o) {
+  std::string checks, later;
+  if (args.whole("--seed", o.seed)) {
+    o.seedGiven = true;
+    return true;
+  }
+  if (args.choice("--check-collectives", {"first-step", "every-step"},
+                  checks)) {
+    o.checkEveryStep = checks == "every-step";
+    return true;
+  }
+  if (args.text("--expert-placement-at", later)) {
+    std::string why = moe_rt::expert_placement::splitLaterMap(
+        later, o.laterPlacementStep, o.laterPlacement);
+    if (!why.empty())
+      args.fail("--expert-placement-at " + why);
+    return true;
+  }
+  if (args.flag("--profile")) {
+    o.profile = true;
+    return true;
+  }
+  if (args.flag("--random-weights")) {
+    o.randomWeights = true;
+    return true;
+  }
+  return args.count("--steps", o.steps) ||
+         args.count("--save-every", o.saveEvery) ||
+         args.seconds("--timeout", o.timeout) ||
+         args.text("--checkpoint", o.checkpointDir) ||
+         args.text("--resume", o.resumeDir) || args.text("--dump", o.dump) ||
+         args.text("--data", o.dataPath) ||
+         args.text("--routing-trace", o.routingTrace) ||
+         args.text("--expert-placement", o.expertPlacement) ||
+         args.text("--dump-inputs", o.dumpInputs) ||
+         args.positional(o.input, "input step");
+}
+
 Options parseOptions(int argc, char **argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--steps") {
-      std::string v = value();
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
-        die("--steps needs a positive integer, got '" + v + "'");
-      o.steps = int(*n);
-    } else if (a == "--seed") {
-      std::string v = value();
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n)
-        die("--seed needs a non-negative integer, got '" + v + "'");
-      o.seed = *n;
-      o.seedGiven = true;
-    } else if (a == "--save-every") {
-      std::string v = value();
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
-        die("--save-every needs a positive integer, got '" + v + "'");
-      o.saveEvery = int(*n);
-    } else if (a == "--checkpoint") {
-      o.checkpointDir = value();
-    } else if (a == "--resume") {
-      o.resumeDir = value();
-    } else if (a == "--dump") {
-      o.dump = value();
-    } else if (a == "--data") {
-      o.dataPath = value();
-    } else if (a == "--routing-trace") {
-      o.routingTrace = value();
-    } else if (a == "--expert-placement") {
-      o.expertPlacement = value();
-    } else if (a == "--expert-placement-at") {
-      std::string v = value();
-      size_t colon = v.find(':');
-      std::optional<uint64_t> n =
-          moe_rt::options::wholeNumber(v.substr(0, colon));
-      if (colon == std::string::npos || !n || *n < 2 ||
-          *n > uint64_t(INT32_MAX))
-        die("--expert-placement-at needs STEP:RANKS with STEP >= 2, got '" + v +
-            "'");
-      o.laterPlacementStep = int(*n);
-      o.laterPlacement = v.substr(colon + 1);
-    } else if (a == "--profile") {
-      o.profile = true;
-    } else if (a == "--random-weights") {
-      o.randomWeights = true;
-    } else if (a == "--dump-inputs") {
-      o.dumpInputs = value();
-    } else if (a == "--check-collectives") {
-      std::string v = value();
-      if (v != "first-step" && v != "every-step")
-        die("--check-collectives needs 'first-step' or 'every-step', got '" +
-            v + "'");
-      o.checkEveryStep = v == "every-step";
-    } else if (a == "--timeout") {
-      std::string v = value();
-      std::optional<double> t = moe_rt::options::nonNegativeNumber(v);
-      if (!t)
-        die("--timeout needs a number of seconds >= 0, got '" + v + "'");
-      o.timeout = *t;
-    } else if (a == "-h" || a == "--help") {
-      std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
-                  "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
-                  "[--dump-inputs FILE] [--routing-trace FILE] "
-                  "[--expert-placement RANKS|@FILE] "
-                  "[--expert-placement-at STEP:RANKS|@FILE] "
-                  "[--timeout SECONDS] [--profile] "
-                  "[--check-collectives first-step|every-step] "
-                  "[--save-every N --checkpoint DIR] [--resume DIR]\n");
+  moe_rt::options::CommandLine args(argc, argv);
+  while (args.next()) {
+    if (args.flag("-h") || args.flag("--help")) {
+      std::printf("%s", kUsage);
       moe_rt_mpi_finalize();
       std::exit(0);
-    } else if (!a.empty() && a[0] == '-') {
-      die("unknown argument '" + a + "'");
-    } else {
-      o.input = a;
     }
+    if (!readOption(args, o))
+      args.unknown();
   }
+  if (!args.error().empty())
+    die(args.error());
   if (o.input.empty())
     die("no input step (moe-run STEP.mlir)");
   if ((o.saveEvery > 0) != !o.checkpointDir.empty())
