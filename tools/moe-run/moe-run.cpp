@@ -307,18 +307,47 @@ void dumpInputs(Interpreter &run, const std::string &path) {
   std::fclose(f);
 }
 
-/// The mean loss over the data-parallel ranks, summed over `all` (the
-/// world) on `sync`. Both are made once, before the first step: creating a
-/// communicator is a collective without a timeout, which a rank that stops
-/// between two steps would leave the others waiting in.
-float globalLoss(Buffer &loss, int rank, int world, double timeout,
-                 moe_rt_stream sync, moe_rt_comm all) {
-  Buffer total = loss;
-  if (moe_rt_all_reduce(sync, all, total.view(), 0, -1) != MOE_RT_OK ||
-      moe_rt_stream_synchronize(sync, timeout) != MOE_RT_OK)
-    die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
-  return total.f[0] / world;
-}
+/// What the ranks sum between steps (the loss, the checkpoint vote): the
+/// world's communicator and a pool stream, made once before the first
+/// step: creating a communicator is a collective without a timeout, which
+/// a rank that stops between two steps would leave the others waiting in.
+struct WorldSum {
+  int rank, world;
+  double timeout;
+  moe_rt_stream stream = nullptr;
+  moe_rt_comm all = nullptr;
+
+  WorldSum(int rank, int world, double timeout)
+      : rank(rank), world(world), timeout(timeout) {
+    if (moe_rt_stream_create_pool(&stream) != MOE_RT_OK ||
+        moe_rt_comm_create_world(timeout, 0, &all) != MOE_RT_OK)
+      die(moe_rt_last_error());
+  }
+  ~WorldSum() {
+    moe_rt_stream_destroy(stream);
+    moe_rt_comm_destroy(all);
+  }
+  WorldSum(const WorldSum &) = delete;
+  WorldSum &operator=(const WorldSum &) = delete;
+
+  /// The first value of `b` summed over the world.
+  float sum(Buffer b) {
+    if (moe_rt_all_reduce(stream, all, b.view(), 0, -1) != MOE_RT_OK ||
+        moe_rt_stream_synchronize(stream, timeout) != MOE_RT_OK)
+      die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
+    return b.f[0];
+  }
+  /// The mean loss over the data-parallel ranks.
+  float meanLoss(const Buffer &loss) { return sum(loss) / world; }
+  /// Whether every rank is `ok`: checkpoint writes agree through it, so a
+  /// rank that failed makes every rank stop with an error, none commits
+  /// alone.
+  bool everyRank(bool ok) {
+    Buffer flag;
+    flag.f = {ok ? 1.0f : 0.0f};
+    return sum(flag) == float(world);
+  }
+};
 
 void dumpResults(Interpreter &run, const std::string &path) {
   FILE *f = std::fopen(path.c_str(), "w");
@@ -370,6 +399,82 @@ void endRoutingStep(moe_rt_routing_log *log, int s, int rank) {
     std::fprintf(stderr, "step %d %s\n", s, placement);
 }
 
+/// The resumed run's state (--resume), checked against --seed; none
+/// without --resume.
+std::optional<moe_rt::checkpoint::RankState>
+resumedState(FunctionOpInterface step, const Options &o, int rank, int world) {
+  if (o.resumeDir.empty())
+    return std::nullopt;
+  Interpreter probe(step, {rank, world, o.seed, o.timeout});
+  llvm::Expected<moe_rt::checkpoint::RankState> state =
+      run::readCheckpoint(probe, o.resumeDir);
+  if (!state)
+    die(llvm::toString(state.takeError()));
+  if (o.seedGiven && o.seed != state->counters.seed)
+    die("--seed " + std::to_string(o.seed) +
+        " differs from the resumed "
+        "run's seed " +
+        std::to_string(state->counters.seed));
+  return std::move(*state);
+}
+
+/// --expert-placement's slot table and --expert-placement-at's (empty
+/// when not given).
+struct Placements {
+  int64_t groups = 0;
+  std::vector<int64_t> slots, later;
+};
+
+Placements placementsOf(FunctionOpInterface step, const Options &o) {
+  Placements p;
+  if (!o.expertPlacement.empty())
+    p.slots = placementOrDie(step, o.expertPlacement, p.groups);
+  if (!o.laterPlacement.empty())
+    p.later = placementOrDie(step, o.laterPlacement, p.groups);
+  return p;
+}
+
+/// The arguments' first values: from the parameters' sources or the seed,
+/// then the checkpoint's over them when resuming; rank 0 says which.
+void startArguments(
+    Interpreter &run, const Options &o,
+    const std::optional<moe_rt::checkpoint::RankState> &resumed) {
+  int fromSource = initArguments(run, !o.randomWeights, o.input);
+  bool talk = run.options().rank == 0;
+  if (resumed) {
+    run::restoreCheckpoint(run, *resumed);
+    if (talk)
+      std::fprintf(stderr, "moe-run: resumed from '%s' after step %llu\n",
+                   o.resumeDir.c_str(),
+                   (unsigned long long)resumed->counters.step);
+  } else if (talk && fromSource) {
+    std::fprintf(stderr,
+                 "moe-run: %d parameters start from their ONNX source\n",
+                 fromSource);
+  }
+}
+
+/// --data's text, whole.
+std::string readText(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    die("cannot read --data '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Rank 0's line for step `s` (the `i`th of this run's `steps`): the loss
+/// on stdout; with more than one step the progress on stderr, so that the
+/// numbers stay parseable.
+void printStep(int s, int i, int steps, float loss,
+               std::chrono::steady_clock::time_point began) {
+  std::chrono::duration<double> elapsed =
+      std::chrono::steady_clock::now() - began;
+  std::printf("step %d loss %.6f\n", s, loss);
+  if (steps > 1)
+    std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i, steps,
+                 elapsed.count() / i, elapsed.count() / i * (steps - i));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -388,112 +493,65 @@ int main(int argc, char **argv) {
   auto [rank, world] = rankAndWorld(o.timeout);
   // A resumed run continues the checkpoint's counters: its update count,
   // data position and noise seed.
-  moe_rt::checkpoint::Counters start{0, 0, o.seed};
-  std::optional<moe_rt::checkpoint::RankState> resumed;
-  if (!o.resumeDir.empty()) {
-    Interpreter probe(loaded->func, {rank, world, o.seed, o.timeout});
-    llvm::Expected<moe_rt::checkpoint::RankState> state =
-        run::readCheckpoint(probe, o.resumeDir);
-    if (!state)
-      die(llvm::toString(state.takeError()));
-    if (o.seedGiven && o.seed != state->counters.seed)
-      die("--seed " + std::to_string(o.seed) + " differs from the resumed "
-          "run's seed " + std::to_string(state->counters.seed));
-    start = state->counters;
-    resumed = std::move(*state);
-  }
+  std::optional<moe_rt::checkpoint::RankState> resumed =
+      resumedState(loaded->func, o, rank, world);
+  moe_rt::checkpoint::Counters start =
+      resumed ? resumed->counters : moe_rt::checkpoint::Counters{0, 0, o.seed};
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  int64_t groups = 0;
-  std::vector<int64_t> slots, laterSlots;
-  if (!o.expertPlacement.empty())
-    slots = placementOrDie(loaded->func, o.expertPlacement, groups);
-  if (!o.laterPlacement.empty())
-    laterSlots = placementOrDie(loaded->func, o.laterPlacement, groups);
-  setLogPlacement(log, slots, groups);
+  Placements placed = placementsOf(loaded->func, o);
+  setLogPlacement(log, placed.slots, placed.groups);
   Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log,
-                                 o.checkEveryStep, slots});
+                                 o.checkEveryStep, placed.slots});
   check(run.prepare());
-  int fromSource = initArguments(run, !o.randomWeights, o.input);
-  if (resumed) {
-    run::restoreCheckpoint(run, *resumed);
-    if (rank == 0)
-      std::fprintf(stderr, "moe-run: resumed from '%s' after step %llu\n",
-                   o.resumeDir.c_str(), (unsigned long long)start.step);
-  } else if (rank == 0 && fromSource) {
-    std::fprintf(stderr,
-                 "moe-run: %d parameters start from their ONNX source\n",
-                 fromSource);
-  }
+  startArguments(run, o, resumed);
   // The data position counts samples over all ranks (text_data.h): a run
   // resumed on another grid continues from the checkpoint's sample.
   uint64_t position = start.dataPosition;
   int64_t samples = samplesPerRank(run);
-  std::string text;
-  if (!o.dataPath.empty()) {
-    std::ifstream in(o.dataPath, std::ios::binary);
-    if (!in)
-      die("cannot read --data '" + o.dataPath + "'");
-    text.assign(std::istreambuf_iterator<char>(in), {});
+  std::string text = o.dataPath.empty() ? "" : readText(o.dataPath);
+  if (!text.empty())
     loadText(run, text, position);
-  }
   if (!o.dumpInputs.empty())
     dumpInputs(run, o.dumpInputs + ".rank" + std::to_string(rank));
 
-  moe_rt_stream sync;
-  moe_rt_comm all;
-  if (moe_rt_stream_create_pool(&sync) != MOE_RT_OK ||
-      moe_rt_comm_create_world(o.timeout, 0, &all) != MOE_RT_OK)
-    die(moe_rt_last_error());
-  // Per-op-class and per-stream time of each step on stderr
-  // (moe_rt/profile.h, docs/tools/moe-run.md).
-  moe_rt_profile_enable(o.profile);
-  auto began = std::chrono::steady_clock::now();
-  // Checkpoint writes agree through a sum over the world: a rank that
-  // failed makes every rank stop with an error, none commits alone.
-  auto agree = [&](bool ok) {
-    Buffer flag;
-    flag.f = {ok ? 1.0f : 0.0f};
-    if (moe_rt_all_reduce(sync, all, flag.view(), 0, -1) != MOE_RT_OK ||
-        moe_rt_stream_synchronize(sync, o.timeout) != MOE_RT_OK)
-      die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
-    return flag.f[0] == float(world);
-  };
-  for (int i = 1; i <= o.steps; ++i) {
-    int s = int(start.step) + i; // the update count, across resumes
-    if (!text.empty() && i > 1)
-      loadText(run, text, position);
-    // A new expert placement: the experts' weights and optimizer state
-    // move first, then the step routes by it.
-    if (!laterSlots.empty() && s == o.laterPlacementStep) {
-      check(run::migrateExperts(run, slots, laterSlots, groups, sync, all));
-      slots = laterSlots;
-      run.setExpertSlots(slots);
-      setLogPlacement(log, slots, groups);
-    }
-    moe_rt_profile_step_begin();
-    check(run.run(s));
-    moe_rt_profile_step_end(stderr, rank, s);
-    endRoutingStep(log, s, rank);
-    float loss =
-        globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);
-    if (rank == 0) {
-      std::chrono::duration<double> elapsed =
-          std::chrono::steady_clock::now() - began;
-      std::printf("step %d loss %.6f\n", s, loss);
-      if (o.steps > 1) // progress on stderr, the numbers stay parseable
-        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i,
-                     o.steps, elapsed.count() / i,
-                     elapsed.count() / i * (o.steps - i));
-    }
-    std::fflush(stdout);
-    run.advance();
-    position = moe_rt::text_data::advance(position, world, samples);
-    if (o.saveEvery && s % o.saveEvery == 0) {
-      moe_rt::checkpoint::Counters at{uint64_t(s), position, start.seed};
-      check(run::saveCheckpoint(run, o.checkpointDir, at, agree));
+  {
+    // Destroyed (its communicator freed) before MPI is finalized.
+    WorldSum sums(rank, world, o.timeout);
+    // Per-op-class and per-stream time of each step on stderr
+    // (moe_rt/profile.h, docs/tools/moe-run.md).
+    moe_rt_profile_enable(o.profile);
+    auto began = std::chrono::steady_clock::now();
+    for (int i = 1; i <= o.steps; ++i) {
+      int s = int(start.step) + i; // the update count, across resumes
+      if (!text.empty() && i > 1)
+        loadText(run, text, position);
+      // A new expert placement: the experts' weights and optimizer state
+      // move first, then the step routes by it.
+      if (!placed.later.empty() && s == o.laterPlacementStep) {
+        check(run::migrateExperts(run, placed.slots, placed.later,
+                                  placed.groups, sums.stream, sums.all));
+        placed.slots = placed.later;
+        run.setExpertSlots(placed.slots);
+        setLogPlacement(log, placed.slots, placed.groups);
+      }
+      moe_rt_profile_step_begin();
+      check(run.run(s));
+      moe_rt_profile_step_end(stderr, rank, s);
+      endRoutingStep(log, s, rank);
+      float loss = sums.meanLoss(*run.results()[0].second);
       if (rank == 0)
-        std::fprintf(stderr, "moe-run: checkpoint of step %d in '%s'\n", s,
-                     o.checkpointDir.c_str());
+        printStep(s, i, o.steps, loss, began);
+      std::fflush(stdout);
+      run.advance();
+      position = moe_rt::text_data::advance(position, world, samples);
+      if (o.saveEvery && s % o.saveEvery == 0) {
+        moe_rt::checkpoint::Counters at{uint64_t(s), position, start.seed};
+        check(run::saveCheckpoint(run, o.checkpointDir, at,
+                                  [&](bool ok) { return sums.everyRank(ok); }));
+        if (rank == 0)
+          std::fprintf(stderr, "moe-run: checkpoint of step %d in '%s'\n", s,
+                       o.checkpointDir.c_str());
+      }
     }
   }
   if (!o.dump.empty())
@@ -501,8 +559,6 @@ int main(int argc, char **argv) {
   if (log && moe_rt_routing_log_close(log) != MOE_RT_OK)
     die(moe_rt_last_error());
   moe_rt_routing_log_destroy(log);
-  moe_rt_stream_destroy(sync);
-  moe_rt_comm_destroy(all);
   moe_rt_mpi_finalize();
   return 0;
 }
