@@ -83,6 +83,64 @@ Options parseOptions(int argc, char **argv) {
   return o;
 }
 
+/// The number of ranks to write: the grid's (the generated step refuses
+/// any other); --world-size is for a step without one, or a check.
+int64_t worldOf(FunctionOpInterface step, uint64_t worldSize) {
+  int64_t grid = run::gridSize(step);
+  if (grid && worldSize && uint64_t(grid) != worldSize)
+    die("--world-size " + std::to_string(worldSize) +
+        " but the step's grid has " + std::to_string(grid) + " ranks");
+  int64_t world = grid ? grid : int64_t(worldSize);
+  if (world < 1)
+    die("the step names no grid; give --world-size");
+  return world;
+}
+
+/// --expert-placement's slot table; empty without one.
+std::vector<int64_t> slotsOf(FunctionOpInterface step,
+                             const std::string &placement) {
+  if (placement.empty())
+    return {};
+  int64_t groups = 0;
+  auto table = run::expertSlotsOf(step, placement, groups);
+  if (!table)
+    die("--expert-placement: " + llvm::toString(table.takeError()));
+  return std::move(*table);
+}
+
+/// Every rank's parameters into `f` (the header written); returns how
+/// many of rank 0's came from their moe.source, or the error.
+llvm::Expected<int> writeRanks(std::FILE *f, FunctionOpInterface step,
+                               int64_t world, const std::vector<int64_t> &slots,
+                               const Options &o) {
+  frontend::WeightLoader weights;
+  // As moe-run: relative moe.source files are also looked up next to the
+  // step's IR.
+  StringRef dir = llvm::sys::path::parent_path(o.input);
+  weights.setFallbackDirectory(dir.empty() ? "." : dir);
+  int fromSource = 0;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    moe_rt::params_file::writeRank(f, static_cast<int>(rank));
+    for (BlockArgument arg : step.getFunctionBody().front().getArguments()) {
+      if (!run::isParameter(step, arg))
+        continue;
+      auto values =
+          run::initialValues(step, arg, static_cast<int>(rank), o.seed,
+                             o.randomWeights ? nullptr : &weights, slots);
+      if (!values)
+        return values.takeError();
+      if (values->isInt)
+        return llvm::createStringError(
+            "parameter '" + run::argumentName(step, arg) +
+            "' is an integer tensor; parameter files hold float32 values");
+      moe_rt::params_file::writeTensor(f, run::argumentName(step, arg),
+                                       values->shape, values->f.data());
+      fromSource += rank == 0 && values->fromSource;
+    }
+  }
+  return fromSource;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -94,37 +152,10 @@ int main(int argc, char **argv) {
   if (!loaded)
     die(llvm::toString(loaded.takeError()));
   FunctionOpInterface step = loaded->func;
-
-  // The grid fixes the number of ranks (the generated step refuses any
-  // other); --world-size is for a step without one, or a check.
-  int64_t grid = run::gridSize(step);
-  if (grid && o.worldSize && uint64_t(grid) != o.worldSize)
-    die("--world-size " + std::to_string(o.worldSize) +
-        " but the step's grid "
-        "has " +
-        std::to_string(grid) + " ranks");
-  int64_t world = grid ? grid : int64_t(o.worldSize);
-  if (world < 1)
-    die("the step names no grid; give --world-size");
-
-  std::vector<int64_t> slots;
-  if (!o.placement.empty()) {
-    int64_t groups = 0;
-    auto table = run::expertSlotsOf(step, o.placement, groups);
-    if (!table)
-      die("--expert-placement: " + llvm::toString(table.takeError()));
-    slots = std::move(*table);
-  }
-
-  frontend::WeightLoader weights;
-  // As moe-run: relative moe.source files are also looked up next to the
-  // step's IR.
-  StringRef dir = llvm::sys::path::parent_path(o.input);
-  weights.setFallbackDirectory(dir.empty() ? "." : dir);
-
-  Block &entry = step.getFunctionBody().front();
+  int64_t world = worldOf(step, o.worldSize);
+  std::vector<int64_t> slots = slotsOf(step, o.placement);
   int parameters = 0;
-  for (BlockArgument arg : entry.getArguments())
+  for (BlockArgument arg : step.getFunctionBody().front().getArguments())
     parameters += run::isParameter(step, arg);
 
   // Written to a temporary and renamed: a failed export leaves no file for
@@ -134,30 +165,11 @@ int main(int argc, char **argv) {
   if (!f)
     die("cannot write '" + tmp + "'");
   moe_rt::params_file::writeHeader(f, static_cast<int>(world), parameters);
-  int fromSource = 0;
-  for (int64_t rank = 0; rank < world; ++rank) {
-    moe_rt::params_file::writeRank(f, static_cast<int>(rank));
-    for (BlockArgument arg : entry.getArguments()) {
-      if (!run::isParameter(step, arg))
-        continue;
-      auto values =
-          run::initialValues(step, arg, static_cast<int>(rank), o.seed,
-                             o.randomWeights ? nullptr : &weights, slots);
-      if (!values) {
-        std::fclose(f);
-        std::remove(tmp.c_str());
-        die(llvm::toString(values.takeError()));
-      }
-      if (values->isInt) {
-        std::fclose(f);
-        std::remove(tmp.c_str());
-        die("parameter '" + run::argumentName(step, arg) +
-            "' is an integer tensor; parameter files hold float32 values");
-      }
-      moe_rt::params_file::writeTensor(f, run::argumentName(step, arg),
-                                       values->shape, values->f.data());
-      fromSource += rank == 0 && values->fromSource;
-    }
+  llvm::Expected<int> fromSource = writeRanks(f, step, world, slots, o);
+  if (!fromSource) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    die(llvm::toString(fromSource.takeError()));
   }
   bool ok = !std::ferror(f);
   ok &= std::fclose(f) == 0;
@@ -170,7 +182,7 @@ int main(int argc, char **argv) {
   std::fprintf(stderr,
                "moe-export-params: %d parameters x %lld ranks (%d from their "
                "ONNX source) -> %s\n",
-               parameters, static_cast<long long>(world), fromSource,
+               parameters, static_cast<long long>(world), *fromSource,
                o.output.c_str());
   return 0;
 }
