@@ -57,8 +57,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/expert_placement.h"
 #include "moe_rt/command_line.h"
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/text_data.h"
 
 #include <chrono>
@@ -197,7 +197,7 @@ std::string expertSlotsOf(moe_step *s, const std::string &option,
     return "";
   }
   return option + ": the step has no expert placement input "
-         "(schedule it with expert-placement=1)";
+                  "(schedule it with expert-placement=1)";
 }
 
 /// The command line (every flag takes a value; see the top of this file).
@@ -239,8 +239,7 @@ static bool readOption(moe_rt::options::CommandLine &args, Options &o) {
          args.text("--checkpoint", o.checkpoint) || // the save directory
          args.text("--resume", o.resume) ||
          args.count("--save-every", o.saveEvery) ||
-         args.count("--steps", o.steps) ||
-         args.seconds("--timeout", o.timeout);
+         args.count("--steps", o.steps) || args.seconds("--timeout", o.timeout);
 }
 
 /// The options; `error` is "" or what is wrong with them.
@@ -264,6 +263,69 @@ static Options parseOptions(int argc, char **argv, std::string &error) {
     error = "--data needs the initial parameters: --params FILE (the "
             "parameter file moe_compile_model writes)";
   return o;
+}
+
+/// --expert-placement's map set on the step, --expert-placement-at's
+/// read into `later`; "" or why not.
+static std::string setPlacements(moe_step *s, const Options &o,
+                                 std::vector<int64_t> &later) {
+  if (o.placement.empty())
+    return "";
+  std::vector<int64_t> slots;
+  std::string error =
+      expertSlotsOf(s, "--expert-placement", o.placement, slots);
+  if (error.empty() && !o.laterPlacement.empty())
+    error = expertSlotsOf(s, "--expert-placement-at", o.laterPlacement, later);
+  if (error.empty())
+    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
+  return error;
+}
+
+/// --data's step arguments into `args`, and a text long enough for one
+/// window; "" or why not.
+static std::string checkText(moe_step *s, const std::string &text,
+                             TextArguments &args) {
+  std::string error = findTextArguments(s, args);
+  if (!error.empty())
+    return error;
+  int64_t len = moe_step_argument_tensor(s, args.tokens)->shape[1];
+  if (moe_rt::text_data::windows(text, len) < 1)
+    return "--data: " + moe_rt::text_data::shortTextError(len);
+  return "";
+}
+
+/// Every argument from --inputs (this rank's file, `rank` its suffix),
+/// then the parameters from the build-time file; token ids / labels come
+/// from --inputs or --data.
+static void loadArguments(moe_step *s, const Options &o,
+                          const std::string &rank) {
+  if (!o.inputs.empty())
+    moe_step_load_inputs(s, (o.inputs + rank).c_str());
+  if (o.params.empty())
+    return;
+  moe_step_load_params(s, o.params.c_str());
+  if (moe_step_rank(s) == 0) {
+    int n = 0;
+    for (int i = 0; i < moe_step_num_arguments(s); ++i)
+      n += moe_step_argument_name(s, i) != nullptr;
+    std::fprintf(stderr, "codegen-driver: %d parameters from '%s'\n", n,
+                 o.params.c_str());
+  }
+}
+
+/// Rank 0's lines after step `step` (the `i`th of `steps`), as moe-run's:
+/// the loss on stdout, the routing balance and the progress on stderr.
+static void printStep(moe_step *s, int step, int i, int steps, double loss,
+                      std::chrono::steady_clock::time_point began) {
+  std::printf("step %d loss %.6f\n", step, loss);
+  if (*moe_step_routing_balance(s))
+    std::fprintf(stderr, "%s\n", moe_step_routing_balance(s));
+  if (steps > 1) { // as moe-run: progress on stderr, stdout parseable
+    std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - began;
+    std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i, steps,
+                 elapsed.count() / i, elapsed.count() / i * (steps - i));
+  }
 }
 
 int main(int argc, char **argv) {
@@ -308,42 +370,14 @@ int main(int argc, char **argv) {
     moe_step_set_gate_seed(s, *o.seed);
   if (!o.routingTrace.empty())
     moe_step_set_routing_trace(s, o.routingTrace.c_str());
-  std::vector<int64_t> slots, laterSlots;
-  if (!o.placement.empty()) {
-    std::string error = expertSlotsOf(s, "--expert-placement", o.placement,
-                                      slots);
-    if (error.empty() && !o.laterPlacement.empty())
-      error = expertSlotsOf(s, "--expert-placement-at", o.laterPlacement,
-                            laterSlots);
-    if (!error.empty())
-      return stop(s, error);
-    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
-  }
+  std::vector<int64_t> laterSlots;
   TextArguments textArgs;
-  if (!o.data.empty()) {
-    std::string error = findTextArguments(s, textArgs);
-    if (error.empty()) {
-      int64_t len = moe_step_argument_tensor(s, textArgs.tokens)->shape[1];
-      if (moe_rt::text_data::windows(text, len) < 1)
-        error = "--data: " + moe_rt::text_data::shortTextError(len);
-    }
-    if (!error.empty())
-      return stop(s, error);
-  }
-  if (!o.inputs.empty())
-    moe_step_load_inputs(s, (o.inputs + rank).c_str());
-  // Parameters from the build-time file; token ids / labels from --inputs
-  // or --data.
-  if (!o.params.empty()) {
-    moe_step_load_params(s, o.params.c_str());
-    if (moe_step_rank(s) == 0) {
-      int n = 0;
-      for (int i = 0; i < moe_step_num_arguments(s); ++i)
-        n += moe_step_argument_name(s, i) != nullptr;
-      std::fprintf(stderr, "codegen-driver: %d parameters from '%s'\n", n,
-                   o.params.c_str());
-    }
-  }
+  std::string error = setPlacements(s, o, laterSlots);
+  if (error.empty() && !o.data.empty())
+    error = checkText(s, text, textArgs);
+  if (!error.empty())
+    return stop(s, error);
+  loadArguments(s, o, rank);
   // A resumed run continues the checkpoint's update count, seed and data
   // position (samples over all ranks: moe_rt/text_data.h), on any grid.
   int done = 0;
@@ -371,22 +405,12 @@ int main(int argc, char **argv) {
                                 int64_t(laterSlots.size()));
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);
-    if (moe_step_rank(s) == 0) {
-      std::printf("step %d loss %.6f\n", step, loss);
-      if (*moe_step_routing_balance(s))
-        std::fprintf(stderr, "%s\n", moe_step_routing_balance(s));
-      if (o.steps > 1) { // as moe-run: progress on stderr, stdout parseable
-        std::chrono::duration<double> elapsed =
-            std::chrono::steady_clock::now() - start;
-        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i,
-                     o.steps, elapsed.count() / i,
-                     elapsed.count() / i * (o.steps - i));
-      }
-    }
+    if (moe_step_rank(s) == 0)
+      printStep(s, step, i, o.steps, loss, start);
     std::fflush(stdout);
     moe_step_advance(s);
-    position = moe_rt::text_data::advance(position, moe_step_world_size(s),
-                                          samples);
+    position =
+        moe_rt::text_data::advance(position, moe_step_world_size(s), samples);
     if (o.saveEvery && step % o.saveEvery == 0)
       moe_step_save_checkpoint(s, o.checkpoint.c_str(), position);
   }
