@@ -19,11 +19,11 @@ namespace {
 
 using moe_rt::options::CommandLine;
 
-/// A small tool: --steps N, --seed S, --timeout T, --mode a|b, -o FILE,
-/// --verbose, one positional input.
+/// A small tool: --steps N, --seed S, --iters N in [1, 100], --timeout T,
+/// --mode a|b, -o FILE, --verbose, one positional input.
 struct Tool {
   int steps = 1;
-  uint64_t seed = 7;
+  uint64_t seed = 7, iters = 10;
   double timeout = 60;
   std::string mode, output, input;
   bool verbose = false;
@@ -37,8 +37,8 @@ std::string parse(std::vector<std::string> words, Tool &t) {
   while (args.next()) {
     if (args.flag("--verbose"))
       t.verbose = true;
-    else if (!args.count("--steps", t.steps) &&
-             !args.whole("--seed", t.seed) &&
+    else if (!args.count("--steps", t.steps) && !args.whole("--seed", t.seed) &&
+             !args.integer("--iters", 1, 100, t.iters) &&
              !args.seconds("--timeout", t.timeout) &&
              !args.choice("--mode", {"a", "b"}, t.mode) &&
              !args.text("-o", t.output) && !args.positional(t.input, "input"))
@@ -49,10 +49,11 @@ std::string parse(std::vector<std::string> words, Tool &t) {
 
 TEST(CommandLine, ReadsEveryKind) {
   Tool t;
-  EXPECT_EQ(parse({"in.mlir", "--steps", "3", "--seed", "0", "--timeout",
-                   "1.5", "--mode", "b", "-o", "out", "--verbose"},
+  EXPECT_EQ(parse({"in.mlir", "--steps", "3", "--seed", "0", "--iters", "100",
+                   "--timeout", "1.5", "--mode", "b", "-o", "out", "--verbose"},
                   t),
             "");
+  EXPECT_EQ(t.iters, 100u);
   EXPECT_EQ(t.input, "in.mlir");
   EXPECT_EQ(t.steps, 3);
   EXPECT_EQ(t.seed, 0u);
@@ -84,6 +85,8 @@ TEST(CommandLine, RefusalsNameTheFlagAndTheWord) {
        "--timeout needs a number of seconds >= 0, got 'abc'"},
       {{"--timeout", "-1"},
        "--timeout needs a number of seconds >= 0, got '-1'"},
+      {{"--iters", "0"}, "--iters needs an integer in [1, 100], got '0'"},
+      {{"--iters", "101"}, "--iters needs an integer in [1, 100], got '101'"},
       {{"--mode", "c"}, "--mode needs 'a' or 'b', got 'c'"},
       {{"-o"}, "-o needs a value"},
       {{"--steps"}, "--steps needs a value"},
@@ -112,13 +115,28 @@ TEST(CommandLine, DashIsAFileAndAValueMayLookLikeAFlag) {
   EXPECT_FALSE(t.verbose);
 }
 
+TEST(CommandLine, AFlagStaysTheWordWhileItsValueIsRead) {
+  char tool[] = "tool", flag[] = "-o", value[] = "out";
+  char *argv[] = {tool, flag, value};
+  CommandLine args(3, argv);
+  std::string out;
+  ASSERT_TRUE(args.next());
+  EXPECT_TRUE(args.text("-o", out));
+  EXPECT_EQ(args.word(), "-o");
+  EXPECT_EQ(out, "out");
+  EXPECT_FALSE(args.next());
+}
+
 /// Random command lines from flags, values and junk: the reader never
 /// crashes, and every error names a word of the command line (the flag,
 /// the value or the unknown argument).
 TEST(CommandLine, RandomCommandLinesFailNamingAWord) {
-  const char *pool[] = {"--steps", "--seed", "--timeout", "--mode", "-o",
-                        "--verbose", "3", "0", "-1", "x", "", "a", "1e400",
-                        "--", "-", "in.mlir", "18446744073709551616"};
+  const char *pool[] = {"--steps",   "--seed",  "--iters",
+                        "--timeout", "--mode",  "-o",
+                        "--verbose", "3",       "0",
+                        "-1",        "x",       "",
+                        "a",         "1e400",   "--",
+                        "-",         "in.mlir", "18446744073709551616"};
   std::mt19937 rng(5);
   for (int round = 0; round < 2000; ++round) {
     std::vector<std::string> words(rng() % 6);
@@ -147,8 +165,7 @@ TEST(ExpertPlacement, SplitsALaterMap) {
   EXPECT_EQ(map, "@f:x");
   for (const char *bad : {"1:1,0", "x:1,0", "2", ":1,0", "-2:1,0"})
     EXPECT_EQ(moe_rt::expert_placement::splitLaterMap(bad, step, map),
-              "needs STEP:RANKS with STEP >= 2, got '" + std::string(bad) +
-                  "'")
+              "needs STEP:RANKS with STEP >= 2, got '" + std::string(bad) + "'")
         << bad;
 }
 

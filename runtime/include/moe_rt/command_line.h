@@ -42,13 +42,13 @@ public:
 
   /// Moves to the next word; false at the end or once an error is recorded.
   bool next() {
-    if (!failure.empty() || at >= words.size())
+    if (!failure.empty() || ahead >= words.size())
       return false;
-    ++at;
+    at = ahead++;
     return true;
   }
-  /// The current word.
-  const std::string &word() const { return words[at - 1]; }
+  /// The current word (a flag stays current while its value is read).
+  const std::string &word() const { return words[at]; }
 
   /// A flag without a value.
   bool flag(const char *name) const { return word() == name; }
@@ -57,10 +57,10 @@ public:
   bool text(const char *name, std::string &out) {
     if (word() != name)
       return false;
-    if (at >= words.size())
+    if (ahead >= words.size())
       fail(word() + " needs a value");
     else
-      out = words[at++];
+      out = words[ahead++];
     return true;
   }
 
@@ -86,6 +86,22 @@ public:
       out = *n;
     else
       refuse(name, "a non-negative integer", v);
+    return true;
+  }
+
+  /// `name N`, N a whole number in [lo, hi] (a size, a repetition count).
+  bool integer(const char *name, uint64_t lo, uint64_t hi, uint64_t &out) {
+    std::string v;
+    if (!text(name, v))
+      return false;
+    std::optional<uint64_t> n = wholeNumber(v);
+    if (n && *n >= lo && *n <= hi)
+      out = *n;
+    else
+      refuse(name,
+             "an integer in [" + std::to_string(lo) + ", " +
+                 std::to_string(hi) + "]",
+             v);
     return true;
   }
 
@@ -151,7 +167,7 @@ private:
   }
 
   std::vector<std::string> words;
-  size_t at = 0; // the current word is words[at - 1]
+  size_t at = 0, ahead = 0; // the current word, the next one
   std::string failure;
 };
 
