@@ -66,43 +66,25 @@ public:
 
   /// `name N`, N a whole number >= 1 that fits an int (steps, intervals).
   bool count(const char *name, int &out) {
-    std::string v;
-    if (!text(name, v))
+    uint64_t n = 0;
+    if (!ranged(name, 1, INT32_MAX, "a positive integer", n))
       return false;
-    std::optional<uint64_t> n = wholeNumber(v);
-    if (n && *n >= 1 && *n <= uint64_t(INT32_MAX))
-      out = int(*n);
-    else
-      refuse(name, "a positive integer", v);
+    if (n) // 0: refused
+      out = int(n);
     return true;
   }
 
   /// `name N`, N a whole number >= 0 (a seed, a size).
   bool whole(const char *name, uint64_t &out) {
-    std::string v;
-    if (!text(name, v))
-      return false;
-    if (std::optional<uint64_t> n = wholeNumber(v))
-      out = *n;
-    else
-      refuse(name, "a non-negative integer", v);
-    return true;
+    return ranged(name, 0, UINT64_MAX, "a non-negative integer", out);
   }
 
   /// `name N`, N a whole number in [lo, hi] (a size, a repetition count).
   bool integer(const char *name, uint64_t lo, uint64_t hi, uint64_t &out) {
-    std::string v;
-    if (!text(name, v))
-      return false;
-    std::optional<uint64_t> n = wholeNumber(v);
-    if (n && *n >= lo && *n <= hi)
-      out = *n;
-    else
-      refuse(name,
-             "an integer in [" + std::to_string(lo) + ", " +
-                 std::to_string(hi) + "]",
-             v);
-    return true;
+    return ranged(name, lo, hi,
+                  "an integer in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "]",
+                  out);
   }
 
   /// `name S`, S a finite number of seconds >= 0.
@@ -160,6 +142,20 @@ public:
   const std::string &error() const { return failure; }
 
 private:
+  /// `name N`, N whole in [lo, hi] into `out`; else refused as not `what`.
+  bool ranged(const char *name, uint64_t lo, uint64_t hi,
+              const std::string &what, uint64_t &out) {
+    std::string v;
+    if (!text(name, v))
+      return false;
+    std::optional<uint64_t> n = wholeNumber(v);
+    if (n && *n >= lo && *n <= hi)
+      out = *n;
+    else
+      refuse(name, what, v);
+    return true;
+  }
+
   /// A value that is not what `name` takes (a missing value was refused
   /// already: fail keeps the first error).
   void refuse(const char *name, const std::string &what, const std::string &v) {
