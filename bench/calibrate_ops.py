@@ -15,8 +15,15 @@ and that ratio is the class's scale. It is a property of the runtime's
 kernel on this machine and this model's shapes, measured once and applied
 to every policy -- not fitted per policy.
 
+With --copies N, N copies of the one-rank step run at once and their
+classes are averaged: an emulated cluster places its N ranks on this
+machine, where they share its cores, caches and memory bandwidth (the
+attention's forward on `large` takes 6 ms alone, 8-11 ms beside a second
+copy), and a kernel timed alone would be faster than in the step.
+
     python3 bench/calibrate_ops.py --build build --model STEP_1RANK.mlir \\
         --profile measured.json -o calibrated.json [--steps 8] [--data FILE]
+        [--copies N]
 
 STEP_1RANK.mlir: the model scheduled vanilla for a 1 x 1 grid.
 """
@@ -34,30 +41,39 @@ import tempfile
 MIN_MODELLED_US = 5.0
 
 
-def measured_classes(moe_run, step, steps, data, env):
-    """Per op class: the median over steps (after 2) of its measured us."""
+def measured_classes(moe_run, step, steps, data, env, copies=1):
+    """Per op class: the median over steps (after 2) of its measured us,
+    averaged over `copies` runs made at the same time (one per rank the
+    cluster places on this machine: they share its cores, caches and
+    memory bandwidth as the ranks of a step do)."""
     cmd = [moe_run, step, "--steps", str(steps), "--profile"]
     if data:
         cmd += ["--data", data]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                       timeout=600)
-    if p.returncode:
-        sys.exit(f"error: {' '.join(cmd)} exited {p.returncode}:\n"
-                 f"{p.stderr[-2000:]}")
-    per_step = collections.defaultdict(dict)
+    runs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env) for _ in range(copies)]
+    outputs = [(p, *p.communicate(timeout=600)) for p in runs]
     pat = re.compile(r"^profile rank 0 step (\d+) op (\S+) tasks \d+ us (\d+)")
-    for line in p.stderr.splitlines():
-        m = pat.match(line)
-        if m and int(m.group(1)) >= 2:
-            per_step[m.group(2)][int(m.group(1))] = float(m.group(3))
-    if not per_step:
-        sys.exit(f"error: {' '.join(cmd)} printed no profile lines for "
-                 f"steps >= 2 (--steps {steps} too few?)")
-    med = {}
-    for cls, by_step in per_step.items():
-        v = sorted(by_step.values())
-        med[cls] = v[len(v) // 2]
-    return med
+    per_copy = []
+    for p, _, err in outputs:
+        if p.returncode:
+            sys.exit(f"error: {' '.join(cmd)} exited {p.returncode}:\n"
+                     f"{err[-2000:]}")
+        per_step = collections.defaultdict(dict)
+        for line in err.splitlines():
+            m = pat.match(line)
+            if m and int(m.group(1)) >= 2:
+                per_step[m.group(2)][int(m.group(1))] = float(m.group(3))
+        if not per_step:
+            sys.exit(f"error: {' '.join(cmd)} printed no profile lines for "
+                     f"steps >= 2 (--steps {steps} too few?)")
+        med = {}
+        for cls, by_step in per_step.items():
+            v = sorted(by_step.values())
+            med[cls] = v[len(v) // 2]
+        per_copy.append(med)
+    classes = set().union(*per_copy)
+    return {cls: sum(m.get(cls, 0.0) for m in per_copy) / copies
+            for cls in classes}
 
 
 def modelled_classes(moe_opt, step, profile, tmp):
@@ -87,9 +103,10 @@ def modelled_classes(moe_opt, step, profile, tmp):
 
 
 def calibrate(moe_run, moe_opt, step, profile, out, steps=8, data=None,
-              log=None):
+              log=None, copies=1):
     """Writes `profile` plus the measured op_scale to `out`; returns the
-    scales {class: (measured us, modelled us, scale)}."""
+    scales {class: (measured us, modelled us, scale)}. `copies`: how many
+    copies of the one-rank step run at once (measured_classes)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     with open(profile) as f:
         prof = json.load(f)
@@ -101,7 +118,7 @@ def calibrate(moe_run, moe_opt, step, profile, out, steps=8, data=None,
         with open(base, "w") as f:
             json.dump({k: v for k, v in prof.items()
                        if k not in ("comm_cpu_share", "comm_stretch")}, f)
-        measured = measured_classes(moe_run, step, steps, data, env)
+        measured = measured_classes(moe_run, step, steps, data, env, copies)
         modelled, comm = modelled_classes(moe_opt, step, base, tmp)
     rows, scales = {}, {}
     for cls, model_us in sorted(modelled.items()):
@@ -115,7 +132,8 @@ def calibrate(moe_run, moe_opt, step, profile, out, steps=8, data=None,
     with open(out, "w") as f:
         json.dump(prof, f, indent=2)
     if log:
-        log("| op class | measured us (1 rank) | modelled us | scale |")
+        log(f"| op class | measured us (1 rank, {copies} at once) | "
+            "modelled us | scale |")
         log("|---|---|---|---|")
         for cls, (m, s, k) in sorted(rows.items(), key=lambda r: -r[1][0]):
             log(f"| {cls} | {m:.0f} | {s:.0f} | {k:.2f} |")
@@ -132,12 +150,18 @@ def main():
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--data")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="copies of the step run at once: the ranks the "
+                         "cluster places on this machine (default 1)")
     args = ap.parse_args()
     if args.steps < 4:
         ap.error("--steps must be at least 4 (the first 2 are warm-up)")
+    if args.copies < 1:
+        ap.error("--copies must be at least 1")
     calibrate(os.path.join(args.build, "bin", "moe-run"),
               os.path.join(args.build, "bin", "moe-opt"), args.model,
-              args.profile, args.output, args.steps, args.data, log=print)
+              args.profile, args.output, args.steps, args.data, log=print,
+              copies=args.copies)
     return 0
 
 

@@ -176,9 +176,11 @@ class Bench:
         log(f"\n{model.name}: op classes measured on one rank (moe-run "
             "--profile, compute only) against the cost model on the "
             "profile above: the profile's op_scale for this model\n")
+        # One copy per rank of the cluster: its ranks share this machine.
         calibrate_ops.calibrate(self.moe_run, self.moe_opt, step,
                                 self.profile_path, self.model_profile,
-                                data=cl.TEXT if model.text else None, log=log)
+                                data=cl.TEXT if model.text else None, log=log,
+                                copies=self.cluster.ranks)
 
     def schedule(self, out, mlir, policy, i):
         fill = {"chunk": self.args.chunk, "profile": self.model_profile,
@@ -337,7 +339,8 @@ class Bench:
         with open(self.plain_profile, "w") as f:
             json.dump({k: v for k, v in prof.items()
                        if k not in ("comm_cpu_share", "comm_stretch",
-                                    "op_scale")}, f)
+                                    "op_scale", "runtime_collective_scale")},
+                      f)
         return prof, report
 
 

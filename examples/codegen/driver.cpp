@@ -9,8 +9,8 @@
 //                               [--timeout SECONDS] [--params FILE]
 //                               [--backend cpu|cuda] [--seed S]
 //                               [--routing-trace FILE]
-//                               [--expert-placement RANKS|@FILE]
-//                               [--expert-placement-at STEP:RANKS|@FILE]
+//                               [--expert-placement [BLOCK=]RANKS|@FILE]...
+//                               [--expert-placement-at STEP:[BLOCK=]RANKS]...
 //   mpirun -np P codegen-driver --data TEXT --params FILE [--steps N] ...
 //
 // --inputs PREFIX reads every argument from what `moe-run --dump-inputs`
@@ -32,13 +32,16 @@
 // --seed S is moe-run's --seed for the noise of noisy_topk gates
 // (moe_step_set_gate_seed); parameters come from --params / --inputs.
 //
-// --expert-placement RANKS|@FILE (expert -> rank, as moe-run's option) sets
-// the expert placement of a step scheduled with expert-placement=1
+// --expert-placement [BLOCK=]RANKS|@FILE (expert -> rank of every block, or
+// of block BLOCK; repeatable; as moe-run's option) sets the expert
+// placement of a step scheduled with expert-placement=1
 // (moe_step_set_expert_slots); --inputs from moe-run with the same option
-// hold the parameters in that layout. --expert-placement-at STEP:RANKS
-// (STEP >= 2, as moe-run's option) changes it before step STEP: the step
-// moves every expert weight and its optimizer state first
-// (moe_step_set_expert_slots).
+// hold the parameters in that layout. --expert-placement-at
+// STEP:[BLOCK=]RANKS (STEP >= 2, repeatable, as moe-run's option) changes
+// it before step STEP: the step moves the changed blocks' expert weights
+// and optimizer state first (moe_step_set_expert_slots). A resumed run
+// continues under the checkpoint's placement (moe_step_resume); an
+// --expert-placement must then name the same.
 //
 // --routing-trace FILE records the routing trace of a step scheduled with
 // routing statistics (moe_step_set_routing_trace), as moe-run's option;
@@ -61,11 +64,13 @@
 #include "moe_rt/expert_placement.h"
 #include "moe_rt/text_data.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,8 +93,8 @@ static int usage(const char *message) {
                "(--inputs PREFIX | --data TEXT --params FILE) [--dump PREFIX] "
                "[--steps N] [--timeout S] [--params FILE] "
                "[--backend cpu|cuda] [--seed S] [--routing-trace FILE] "
-               "[--expert-placement RANKS|@FILE] "
-               "[--expert-placement-at STEP:RANKS|@FILE] "
+               "[--expert-placement [BLOCK=]RANKS|@FILE]... "
+               "[--expert-placement-at STEP:[BLOCK=]RANKS|@FILE]... "
                "[--save-every N --checkpoint DIR] [--resume DIR]\n",
                message);
   moe_rt_mpi_finalize();
@@ -171,40 +176,51 @@ static int stop(moe_step *s, const std::string &message) {
   return 1;
 }
 
-/// `option`'s expert -> rank ("1,0,1,0" or @FILE) as the slot table of
-/// the step input `expert_slots` (G x S); "" or why not.
-std::string expertSlotsOf(moe_step *s, const std::string &option,
-                          std::string text, std::vector<int64_t> &slots) {
+/// Applies `option`'s maps (expert -> rank for every block, or
+/// BLOCK=RANKS, or @FILE; moe_rt/expert_placement.h's applySpec) to
+/// `placement` for the step's expert_slots.<block> inputs; "" or why not.
+std::string applyPlacement(moe_step *s, const std::string &option,
+                           const std::vector<std::string> &maps,
+                           moe_rt::expert_placement::Placement &placement) {
   namespace ep = moe_rt::expert_placement;
+  std::map<int64_t, ep::BlockShape> shapes;
   for (int i = 0; i < moe_step_num_arguments(s); ++i) {
     const char *name = moe_step_argument_name(s, i);
-    if (!name || std::string(name) != "expert_slots")
+    int64_t block = name ? ep::blockOfSlotsInput(name) : -1;
+    if (block < 0)
       continue;
-    if (text[0] == '@') {
+    moe_rt_tensor *t = moe_step_argument_tensor(s, i);
+    shapes[block] = {t->shape[0], t->shape[0] * t->shape[1]};
+  }
+  if (shapes.empty())
+    return option + ": the step has no expert placement input "
+           "(schedule it with expert-placement=1)";
+  for (std::string text : maps) {
+    if (!text.empty() && text[0] == '@') {
       std::ifstream in(text.substr(1));
       if (!in)
         return option + ": cannot read '" + text.substr(1) + "'";
       text.assign(std::istreambuf_iterator<char>(in), {});
     }
-    moe_rt_tensor *t = moe_step_argument_tensor(s, i);
-    std::vector<int64_t> ranks;
-    std::string why = ep::parseList(text, ranks);
-    if (why.empty())
-      why = ep::slotsFromRanks(ranks, t->shape[0] * t->shape[1], t->shape[0],
-                               slots);
-    if (!why.empty())
+    if (std::string why = ep::applySpec(text, shapes, placement); !why.empty())
       return option + ": " + why;
-    return "";
   }
-  return option + ": the step has no expert placement input "
-                  "(schedule it with expert-placement=1)";
+  return "";
+}
+
+/// Hands every table of `placement` to the step.
+static void setPlacement(moe_step *s,
+                  const moe_rt::expert_placement::Placement &placement) {
+  for (const auto &[block, table] : placement)
+    moe_step_set_expert_slots(s, block, table.data(), int64_t(table.size()));
 }
 
 /// The command line (every flag takes a value; see the top of this file).
 struct Options {
-  std::string inputs, dump, params, data, routingTrace, checkpoint, resume,
-      placement, laterPlacement;
-  int steps = 1, saveEvery = 0, laterStep = 0;
+  std::string inputs, dump, params, data, routingTrace, checkpoint, resume;
+  std::vector<std::string> placement; // --expert-placement, in order
+  std::vector<std::pair<int, std::string>> laterPlacement; // STEP, map
+  int steps = 1, saveEvery = 0;
   double timeout = 60;
   std::optional<uint64_t> seed; // moe-run's default when absent
   moe_rt_backend backend = MOE_RT_CPU;
@@ -217,10 +233,14 @@ static bool readOption(moe_rt::options::CommandLine &args, Options &o) {
   std::string later, backend;
   uint64_t seed = 0;
   if (args.text("--expert-placement-at", later)) {
-    std::string why = moe_rt::expert_placement::splitLaterMap(
-        later, o.laterStep, o.laterPlacement);
+    int step = 0;
+    std::string map;
+    std::string why =
+        moe_rt::expert_placement::splitLaterMap(later, step, map);
     if (!why.empty())
       args.fail("--expert-placement-at " + why);
+    else
+      o.laterPlacement.emplace_back(step, map);
     return true;
   }
   if (args.choice("--backend", {"cpu", "cuda"}, backend)) {
@@ -234,7 +254,7 @@ static bool readOption(moe_rt::options::CommandLine &args, Options &o) {
   return args.text("--inputs", o.inputs) || args.text("--dump", o.dump) ||
          args.text("--params", o.params) || // moe_compile_model's file
          args.text("--data", o.data) ||
-         args.text("--expert-placement", o.placement) ||
+         args.repeated("--expert-placement", o.placement) ||
          args.text("--routing-trace", o.routingTrace) ||
          args.text("--checkpoint", o.checkpoint) || // the save directory
          args.text("--resume", o.resume) ||
@@ -255,7 +275,8 @@ static Options parseOptions(int argc, char **argv, std::string &error) {
   if (o.data.empty() && o.inputs.empty())
     error = "--inputs is required (write them with moe-run --dump-inputs), "
             "or --data TEXT with --params FILE";
-  else if (!o.laterPlacement.empty() && o.placement.empty())
+  else if (!o.laterPlacement.empty() && o.placement.empty() &&
+           o.resume.empty())
     error = "--expert-placement-at needs a first map (--expert-placement)";
   else if ((o.saveEvery > 0) != !o.checkpoint.empty())
     error = "--save-every N and --checkpoint DIR go together";
@@ -265,20 +286,50 @@ static Options parseOptions(int argc, char **argv, std::string &error) {
   return o;
 }
 
-/// --expert-placement's map set on the step, --expert-placement-at's
-/// read into `later`; "" or why not.
-static std::string setPlacements(moe_step *s, const Options &o,
-                                 std::vector<int64_t> &later) {
+/// --expert-placement's maps set on the step; "" or why not.
+static std::string setPlacements(moe_step *s, const Options &o) {
   if (o.placement.empty())
     return "";
-  std::vector<int64_t> slots;
+  moe_rt::expert_placement::Placement slots;
   std::string error =
-      expertSlotsOf(s, "--expert-placement", o.placement, slots);
-  if (error.empty() && !o.laterPlacement.empty())
-    error = expertSlotsOf(s, "--expert-placement-at", o.laterPlacement, later);
+      applyPlacement(s, "--expert-placement", o.placement, slots);
   if (error.empty())
-    moe_step_set_expert_slots(s, slots.data(), int64_t(slots.size()));
+    setPlacement(s, slots);
   return error;
+}
+
+/// --expert-placement-at's maps, as moe-run's: each on top of the one
+/// before, in step order (`o`'s are sorted), the first on top of the
+/// placement in force (a resumed checkpoint's); "" or why not.
+static std::string
+laterPlacements(moe_step *s, Options &o,
+                std::vector<moe_rt::expert_placement::Placement> &later) {
+  std::stable_sort(o.laterPlacement.begin(), o.laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  for (size_t k = 0; k < o.laterPlacement.size(); ++k) {
+    if (later.empty()) {
+      later.emplace_back();
+      for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+        const char *name = moe_step_argument_name(s, i);
+        int64_t block =
+            name ? moe_rt::expert_placement::blockOfSlotsInput(name) : -1;
+        std::vector<int64_t> t(size_t(
+            block < 0 ? 0 : moe_step_expert_slots(s, block, nullptr, 0)));
+        if (!t.empty()) {
+          moe_step_expert_slots(s, block, t.data(), int64_t(t.size()));
+          later.back()[block] = std::move(t);
+        }
+      }
+    } else {
+      later.push_back(later.back());
+    }
+    std::string error = applyPlacement(s, "--expert-placement-at",
+                                       {o.laterPlacement[k].second},
+                                       later.back());
+    if (!error.empty())
+      return error;
+  }
+  return "";
 }
 
 /// --data's step arguments into `args`, and a text long enough for one
@@ -370,9 +421,8 @@ int main(int argc, char **argv) {
     moe_step_set_gate_seed(s, *o.seed);
   if (!o.routingTrace.empty())
     moe_step_set_routing_trace(s, o.routingTrace.c_str());
-  std::vector<int64_t> laterSlots;
   TextArguments textArgs;
-  std::string error = setPlacements(s, o, laterSlots);
+  std::string error = setPlacements(s, o);
   if (error.empty() && !o.data.empty())
     error = checkText(s, text, textArgs);
   if (!error.empty())
@@ -389,6 +439,10 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "codegen-driver: resumed from '%s' after step %d\n",
                    o.resume.c_str(), done);
   }
+  std::vector<moe_rt::expert_placement::Placement> later;
+  error = laterPlacements(s, o, later);
+  if (!error.empty())
+    return stop(s, error);
   // Samples a rank reads per step (the token ids' first dimension).
   int64_t samples =
       o.data.empty() ? 0 : moe_step_argument_tensor(s, textArgs.tokens)->shape[0];
@@ -400,9 +454,9 @@ int main(int argc, char **argv) {
       if (!error.empty()) // checked above; a failed host copy lands here
         return stop(s, error);
     }
-    if (step == o.laterStep) // the step moves the experts first
-      moe_step_set_expert_slots(s, laterSlots.data(),
-                                int64_t(laterSlots.size()));
+    for (size_t k = 0; k < later.size(); ++k)
+      if (step == o.laterPlacement[k].first) // the step moves the experts first
+        setPlacement(s, later[k]);
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);
     if (moe_step_rank(s) == 0)

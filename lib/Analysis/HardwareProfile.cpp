@@ -15,6 +15,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Regex.h"
 
+#include <algorithm>
 #include <cmath>
 
 using namespace mlir;
@@ -31,6 +32,10 @@ struct Preset {
 const Preset presets[] = {
 #include "moe/Analysis/ProfilePresets.inc"
 };
+
+/// The collectives' JSON names, in CollectiveKind order.
+const llvm::StringRef kCollectiveNames[] = {"all_to_all", "all_reduce",
+                                            "all_gather", "reduce_scatter"};
 
 class Reader {
 public:
@@ -130,7 +135,7 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
                       {"name", "description", "mesh", "launch_us",
                        "backward_factor", "compute", "collectives",
                        "op_scale", "comm_cpu_share", "comm_stretch",
-                       "collective_latency_us"}))
+                       "collective_latency_us", "runtime_collective_scale"}))
     return std::move(e);
 
   HardwareProfile p;
@@ -190,6 +195,64 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     if (!latency)
       return latency.takeError();
     p.collectiveLatencyUs = *latency;
+  }
+  if (root->get("runtime_collective_scale")) {
+    auto scales = r.object(*root, "runtime_collective_scale", "(profile)");
+    if (!scales)
+      return scales.takeError();
+    if (auto e = r.keys(**scales, "runtime_collective_scale",
+                        {"all_to_all", "all_reduce", "all_gather",
+                         "reduce_scatter"}))
+      return std::move(e);
+    for (auto [i, kind] : llvm::enumerate(kCollectiveNames)) {
+      if (!(*scales)->get(kind))
+        continue;
+      std::string here = ("runtime_collective_scale." + kind).str();
+      // A number: one ratio for every size; else the measured sizes.
+      ScaleBySize &table = p.runtimeCollectiveScale[i];
+      if ((*scales)->get(kind)->getAsNumber()) {
+        auto scale =
+            r.number(**scales, kind, "runtime_collective_scale", true);
+        if (!scale)
+          return scale.takeError();
+        table.bytes = {1};
+        table.scale = {*scale};
+      } else {
+        const Object *o = (*scales)->get(kind)->getAsObject();
+        if (!o)
+          return r.error(here, "must be a number or {\"bytes\": [...], "
+                               "\"scale\": [...]}");
+        if (auto e = r.keys(*o, here, {"bytes", "scale"}))
+          return std::move(e);
+        for (auto [key, out] :
+             {std::pair<llvm::StringRef, std::vector<double> *>{
+                  "bytes", &table.bytes},
+              {"scale", &table.scale}}) {
+          const llvm::json::Array *a = o->getArray(key);
+          if (!a || a->empty())
+            return r.error(here + "." + key,
+                           "must be a non-empty array of numbers");
+          for (const llvm::json::Value &v : *a) {
+            std::optional<double> d = v.getAsNumber();
+            if (!d || !std::isfinite(*d) || *d <= 0)
+              return r.error(here + "." + key,
+                             "must hold positive finite numbers");
+            out->push_back(*d);
+          }
+        }
+        if (table.bytes.size() != table.scale.size())
+          return r.error(here, "'bytes' and 'scale' must have one entry "
+                               "each per measured size");
+        for (size_t j = 1; j < table.bytes.size(); ++j)
+          if (table.bytes[j] <= table.bytes[j - 1])
+            return r.error(here + ".bytes", "must increase");
+      }
+      // moe-profile clamps its ratio to [0.1, 10]; outside that is a typo
+      // or a stalled rank, not a measurement.
+      for (double scale : table.scale)
+        if (scale < 0.1 || scale > 10)
+          return r.error(here, "must be between 0.1 and 10");
+    }
   }
   if (root->get("op_scale")) {
     auto scales = r.object(*root, "op_scale", "(profile)");
@@ -258,6 +321,18 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     }
   }
   return p;
+}
+
+double HardwareProfile::ScaleBySize::at(double n) const {
+  if (bytes.empty())
+    return 1.0;
+  if (n <= bytes.front())
+    return scale.front();
+  if (n >= bytes.back())
+    return scale.back();
+  size_t j = std::upper_bound(bytes.begin(), bytes.end(), n) - bytes.begin();
+  double t = std::log2(n / bytes[j - 1]) / std::log2(bytes[j] / bytes[j - 1]);
+  return scale[j - 1] + t * (scale[j] - scale[j - 1]);
 }
 
 double HardwareProfile::opScaleOf(llvm::StringRef opClass) const {
@@ -332,5 +407,15 @@ std::string HardwareProfile::toJson() const {
     root["comm_stretch"] = commStretch;
   if (collectiveLatencyUs > 0)
     root["collective_latency_us"] = collectiveLatencyUs;
+  llvm::json::Object runtimeScales;
+  for (auto [i, kind] : llvm::enumerate(kCollectiveNames)) {
+    const ScaleBySize &table = runtimeCollectiveScale[i];
+    if (!table.bytes.empty())
+      runtimeScales[kind] = llvm::json::Object{
+          {"bytes", llvm::json::Array(table.bytes)},
+          {"scale", llvm::json::Array(table.scale)}};
+  }
+  if (!runtimeScales.empty())
+    root["runtime_collective_scale"] = std::move(runtimeScales);
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(root)));
 }

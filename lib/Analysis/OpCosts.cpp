@@ -45,12 +45,16 @@ double mlir::moe::collectiveUs(const HardwareProfile &profile,
     return 0;
   // What the runtime adds to every collective over the α–β fit (measured).
   double latency = profile.collectiveLatencyUs;
+  // The runtime's non-blocking collective against what the latency and the
+  // fit of MPI's blocking one give (measured).
+  double scale = profile.runtimeScaleOf(kind, bytes);
   if (kind != CollectiveKind::AllToAll)
-    return latency + (link == Link::Inter ? model.inter : model.intra).time(bytes);
+    return scale * (latency + (link == Link::Inter ? model.inter : model.intra)
+                                  .time(bytes));
   // The intra- and inter-node shares of the traffic run concurrently.
   double intraShare = double(perNode - 1) / size;
   double interShare = double(size - perNode) / size;
   double intra = intraShare > 0 ? model.intra.time(bytes * intraShare) : 0;
   double inter = interShare > 0 ? model.inter.time(bytes * interShare) : 0;
-  return latency + std::max(intra, inter);
+  return scale * (latency + std::max(intra, inter));
 }

@@ -110,6 +110,25 @@ bool mlir::moe::target::isExpertArgument(FunctionOpInterface step,
   });
 }
 
+int64_t mlir::moe::target::expertBlock(FunctionOpInterface step,
+                                       BlockArgument arg) {
+  Value param = roleOf(step, arg) == ArgRole::state ? ownerParameter(arg)
+                                                    : Value(arg);
+  for (Operation *u : param.getUsers()) {
+    Operation *expert = u;
+    if (auto vjp = dyn_cast<VjpOp>(u))
+      expert = vjp.getForwardOp();
+    if (!expert || !isa<ExpertOp>(expert))
+      continue;
+    // The forward op, or the vjp, carries the task.
+    for (Operation *op : {u, expert})
+      if (auto task = op->getAttrOfType<TaskAttr>(MoeDialect::getTaskAttrName()))
+        if (task.getBlock() >= 0)
+          return task.getBlock();
+  }
+  return -1;
+}
+
 moe_rt::checkpoint::Manifest
 mlir::moe::target::checkpointManifest(FunctionOpInterface step,
                                       moe_rt::checkpoint::Counters counters) {
@@ -135,6 +154,8 @@ mlir::moe::target::checkpointManifest(FunctionOpInterface step,
                                                  : ckpt::Role::state;
     e.layout = isExpertArgument(step, arg) ? ckpt::Layout::experts
                                            : ckpt::Layout::replicated;
+    if (e.layout == ckpt::Layout::experts)
+      e.block = expertBlock(step, arg);
     auto type = cast<RankedTensorType>(arg.getType());
     e.localShape.assign(type.getShape().begin(), type.getShape().end());
     m.tensors.push_back(std::move(e));

@@ -127,6 +127,18 @@ TEST(CommandLine, AFlagStaysTheWordWhileItsValueIsRead) {
   EXPECT_FALSE(args.next());
 }
 
+TEST(CommandLine, RepeatedKeepsEveryValueInOrder) {
+  char tool[] = "tool", flag[] = "-m", a[] = "0=1,0", b[] = "1=0,1";
+  char *argv[] = {tool, flag, a, flag, b, flag};
+  CommandLine args(6, argv);
+  std::vector<std::string> maps;
+  while (args.next())
+    if (!args.repeated("-m", maps))
+      args.unknown();
+  EXPECT_EQ(maps, (std::vector<std::string>{"0=1,0", "1=0,1"}));
+  EXPECT_EQ(args.error(), "-m needs a value");
+}
+
 /// Random command lines from flags, values and junk: the reader never
 /// crashes, and every error names a word of the command line (the flag,
 /// the value or the unknown argument).

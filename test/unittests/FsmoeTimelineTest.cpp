@@ -250,6 +250,53 @@ TEST(FsmoeTimeline, NoSliceStartsBeforeItsGradientExists) {
   }
 }
 
+TEST(FsmoeTimeline, BackwardDegreeSeesTheModelParallelCollectives) {
+  // FSMoE's planner sees MP's all-gather and reduce-scatter where its
+  // model puts them: in the dense part's overlappable time (§5.2
+  // t_olp,dense; tools/optim.py measure_others adds t_ag + t_rs of B L M
+  // to the dense time), which decides how much gradient is left for the
+  // MoE window and so Algorithm 1's t_gar and r_bwd. They are not terms of
+  // Algorithm 1's cases: the MP reduce-scatter ends before the gate and
+  // the MP all-gather starts after the inverse order, so neither shares
+  // the MoE layer's window (docs/fsmoe-reproduction.md).
+  //
+  // One steady-state layer; its MoE (kA2aBound in both phases): with
+  // slice t, r = 1 takes 46.5 (t <= 12.5) or 34 + t, r = 2 takes 42
+  // (t <= 6) or 36 + t, r = 4 and 8 more; t_olp,moe at r = 2 is
+  // t_ag + t_rs = 6. Attention 5 us forward (10 backward), no gate or
+  // order; gradient 2500 B, t_ar(n) = 1 + 0.01 n.
+  auto plan = [](double mpUs) {
+    FsmoeStack st;
+    st.layer.forward = kA2aBound;
+    st.layer.backward = kA2aBound;
+    st.layer.attentionUs = 5;
+    st.layer.mpAllGatherUs = st.layer.mpReduceScatterUs = mpUs;
+    st.layer.gradientBytes = 2500;
+    st.layer.gradientAllReduce = {1, 0.01};
+    st.steadyState = true;
+    std::vector<GradientWindow> w = backwardWindows(st);
+    EXPECT_DOUBLE_EQ(w[0].denseUs, mpUs);      // MP all-gather'
+    EXPECT_DOUBLE_EQ(w[2].denseUs, 10 + mpUs); // attention' + MP RS'
+    return planStep(st, LayerSchedule::Fsmoe);
+  };
+  // Without MP: 500 B beside the MoE, 900 beside the attention, 1100 left;
+  // all 1600 in the MoE window (t = 17, r = 1: 51) beats the greedy
+  // (r = 2: 42, + t_ar(1100) = 12 after the pass).
+  StepPlan alone = plan(0);
+  EXPECT_EQ(alone.backwardDegree, std::vector<int64_t>{1});
+  EXPECT_NEAR(alone.sliceBytes[1], 1600, 1e-6);
+  EXPECT_NEAR(alone.sliceBytes[2], 900, 1e-6);
+  // MP's 5.5 us collectives: 450 B beside the all-gather', 500 beside the
+  // MoE, 1450 beside attention' and reduce-scatter', 100 left; 600 in the
+  // MoE window (t = 7, r = 2: 43) -- r = 1 would take 46.5.
+  StepPlan mp = plan(5.5);
+  EXPECT_EQ(mp.backwardDegree, std::vector<int64_t>{2});
+  EXPECT_NEAR(mp.sliceBytes[0], 450, 1e-6);
+  EXPECT_NEAR(mp.sliceBytes[1], 600, 1e-6);
+  EXPECT_NEAR(mp.sliceBytes[2], 1450, 1e-6);
+  EXPECT_NEAR(mp.gradients.predictedUs, 5.5 + 43 + 15.5, 1e-9);
+}
+
 TEST(FsmoeTimeline, SteadyStateHandsTheLastGradientOver) {
   HardwareProfile p = preset("fsmoe-testbed-b");
   FsmoeStack st = stack(p, 1, true);

@@ -10,7 +10,7 @@
 // No MPI: the ranks are looped over here.
 //
 //   moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S]
-//                     [--random-weights] [--expert-placement RANKS|@FILE]
+//                     [--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]
 //
 // --expert-placement is moe-run's: the expert weights in that placement's
 // slots (a step scheduled with expert-placement=1).
@@ -51,7 +51,7 @@ namespace {
 
 const char *kUsage =
     "usage: moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S] "
-    "[--random-weights] [--expert-placement RANKS|@FILE]\n";
+    "[--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]\n";
 
 struct Options {
   std::string input, output, placement;
@@ -96,22 +96,22 @@ int64_t worldOf(FunctionOpInterface step, uint64_t worldSize) {
   return world;
 }
 
-/// --expert-placement's slot table; empty without one.
-std::vector<int64_t> slotsOf(FunctionOpInterface step,
-                             const std::string &placement) {
-  if (placement.empty())
-    return {};
-  int64_t groups = 0;
-  auto table = run::expertSlotsOf(step, placement, groups);
-  if (!table)
-    die("--expert-placement: " + llvm::toString(table.takeError()));
-  return std::move(*table);
+/// --expert-placement's slot tables (every placed block's); empty without
+/// one.
+moe_rt::expert_placement::Placement slotsOf(FunctionOpInterface step,
+                                            const std::string &placement) {
+  moe_rt::expert_placement::Placement slots;
+  if (!placement.empty())
+    if (llvm::Error e = run::applyExpertPlacement(step, placement, slots))
+      die("--expert-placement: " + llvm::toString(std::move(e)));
+  return slots;
 }
 
 /// Every rank's parameters into `f` (the header written); returns how
 /// many of rank 0's came from their moe.source, or the error.
 llvm::Expected<int> writeRanks(std::FILE *f, FunctionOpInterface step,
-                               int64_t world, const std::vector<int64_t> &slots,
+                               int64_t world,
+                               const moe_rt::expert_placement::Placement &slots,
                                const Options &o) {
   frontend::WeightLoader weights;
   // As moe-run: relative moe.source files are also looked up next to the
@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
     die(llvm::toString(loaded.takeError()));
   FunctionOpInterface step = loaded->func;
   int64_t world = worldOf(step, o.worldSize);
-  std::vector<int64_t> slots = slotsOf(step, o.placement);
+  moe_rt::expert_placement::Placement slots = slotsOf(step, o.placement);
   int parameters = 0;
   for (BlockArgument arg : step.getFunctionBody().front().getArguments())
     parameters += run::isParameter(step, arg);

@@ -69,11 +69,12 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-/// The runtime's own all-to-all on its own communication pool (the poll
-/// policy and MPI progress a step has), `count` floats per rank.
+/// The runtime's own all-to-all (or all-reduce) on its own communication
+/// pool (the poll policy and MPI progress a step has), `count` floats per
+/// rank.
 class RuntimeAllToAll {
 public:
-  RuntimeAllToAll(long count) {
+  RuntimeAllToAll(long count, bool allReduce = false) : allReduce(allReduce) {
     ok = moe_rt_comm_create_world(60.0, 0, &comm) == MOE_RT_OK &&
          moe_rt_stream_create_pool(&pool) == MOE_RT_OK;
     int64_t shape[1] = {count};
@@ -82,6 +83,7 @@ public:
              MOE_RT_OK &&
          moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, 1, shape, &recv) ==
              MOE_RT_OK;
+    bytes = count * 4;
   }
   ~RuntimeAllToAll() {
     if (send.data)
@@ -93,15 +95,19 @@ public:
     if (comm)
       moe_rt_comm_destroy(comm);
   }
-  /// `n` all-to-alls queued at once, waited for as the host thread waits.
+  /// `n` collectives queued at once, waited for as the host thread waits.
   bool run(int n) {
     for (int i = 0; i < n && ok; ++i)
-      ok = moe_rt_all_to_all(pool, comm, &send, &recv) == MOE_RT_OK;
+      ok = (allReduce ? moe_rt_all_reduce(pool, comm, &send, 0, bytes)
+                      : moe_rt_all_to_all(pool, comm, &send, &recv)) ==
+           MOE_RT_OK;
     return ok && moe_rt_stream_synchronize(pool, 60.0) == MOE_RT_OK;
   }
   bool ok = false;
 
 private:
+  bool allReduce;
+  int64_t bytes = 0;
   moe_rt_comm comm = nullptr;
   moe_rt_stream pool = nullptr;
   moe_rt_tensor send{}, recv{};
@@ -129,6 +135,29 @@ std::string measureSmallCollective(int repeats, double &us) {
   double mine = median(times), sum;
   MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   us = sum / size;
+  return "";
+}
+
+std::string measureRuntimeCollective(bool allReduce, long bytes, int repeats,
+                                     double &us) {
+  int size;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  RuntimeAllToAll coll(std::max<long>(size, bytes / 4 / size * size),
+                       allReduce);
+  std::vector<double> times;
+  for (int i = 0; i < repeats + 2; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = Clock::now();
+    if (!coll.run(1))
+      return moe_rt_last_error();
+    double mine =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count(),
+           slowest;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (i >= 2) // the first calls open connections
+      times.push_back(slowest);
+  }
+  us = median(times);
   return "";
 }
 

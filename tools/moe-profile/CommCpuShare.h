@@ -48,6 +48,15 @@ std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out);
 /// profile's `collective_latency_us` is what it takes beyond the fitted α.
 std::string measureSmallCollective(int repeats, double &us);
 
+/// The runtime's all-to-all (`allReduce` false) or all-reduce of `bytes`
+/// per rank, as a step runs it: non-blocking MPI on a pool stream that
+/// progresses it by polling, queued and waited for, one at a time after a
+/// barrier; `us` is the median over `repeats` of the slowest rank's time
+/// (as the sweeps time MPI's blocking collectives). The profile's
+/// `runtime_collective_scale` compares it with the sweep's fit.
+std::string measureRuntimeCollective(bool allReduce, long bytes, int repeats,
+                                     double &us);
+
 } // namespace moe_profile
 
 #endif // MOE_PROFILE_COMMCPUSHARE_H

@@ -404,11 +404,27 @@ int main(int argc, char **argv) {
   // copy engines and NIC take nothing from its SMs.
   moe_profile::CommCpuShare commCpu;
   double smallUs = 0, latencyUs = 0;
+  // The runtime's own all-to-all and all-reduce (its non-blocking MPI,
+  // progressed by the pool's polling) at 64 KiB, 256 KiB and 1 MiB (up to
+  // --max-bytes), against the sweeps' blocking MPI collectives.
+  std::vector<long> runtimeBytes;
+  for (long b = 64 << 10; b <= std::min(o.maxBytes, 1L << 20); b *= 4)
+    runtimeBytes.push_back(b);
+  if (runtimeBytes.empty())
+    runtimeBytes.push_back(o.maxBytes);
+  std::vector<double> runtimeUs[2]; // all-to-all, all-reduce; per size
   if (!o.gpu) {
     std::string why = moe_profile::measureCommCpuShare(
         std::min(o.maxBytes, 1L << 20), 5, commCpu);
     if (why.empty())
       why = moe_profile::measureSmallCollective(30, smallUs);
+    for (int k = 0; k < 2; ++k)
+      for (long b : runtimeBytes) {
+        runtimeUs[k].push_back(0);
+        if (why.empty())
+          why = moe_profile::measureRuntimeCollective(k == 1, b, 10,
+                                                      runtimeUs[k].back());
+      }
     if (!why.empty()) {
       if (rank == 0)
         std::fprintf(stderr, "moe-profile: error: measuring the comm CPU "
@@ -418,6 +434,11 @@ int main(int argc, char **argv) {
   }
 
   int status = 0;
+  struct RuntimeRow {
+    const char *kind;
+    double bytes, us, modelledUs, scale;
+  };
+  std::vector<RuntimeRow> runtimeReport;
   if (rank == 0) {
     nlohmann::json profile = {
         {"name", o.name},
@@ -444,6 +465,48 @@ int main(int argc, char **argv) {
                                 ["alpha_us"];
       latencyUs = std::max(0.0, smallUs - alpha);
       profile["collective_latency_us"] = latencyUs;
+      // What the cost model charges the same collective over the whole
+      // world (OpCosts' collectiveUs), and the runtime's measured time
+      // against it.
+      auto fit = [&](const char *kind, const char *link, double n) {
+        auto &m = collectives[kind][link];
+        return m["alpha_us"].get<double>() +
+               m["beta_us_per_byte"].get<double>() * n;
+      };
+      double intraShare = double(perNode - 1) / world,
+             interShare = double(world - perNode) / world;
+      const char *names[2] = {"all_to_all", "all_reduce"};
+      for (int k = 0; k < 2 && world > 1; ++k) {
+        nlohmann::json bytes = nlohmann::json::array(),
+                       scales = nlohmann::json::array();
+        for (size_t j = 0; j < runtimeBytes.size(); ++j) {
+          double b = double(std::max<long>(world, runtimeBytes[j] / 4 / world *
+                                                      world)) *
+                     4;
+          double modelled =
+              k == 0 ? std::max(
+                           intraShare > 0
+                               ? fit("all_to_all", "intra", b * intraShare)
+                               : 0.0,
+                           interShare > 0
+                               ? fit("all_to_all", "inter", b * interShare)
+                               : 0.0)
+                     : fit("all_reduce", nodes > 1 ? "inter" : "intra", b);
+          // Against latency + fit, which the cost model charges without
+          // it: well-defined at small sizes too, where the fit is near 0.
+          modelled += latencyUs;
+          double scale =
+              modelled > 0
+                  ? std::clamp(runtimeUs[k][j] / modelled, 0.1, 10.0)
+                  : 1.0;
+          bytes.push_back(b);
+          scales.push_back(scale);
+          runtimeReport.push_back({names[k], b, runtimeUs[k][j], modelled,
+                                   scale});
+        }
+        profile["runtime_collective_scale"][names[k]] = {{"bytes", bytes},
+                                                         {"scale", scales}};
+      }
     }
     if (!o.quiet) {
       std::fprintf(stderr,
@@ -474,6 +537,12 @@ int main(int argc, char **argv) {
                      "  %-22s %12.3f  (a 1-float all-to-all through the "
                      "runtime: %.1f us)\n",
                      "collective latency", latencyUs, smallUs);
+        for (const RuntimeRow &row : runtimeReport)
+          std::fprintf(stderr,
+                       "  %-22s %12.3f  (the runtime's %s of %.0f B: %.1f "
+                       "us; latency + the fit: %.1f us)\n",
+                       "runtime collective", row.scale, row.kind, row.bytes,
+                       row.us, row.modelledUs);
       }
       if (remeasured)
         std::fprintf(stderr,

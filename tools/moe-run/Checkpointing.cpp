@@ -14,11 +14,14 @@ static llvm::Error error(const std::string &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-/// The manifest this job writes: the step's, for the job's world size.
+/// The manifest this job writes: the step's, for the job's world size,
+/// with the expert placement its expert tensors are in.
 static ckpt::Manifest jobManifest(target::Interpreter &run,
-                                  ckpt::Counters counters) {
+                                  ckpt::Counters counters,
+                                  const ckpt::Placement &placement) {
   ckpt::Manifest m = target::checkpointManifest(run.step(), counters);
   m.ranks = run.options().world;
+  m.placement = moe_rt::expert_placement::withoutIdentity(placement);
   return m;
 }
 
@@ -51,7 +54,10 @@ llvm::Error run::saveCheckpoint(target::Interpreter &run,
   if (!agree(ok))
     return error(ok ? where + ": another rank could not write its file"
                     : message);
-  if (rank == 0 && !ckpt::commit(root, jobManifest(run, counters), message))
+  if (rank == 0 &&
+      !ckpt::commit(root,
+                    jobManifest(run, counters, run.options().expertSlots),
+                    message))
     ok = false;
   if (!agree(ok))
     return error(rank == 0 ? message : where + ": rank 0 could not commit it");
@@ -59,10 +65,12 @@ llvm::Error run::saveCheckpoint(target::Interpreter &run,
 }
 
 llvm::Expected<ckpt::RankState>
-run::readCheckpoint(target::Interpreter &run, const std::string &root) {
+run::readCheckpoint(target::Interpreter &run, const std::string &root,
+                    const ckpt::Placement &placement) {
   ckpt::RankState state;
   std::string message;
-  if (!ckpt::readResharded(root, jobManifest(run, {}), run.options().rank,
+  if (!ckpt::readResharded(root, jobManifest(run, {}, placement),
+                           run.options().rank,
                             state,
                         message))
     return error(message);

@@ -30,9 +30,12 @@ llvm::Error saveCheckpoint(target::Interpreter &run, const std::string &root,
                            const std::function<bool(bool)> &agree);
 
 /// Reads and checks the latest checkpoint under `root` for this step and
-/// rank. Nothing is written.
+/// rank. Nothing is written. The state is in the checkpoint's expert
+/// placement on its own grid, else resharded into `placement`
+/// (RankState::placement says which).
 llvm::Expected<moe_rt::checkpoint::RankState>
-readCheckpoint(target::Interpreter &run, const std::string &root);
+readCheckpoint(target::Interpreter &run, const std::string &root,
+               const moe_rt::checkpoint::Placement &placement);
 
 /// Copies a checked rank state into the run's carried arguments.
 void restoreCheckpoint(target::Interpreter &run,

@@ -22,13 +22,14 @@
 namespace mlir::moe::run {
 
 /// Moves every expert weight and its optimizer state (the carried
-/// arguments of moe.expert) from slot table `from` to `to`, each with the
-/// runtime's moe_step_move_experts (moe_rt/step_support.h: one exact
-/// all-reduce per tensor; the expert-parallel group must be the whole
-/// world). `world` is that communicator, `sync` a stream.
+/// arguments of moe.expert) of each block whose table differs between
+/// `from` and `to`, each with the runtime's moe_step_move_experts
+/// (moe_rt/step_support.h: one exact all-reduce per tensor over the world,
+/// one data-parallel replica contributing). `world` is that communicator,
+/// `sync` a stream.
 llvm::Error migrateExperts(target::Interpreter &run,
-                           const std::vector<int64_t> &from,
-                           const std::vector<int64_t> &to, int64_t groups,
+                           const moe_rt::expert_placement::Placement &from,
+                           const moe_rt::expert_placement::Placement &to,
                            moe_rt_stream sync, moe_rt_comm world);
 
 } // namespace mlir::moe::run

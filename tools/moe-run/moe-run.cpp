@@ -35,6 +35,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -60,10 +61,11 @@ void check(llvm::Error e) {
 
 struct Options {
   std::string input, dump, dumpInputs, dataPath, routingTrace;
-  // --expert-placement: expert -> rank, "1,0,1,0" or @FILE (the same);
+  // --expert-placement: expert -> rank for every block ("1,0,1,0"), or
+  // BLOCK=RANKS for one, or @FILE; repeatable, applied in order.
   // --expert-placement-at S:MAP: MAP from step S on (the experts move).
-  std::string expertPlacement, laterPlacement;
-  int laterPlacementStep = 0;
+  std::vector<std::string> expertPlacement;
+  std::vector<std::pair<int, std::string>> laterPlacement;
   int steps = 1;
   uint64_t seed = 1;
   bool seedGiven = false;
@@ -81,8 +83,8 @@ struct Options {
 const char *kUsage =
     "usage: mpirun -np P moe-run STEP.mlir [--steps N] [--seed S] "
     "[--data TEXT] [--random-weights] [--dump FILE] [--dump-inputs FILE] "
-    "[--routing-trace FILE] [--expert-placement RANKS|@FILE] "
-    "[--expert-placement-at STEP:RANKS|@FILE] [--timeout SECONDS] "
+    "[--routing-trace FILE] [--expert-placement [BLOCK=]RANKS|@FILE]... "
+    "[--expert-placement-at STEP:[BLOCK=]RANKS|@FILE]... [--timeout SECONDS] "
     "[--profile] [--check-collectives first-step|every-step] "
     "[--save-every N --checkpoint DIR] [--resume DIR]\n";
 
@@ -101,10 +103,14 @@ bool readOption(moe_rt::options::CommandLine &args, Options &o) {
     return true;
   }
   if (args.text("--expert-placement-at", later)) {
-    std::string why = moe_rt::expert_placement::splitLaterMap(
-        later, o.laterPlacementStep, o.laterPlacement);
+    int step = 0;
+    std::string map;
+    std::string why =
+        moe_rt::expert_placement::splitLaterMap(later, step, map);
     if (!why.empty())
       args.fail("--expert-placement-at " + why);
+    else
+      o.laterPlacement.emplace_back(step, map);
     return true;
   }
   if (args.flag("--profile")) {
@@ -122,7 +128,7 @@ bool readOption(moe_rt::options::CommandLine &args, Options &o) {
          args.text("--resume", o.resumeDir) || args.text("--dump", o.dump) ||
          args.text("--data", o.dataPath) ||
          args.text("--routing-trace", o.routingTrace) ||
-         args.text("--expert-placement", o.expertPlacement) ||
+         args.repeated("--expert-placement", o.expertPlacement) ||
          args.text("--dump-inputs", o.dumpInputs) ||
          args.positional(o.input, "input step");
 }
@@ -145,13 +151,9 @@ Options parseOptions(int argc, char **argv) {
     die("no input step (moe-run STEP.mlir)");
   if ((o.saveEvery > 0) != !o.checkpointDir.empty())
     die("--save-every N and --checkpoint DIR go together");
-  // A checkpoint does not record which expert each slot holds: resuming
-  // under another placement would start from a silently different model.
-  if (!o.laterPlacement.empty() && o.expertPlacement.empty())
+  if (!o.laterPlacement.empty() && o.expertPlacement.empty() &&
+      o.resumeDir.empty())
     die("--expert-placement-at needs a first map (--expert-placement)");
-  if (!o.expertPlacement.empty() && (o.saveEvery > 0 || !o.resumeDir.empty()))
-    die("--expert-placement does not combine with checkpoints yet (they do "
-        "not record the placement)");
   return o;
 }
 
@@ -170,7 +172,7 @@ std::pair<int, int> rankAndWorld(double timeout) {
 /// writes the same values for every rank at build time); returns how many
 /// parameters came from their moe.source.
 int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
-  const std::vector<int64_t> &slots = run.options().expertSlots;
+  const moe_rt::expert_placement::Placement &slots = run.options().expertSlots;
   frontend::WeightLoader weights;
   // Relative moe.source files not found from the working directory are
   // looked up next to the step's IR file.
@@ -194,25 +196,33 @@ int initArguments(Interpreter &run, bool useSources, StringRef stepPath) {
   return fromSource;
 }
 
-/// --expert-placement's slot table, or the error naming the entry.
-std::vector<int64_t> placementOrDie(FunctionOpInterface step,
-                                    const std::string &map, int64_t &groups) {
-  llvm::Expected<std::vector<int64_t>> slots =
-      run::expertSlotsOf(step, map, groups);
-  if (!slots)
-    die("--expert-placement: " + llvm::toString(slots.takeError()));
-  return std::move(*slots);
+/// `placement` with --expert-placement(-at)'s `maps` applied, or the
+/// error naming the option, block and entry.
+moe_rt::expert_placement::Placement
+placementOrDie(FunctionOpInterface step, const std::vector<std::string> &maps,
+               moe_rt::expert_placement::Placement placement,
+               const std::string &option) {
+  for (const std::string &map : maps)
+    if (llvm::Error e = run::applyExpertPlacement(step, map, placement))
+      die(option + ": " + llvm::toString(std::move(e)));
+  return placement;
 }
 
-/// The balance line's per-rank loads and the trace follow the placement.
-void setLogPlacement(moe_rt_routing_log *log, const std::vector<int64_t> &slots,
-                     int64_t groups) {
-  if (!log || slots.empty())
+/// The balance line's per-rank loads and the trace follow each block's
+/// placement.
+void setLogPlacement(moe_rt_routing_log *log, FunctionOpInterface step,
+                     const moe_rt::expert_placement::Placement &placement) {
+  if (!log)
     return;
-  std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(slots, groups);
-  if (moe_rt_routing_log_set_expert_ranks(log, ranks.data(),
-                                          int64_t(ranks.size())) != MOE_RT_OK)
-    die(moe_rt_last_error());
+  for (const auto &[block, shape] : run::placementShapes(step)) {
+    std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(
+        moe_rt::expert_placement::tableOf(placement, block, shape),
+        shape.groups);
+    if (moe_rt_routing_log_set_expert_ranks(log, block, ranks.data(),
+                                            int64_t(ranks.size())) !=
+        MOE_RT_OK)
+      die(moe_rt_last_error());
+  }
 }
 
 /// True when `v` reaches an op of type OpT through what carries a value
@@ -399,17 +409,47 @@ void endRoutingStep(moe_rt_routing_log *log, int s, int rank) {
     std::fprintf(stderr, "step %d %s\n", s, placement);
 }
 
-/// The resumed run's state (--resume), checked against --seed; none
-/// without --resume.
+namespace ep = moe_rt::expert_placement;
+
+/// The placement the run starts under and the later maps, each applied on
+/// top of the one before it in step order (all checked before the first
+/// step).
+struct Placements {
+  ep::Placement slots;
+  std::vector<ep::Placement> later; // o.laterPlacement's, sorted by step
+};
+
+/// The resumed run's state (--resume), checked against --seed and
+/// --expert-placement; none without --resume. On the checkpoint's grid the
+/// run continues under the checkpoint's placement (an --expert-placement
+/// must name the same); on another grid the experts are resharded into
+/// --expert-placement's. `slots` becomes the placement the run starts
+/// under.
 std::optional<moe_rt::checkpoint::RankState>
-resumedState(FunctionOpInterface step, const Options &o, int rank, int world) {
+resumedState(FunctionOpInterface step, const Options &o, int rank, int world,
+             ep::Placement &slots) {
   if (o.resumeDir.empty())
     return std::nullopt;
   Interpreter probe(step, {rank, world, o.seed, o.timeout});
   llvm::Expected<moe_rt::checkpoint::RankState> state =
-      run::readCheckpoint(probe, o.resumeDir);
+      run::readCheckpoint(probe, o.resumeDir, slots);
   if (!state)
     die(llvm::toString(state.takeError()));
+  auto shapes = run::placementShapes(step);
+  if (shapes.empty() && !state->placement.empty())
+    die("--resume: the checkpoint in '" + o.resumeDir +
+        "' was saved under an expert placement (of block " +
+        std::to_string(state->placement.begin()->first) +
+        "), and this step has no expert placement input");
+  if (!o.expertPlacement.empty() &&
+      !ep::samePlacement(state->placement, slots, shapes))
+    die("--resume: the checkpoint in '" + o.resumeDir +
+        "' was saved under expert placement " +
+        ep::describe(state->placement, shapes) + "; --expert-placement gives " +
+        ep::describe(slots, shapes) +
+        " (resume without --expert-placement, or change it with "
+        "--expert-placement-at)");
+  slots = state->placement;
   if (o.seedGiven && o.seed != state->counters.seed)
     die("--seed " + std::to_string(o.seed) +
         " differs from the resumed "
@@ -418,20 +458,19 @@ resumedState(FunctionOpInterface step, const Options &o, int rank, int world) {
   return std::move(*state);
 }
 
-/// --expert-placement's slot table and --expert-placement-at's (empty
-/// when not given).
-struct Placements {
-  int64_t groups = 0;
-  std::vector<int64_t> slots, later;
-};
-
-Placements placementsOf(FunctionOpInterface step, const Options &o) {
-  Placements p;
-  if (!o.expertPlacement.empty())
-    p.slots = placementOrDie(step, o.expertPlacement, p.groups);
-  if (!o.laterPlacement.empty())
-    p.later = placementOrDie(step, o.laterPlacement, p.groups);
-  return p;
+/// --expert-placement-at's maps (sorted by step in `o`), each on top of
+/// the one before it, starting from `slots`.
+std::vector<ep::Placement> laterPlacements(FunctionOpInterface step,
+                                           Options &o,
+                                           const ep::Placement &slots) {
+  std::stable_sort(o.laterPlacement.begin(), o.laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<ep::Placement> later;
+  for (const auto &[at, map] : o.laterPlacement)
+    later.push_back(placementOrDie(step, {map},
+                                   later.empty() ? slots : later.back(),
+                                   "--expert-placement-at"));
+  return later;
 }
 
 /// The arguments' first values: from the parameters' sources or the seed,
@@ -493,13 +532,16 @@ int main(int argc, char **argv) {
   auto [rank, world] = rankAndWorld(o.timeout);
   // A resumed run continues the checkpoint's counters: its update count,
   // data position and noise seed.
+  Placements placed;
+  placed.slots = placementOrDie(loaded->func, o.expertPlacement, {},
+                                "--expert-placement");
   std::optional<moe_rt::checkpoint::RankState> resumed =
-      resumedState(loaded->func, o, rank, world);
+      resumedState(loaded->func, o, rank, world, placed.slots);
   moe_rt::checkpoint::Counters start =
       resumed ? resumed->counters : moe_rt::checkpoint::Counters{0, 0, o.seed};
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  Placements placed = placementsOf(loaded->func, o);
-  setLogPlacement(log, placed.slots, placed.groups);
+  placed.later = laterPlacements(loaded->func, o, placed.slots);
+  setLogPlacement(log, loaded->func, placed.slots);
   Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log,
                                  o.checkEveryStep, placed.slots});
   check(run.prepare());
@@ -527,13 +569,14 @@ int main(int argc, char **argv) {
         loadText(run, text, position);
       // A new expert placement: the experts' weights and optimizer state
       // move first, then the step routes by it.
-      if (!placed.later.empty() && s == o.laterPlacementStep) {
-        check(run::migrateExperts(run, placed.slots, placed.later,
-                                  placed.groups, sums.stream, sums.all));
-        placed.slots = placed.later;
-        run.setExpertSlots(placed.slots);
-        setLogPlacement(log, placed.slots, placed.groups);
-      }
+      for (size_t k = 0; k < placed.later.size(); ++k)
+        if (s == o.laterPlacement[k].first) {
+          check(run::migrateExperts(run, placed.slots, placed.later[k],
+                                    sums.stream, sums.all));
+          placed.slots = placed.later[k];
+          run.setExpertSlots(placed.slots);
+          setLogPlacement(log, loaded->func, placed.slots);
+        }
       moe_rt_profile_step_begin();
       check(run.run(s));
       moe_rt_profile_step_end(stderr, rank, s);

@@ -297,15 +297,26 @@ static llvm::Error placementError(const std::string &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
 }
 
-llvm::Expected<std::vector<int64_t>> expertSlotsOf(FunctionOpInterface step,
-                                                   const std::string &map,
-                                                   int64_t &groups) {
-  std::optional<RankedTensorType> type;
-  for (BlockArgument arg : step.getFunctionBody().front().getArguments())
-    if (target::roleOf(step, arg) == target::ArgRole::stepInput &&
-        argumentName(step, arg) == "expert_slots")
-      type = cast<RankedTensorType>(arg.getType());
-  if (!type)
+std::map<int64_t, moe_rt::expert_placement::BlockShape>
+placementShapes(FunctionOpInterface step) {
+  std::map<int64_t, moe_rt::expert_placement::BlockShape> shapes;
+  for (BlockArgument arg : step.getFunctionBody().front().getArguments()) {
+    if (target::roleOf(step, arg) != target::ArgRole::stepInput)
+      continue;
+    int64_t block =
+        moe_rt::expert_placement::blockOfSlotsInput(argumentName(step, arg));
+    auto type = dyn_cast<RankedTensorType>(arg.getType());
+    if (block >= 0 && type && type.getRank() == 2)
+      shapes[block] = {type.getDimSize(0), type.getNumElements()};
+  }
+  return shapes;
+}
+
+llvm::Error
+applyExpertPlacement(FunctionOpInterface step, const std::string &map,
+                     moe_rt::expert_placement::Placement &placement) {
+  auto shapes = placementShapes(step);
+  if (shapes.empty())
     return placementError(
         "the step has no expert placement input; schedule it "
         "with --moe-flowmoe-pipeline='expert-placement=1 ...'");
@@ -316,15 +327,11 @@ llvm::Expected<std::vector<int64_t>> expertSlotsOf(FunctionOpInterface step,
       return placementError("cannot read '" + text.substr(1) + "'");
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  namespace ep = moe_rt::expert_placement;
-  std::vector<int64_t> ranks, slots;
-  groups = type->getDimSize(0);
-  std::string why = ep::parseList(text, ranks);
-  if (why.empty())
-    why = ep::slotsFromRanks(ranks, type->getNumElements(), groups, slots);
+  std::string why =
+      moe_rt::expert_placement::applySpec(text, shapes, placement);
   if (!why.empty())
     return placementError(why);
-  return slots;
+  return llvm::Error::success();
 }
 
 /// An attention weight of tensor parallelism (moe.head_shard = [dim, S]):
@@ -379,7 +386,7 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
                                             BlockArgument arg, int rank,
                                             uint64_t seed,
                                             frontend::WeightLoader *sources,
-                                            ArrayRef<int64_t> expertSlots) {
+                                            const moe_rt::expert_placement::Placement &placement) {
   // Messages as moe-run has always printed them (tests match them).
   auto fail = [](const std::string &message) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
@@ -425,7 +432,9 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
       arg.getArgNumber(), MoeDialect::getHiddenShardAttrName());
   auto heads = func.getArgAttrOfType<DenseI64ArrayAttr>(
       arg.getArgNumber(), MoeDialect::getHeadShardAttrName());
-  bool placed = !expertSlots.empty() && !b.shape.empty();
+  auto table = expert ? placement.find(target::expertBlock(func, arg))
+                      : placement.end();
+  bool placed = table != placement.end() && !b.shape.empty();
   if (!b.isInt &&
       ((expert && (hidden || placed)) || (heads && name && !expert))) {
     auto values =
@@ -433,7 +442,7 @@ llvm::Expected<InitialValues> initialValues(FunctionOpInterface func,
             ? shardedExpertValues(func, arg, rank, seed, sources, b.shape,
                                   hidden[0], hidden[1])
         : expert ? placedExpertValues(func, arg, rank, seed, sources, b.shape,
-                                      expertSlots)
+                                      table->second)
                  : headShardValues(func, arg, rank, seed, sources, b.shape,
                                    heads[0], heads[1]);
     if (!values)

@@ -18,8 +18,10 @@
 #include "mlir/IR/OwningOpRef.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/Support/Error.h"
+#include "moe_rt/expert_placement.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -67,25 +69,32 @@ std::string argumentName(FunctionOpInterface func, BlockArgument arg);
 /// True when `arg` is a parameter (has a moe.param name).
 bool isParameter(FunctionOpInterface func, BlockArgument arg);
 
-/// The slot table of `map` (expert -> rank, "1,0,1,0" or @FILE) for the
-/// step's `expert_slots` input; `groups` receives G. Errors name the
-/// entry, or the pipeline option when the step has no such input.
-llvm::Expected<std::vector<int64_t>> expertSlotsOf(FunctionOpInterface step,
-                                                   const std::string &map,
-                                                   int64_t &groups);
+/// The step's placed blocks (its `expert_slots.<block>` inputs): block ->
+/// G, E. Empty when the step has none.
+std::map<int64_t, moe_rt::expert_placement::BlockShape>
+placementShapes(FunctionOpInterface step);
+
+/// Applies `map` to `placement`: one expert -> rank list for every block
+/// ("1,0,1,0"), or "BLOCK=RANKS" specs (';' or new lines between them),
+/// or @FILE holding either (moe_rt/expert_placement.h's applySpec).
+/// Errors name the block and entry, or the pipeline option when the step
+/// has no expert placement input.
+llvm::Error applyExpertPlacement(FunctionOpInterface step,
+                                 const std::string &map,
+                                 moe_rt::expert_placement::Placement &placement);
 
 /// The initial values of step argument `arg` on `rank`. `sources` reads
 /// moe.source weights; null means --random-weights (all from the seed).
-/// `expertSlots` (G x S, moe_rt/expert_placement.h; empty: expert
-/// parallelism's layout) is the expert placement: slot s of an expert
-/// weight then holds the values the plain step gives expert
-/// expertSlots[g S + s], g this rank's expert-parallel index, so both
-/// steps start from the same model. Fails with a message naming the
+/// `placement` (each block's G x S slot table, moe_rt/expert_placement.h;
+/// a block without one: expert parallelism's layout) is the expert
+/// placement: slot s of block b's expert weight then holds the values the
+/// plain step gives expert placement[b][g S + s], g this rank's
+/// expert-parallel index, so both steps start from the same model. Fails with a message naming the
 /// parameter when its shape is dynamic or its source cannot be read.
 llvm::Expected<InitialValues>
 initialValues(FunctionOpInterface func, BlockArgument arg, int rank,
               uint64_t seed, frontend::WeightLoader *sources,
-              llvm::ArrayRef<int64_t> expertSlots = {});
+              const moe_rt::expert_placement::Placement &placement = {});
 
 } // namespace mlir::moe::run
 

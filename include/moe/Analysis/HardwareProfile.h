@@ -58,7 +58,24 @@ struct HardwareProfile {
   /// (moe-profile measures a 4-byte collective through the runtime). The
   /// sweeps' α, fitted over kilobytes to megabytes, does not see it.
   double collectiveLatencyUs = 0.0;
+  /// Per collective kind (indexed by CollectiveKind): the runtime's own
+  /// collective -- non-blocking MPI on a pool stream, progressed by the
+  /// pool's polling, as a step runs it -- over what collectiveLatencyUs and
+  /// the α–β fit of MPI's blocking one give it (moe-profile measures it at a
+  /// few sizes;
+  /// the all-reduce's libnbc rounds advance only when the pool polls, which
+  /// costs more once its messages pass the eager limit). Between measured
+  /// sizes the ratio is interpolated in log2(bytes), beyond them the
+  /// nearest is used; no sizes: 1.
+  struct ScaleBySize {
+    std::vector<double> bytes, scale; // bytes increasing
+    double at(double n) const;
+  };
+  ScaleBySize runtimeCollectiveScale[4];
 
+  double runtimeScaleOf(CollectiveKind kind, double bytes) const {
+    return runtimeCollectiveScale[static_cast<int>(kind)].at(bytes);
+  }
   double opScaleOf(llvm::StringRef opClass) const;
 
   const CollectiveModel &collective(CollectiveKind kind) const;

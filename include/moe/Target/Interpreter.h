@@ -20,6 +20,7 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/Support/Error.h"
 
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/routing_stats.h"
 
@@ -63,10 +64,11 @@ public:
     /// --check-collectives=every-step); false: on the first step only,
     /// which proves a static step's signatures for the later ones.
     bool checkCollectivesEveryStep = false;
-    /// The expert placement's slot table (G x S, moe_rt/expert_placement.h)
-    /// written into the step input `expert_slots` before every step; empty:
+    /// The expert placement: each block's slot table (G x S,
+    /// moe_rt/expert_placement.h) written into its step input
+    /// `expert_slots.<block>` before every step; a block without one:
     /// expert parallelism's own layout.
-    std::vector<int64_t> expertSlots;
+    moe_rt::expert_placement::Placement expertSlots;
   };
 
   Interpreter(FunctionOpInterface step, Options options);
@@ -96,7 +98,7 @@ public:
   void setAfterOp(std::function<llvm::Error(Operation *)> hook);
   /// A new expert placement for the next steps (Options::expertSlots);
   /// the caller has moved the expert weights to it.
-  void setExpertSlots(std::vector<int64_t> slots);
+  void setExpertSlots(moe_rt::expert_placement::Placement slots);
 
   /// The step's results by name: "loss", then each updated parameter by
   /// its moe.param name, then the optimizer state by its moe.state name

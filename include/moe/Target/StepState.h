@@ -40,6 +40,11 @@ SmallVector<BlockArgument> carriedArguments(FunctionOpInterface step);
 /// replicated.
 bool isExpertArgument(FunctionOpInterface step, BlockArgument arg);
 
+/// The MoE block (moe.task's block of its moe.expert) of an expert weight
+/// or its optimizer state: whose expert placement lays it out. -1 for
+/// another argument, or one whose moe.expert carries no block.
+int64_t expertBlock(FunctionOpInterface step, BlockArgument arg);
+
 /// The checkpoint manifest of `step` on its model grid at `counters`: the
 /// grid, the carried tensors' layout and their fingerprint (moe-run writes
 /// it; generated steps get it from moe-convert-to-emitc).

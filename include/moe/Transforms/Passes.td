@@ -410,16 +410,19 @@ def MoeExpertPlacement : Pass<"moe-expert-placement", "::mlir::ModuleOp"> {
                 "dispatches and combines";
   let description = [{
     Placement as a run-time value (docs/load-aware.md §2). In every
-    scheduled step (a function with `moe.schedule`), adds one step input,
-    `expert_slots : G x S` (`moe.step_input = "expert_slots"`, S = E/G: slot
-    s of rank g holds logical expert `expert_slots[g][s]`), and passes it to
-    every variable-count `moe.dispatch` and `moe.combine`, forward and in
-    the vjps (one more primal of each vjp, bound to its body op's operand).
-    The host writes it before each step: `moe-run --expert-placement` (and
-    `--expert-placement-at`), or `moe_step_set_expert_slots` in
-    generated code; the expert weights and their optimizer state then live
-    in that layout. Refuses a step without variable-count routing, blocks
-    whose groups or expert counts differ (one table serves them all), and
+    scheduled step (a function with `moe.schedule`), adds one step input
+    per MoE block L (the block of its ops' `moe.task`),
+    `expert_slots.L : G x S` (`moe.step_input = "expert_slots.L"`, S = E/G:
+    slot s of rank g holds logical expert `expert_slots.L[g][s]`), and
+    passes it to that block's variable-count `moe.dispatch` and
+    `moe.combine`, forward and in the vjps (one more primal of each vjp,
+    bound to its body op's operand). Each block has its own table, so a
+    planner can move the experts of one layer only. The host writes them
+    before each step: `moe-run --expert-placement [BLOCK=]RANKS` (and
+    `--expert-placement-at`), or `moe_step_set_expert_slots` in generated
+    code; the expert weights and their optimizer state then live in that
+    layout. Refuses a step without variable-count routing, an op without a
+    block, ops of one block whose groups or expert counts differ, and
     expert-sharded weights (`esp=1`). Runs at the end of
     `moe-flowmoe-pipeline` with `expert-placement=1`.
   }];

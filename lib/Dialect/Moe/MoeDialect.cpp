@@ -190,12 +190,18 @@ LogicalResult MoeDialect::verifyRegionArgAttribute(Operation *op,
   }
   if (attr.getName() == getStepInputAttrName()) {
     auto name = dyn_cast<StringAttr>(attr.getValue());
+    // expert_slots.<block>: a block's expert placement
+    // (moe_rt/expert_placement.h's slotsInputName).
+    StringRef slots = name ? name.getValue() : StringRef();
+    unsigned block;
+    bool placement = slots.consume_front("expert_slots.") && !slots.empty() &&
+                     !slots.getAsInteger(10, block);
     if (!name || (name.getValue() != "lr" && name.getValue() != "step" &&
-                  name.getValue() != "expert_slots"))
+                  !placement))
       return op->emitError()
              << "'" << getStepInputAttrName() << "' of argument #" << argIndex
              << " must be \"lr\", \"step\" or "
-                "\"expert_slots\"";
+                "\"expert_slots.<block>\"";
     return success();
   }
   if (attr.getName() == getHiddenShardAttrName() ||

@@ -362,21 +362,22 @@ llvm::Error Interpreter::Impl::fillStepInputs() {
       if (!schedule)
         return schedule.takeError();
       b->f[0] = float(moe_rt_lr_at(&*schedule, step));
-    } else if (name == "expert_slots" && b->isInt && b->shape.size() == 2) {
-      // The expert placement (moe-run --expert-placement); by default
-      // expert parallelism's layout.
-      const std::vector<int64_t> &t = options.expertSlots;
-      if (!t.empty() && int64_t(t.size()) != b->numel())
-        return error("step input 'expert_slots': the placement has " +
+    } else if (int64_t block =
+                   moe_rt::expert_placement::blockOfSlotsInput(name);
+               block >= 0 && b->isInt && b->shape.size() == 2) {
+      // The block's expert placement (moe-run --expert-placement); by
+      // default expert parallelism's layout.
+      std::vector<int64_t> t = moe_rt::expert_placement::tableOf(
+          options.expertSlots, block, {b->shape[0], b->numel()});
+      if (int64_t(t.size()) != b->numel())
+        return error("step input '" + name + "': the placement has " +
                      std::to_string(t.size()) + " slots, the step " +
                      std::to_string(b->numel()));
-      b->i = t.empty() ? moe_rt::expert_placement::identitySlots(b->shape[0],
-                                                                 b->shape[1])
-                       : t;
+      b->i = std::move(t);
     } else {
       return error("step input '" + name +
                    "': moe-run fills 'lr' (f32) and 'step' (i64) scalars "
-                   "and 'expert_slots' (G x S integers)");
+                   "and 'expert_slots.<block>' (G x S integers)");
     }
   }
   return llvm::Error::success();
@@ -413,7 +414,7 @@ Buffer *Interpreter::buffer(Value v) { return impl->buffer(v); }
 void Interpreter::setAfterOp(std::function<llvm::Error(Operation *)> hook) {
   impl->afterOp = std::move(hook);
 }
-void Interpreter::setExpertSlots(std::vector<int64_t> slots) {
+void Interpreter::setExpertSlots(moe_rt::expert_placement::Placement slots) {
   impl->options.expertSlots = std::move(slots);
 }
 FunctionOpInterface Interpreter::step() const { return impl->func; }

@@ -22,6 +22,7 @@
 #ifndef MOE_RT_CHECKPOINT_FILE_H
 #define MOE_RT_CHECKPOINT_FILE_H
 
+#include "moe_rt/expert_placement.h"
 #include "moe_rt/params_file.h"
 
 #include <cerrno>
@@ -65,11 +66,18 @@ struct Counters {
   uint64_t step = 0, dataPosition = 0, seed = 0;
 };
 
+/// Each placed block's slot table (moe_rt/expert_placement.h; a block
+/// without one: expert parallelism's layout).
+using expert_placement::Placement;
+
 /// One rank's file.
 struct RankState {
   int rank = 0, ranks = 1;
   Counters counters;
   std::vector<Tensor> tensors;
+  /// The expert placement `tensors` are laid out in (set by reading: the
+  /// checkpoint's on its own grid, the reader's when resharded).
+  Placement placement;
 };
 
 /// How a tensor is laid out over the grid: replicated on every rank, or
@@ -82,6 +90,9 @@ struct LayoutEntry {
   Role role = Role::param;
   Layout layout = Layout::replicated;
   std::vector<int64_t> localShape;
+  /// An expert tensor's MoE block, whose expert placement lays it out
+  /// (-1: none known). Not part of the fingerprint.
+  int64_t block = -1;
 };
 
 /// DIR/step-<N>/manifest.
@@ -92,6 +103,9 @@ struct Manifest {
   int ranks = 1;
   Counters counters;
   std::vector<LayoutEntry> tensors;
+  /// The expert placement the expert tensors were saved in: the tables
+  /// that are not expert parallelism's layout.
+  Placement placement;
 };
 
 // Shapes are spelt as in the parameter file ("4x8", "-" for a scalar).
@@ -315,11 +329,21 @@ inline std::string encodeManifest(const Manifest &m) {
   o << "step " << m.counters.step << "\n";
   o << "data_position " << m.counters.dataPosition << "\n";
   o << "seed " << m.counters.seed << "\n";
+  for (const auto &[block, table] : m.placement) {
+    o << "placement " << block << " ";
+    for (size_t i = 0; i < table.size(); ++i)
+      o << (i ? "," : "") << table[i];
+    o << "\n";
+  }
   o << "tensors " << m.tensors.size() << "\n";
-  for (const LayoutEntry &e : m.tensors)
+  for (const LayoutEntry &e : m.tensors) {
     o << e.name << " " << roleName(e.role) << " "
       << (e.layout == Layout::experts ? "experts" : "replicated") << " "
-      << formatShape(e.localShape) << "\n";
+      << formatShape(e.localShape);
+    if (e.block >= 0)
+      o << " block " << e.block;
+    o << "\n";
+  }
   return o.str();
 }
 
@@ -383,6 +407,25 @@ inline bool decodeManifest(const std::string &text, const std::string &file,
     if (!(ls >> *counters[k]))
       return bad(std::string("bad ") + counterKeys[k] + " line");
   }
+  // Optional: one "placement <block> <slot table>" line per placed block.
+  m.placement.clear();
+  std::streampos before = in.tellg();
+  while (std::getline(in, line) && line.compare(0, 10, "placement ") == 0) {
+    std::istringstream ls(line);
+    int64_t block = -1;
+    std::string list;
+    std::vector<int64_t> table;
+    if (!(ls >> word >> block >> list) || block < 0 ||
+        !expert_placement::parseList(list, table).empty() || table.empty() ||
+        !expert_placement::checkSlots(table.data(), 1, int64_t(table.size()))
+             .empty() ||
+        m.placement.count(block))
+      return bad("bad placement line '" + line.substr(0, 80) + "'");
+    m.placement[block] = std::move(table);
+    before = in.tellg();
+  }
+  in.clear();
+  in.seekg(before);
   size_t count = 0;
   {
     std::istringstream ls = next("tensors");
@@ -400,7 +443,8 @@ inline bool decodeManifest(const std::string &text, const std::string &file,
     if (!(ls >> e.name >> role >> layout >> dims) ||
         (role != "param" && role != "state") ||
         (layout != "replicated" && layout != "experts") ||
-        !parseShape(dims, e.localShape))
+        !parseShape(dims, e.localShape) ||
+        ((ls >> word) && (word != "block" || !(ls >> e.block) || e.block < 0)))
       return bad("bad tensor line '" + line.substr(0, 80) + "'");
     e.role = role == "param" ? Role::param : Role::state;
     e.layout = layout == "experts" ? Layout::experts : Layout::replicated;
@@ -611,9 +655,11 @@ inline bool readCheckpointAt(const std::string &dir, const Manifest &want,
       !checkManifest(have, want, manifestPath, error))
     return false;
   std::string file = dir + "/" + rankFileName(rank);
-  return readWhole(file, bytes, error) &&
-         decodeRank(bytes, file, state, error) &&
-         checkRankState(state, have, rank, file, error);
+  if (!readWhole(file, bytes, error) || !decodeRank(bytes, file, state, error) ||
+      !checkRankState(state, have, rank, file, error))
+    return false;
+  state.placement = have.placement; // the job resumes under it
+  return true;
 }
 
 /// readCheckpointAt on the latest checkpoint under `root`.
@@ -639,6 +685,27 @@ inline int64_t expertIndex(const std::vector<int64_t> &grid,
   int64_t index = 0;
   for (int64_t a : epAxes)
     index = index * grid[size_t(a)] + coord[size_t(a)];
+  return index;
+}
+
+/// Rank `rank`'s index over the other axes: which data-parallel replica
+/// of its experts it holds (0 on a grid whose EP axes are all axes).
+inline int64_t replicaIndex(const std::vector<int64_t> &grid,
+                            const std::vector<int64_t> &epAxes, int rank) {
+  std::vector<int64_t> coord(grid.size());
+  int64_t r = rank;
+  for (size_t d = grid.size(); d-- > 0;) {
+    coord[d] = r % grid[d];
+    r /= grid[d];
+  }
+  int64_t index = 0;
+  for (size_t a = 0; a < grid.size(); ++a) {
+    bool ep = false;
+    for (int64_t e : epAxes)
+      ep = ep || size_t(e) == a;
+    if (!ep)
+      index = index * grid[a] + coord[a];
+  }
   return index;
 }
 
@@ -735,6 +802,7 @@ inline bool readReshardedAt(const std::string &dir, const Manifest &want,
   state.rank = rank;
   state.ranks = want.ranks;
   state.counters = have.counters;
+  state.placement = want.placement;
   for (const LayoutEntry &w : want.tensors) {
     size_t k = 0;
     while (have.tensors[k].name != w.name)
@@ -762,12 +830,31 @@ inline bool readReshardedAt(const std::string &dir, const Manifest &want,
     } else {
       // Global expert e lives on source index e / haveLocal; this rank
       // takes [mine * wantLocal, (mine + 1) * wantLocal).
+      // Under an expert placement, slots hold other experts: slot j of
+      // this job holds expert wantTable[j], which the checkpoint keeps in
+      // its slot physical[expert].
       int64_t haveLocal = have.tensors[k].localShape[0],
               wantLocal = w.localShape[0];
       size_t per = haveLocal ? n / size_t(haveLocal) : 0;
-      for (int64_t e = mine * wantLocal; e < (mine + 1) * wantLocal; ++e) {
-        const Tensor *src = byIndex[size_t(e / haveLocal)];
-        const float *from = src->values.data() + size_t(e % haveLocal) * per;
+      int64_t block = w.block;
+      std::vector<int64_t> haveTable = expert_placement::tableOf(
+          have.placement, block, {haveGroup, haveGroup * haveLocal});
+      std::vector<int64_t> wantTable = expert_placement::tableOf(
+          want.placement, block, {wantGroup, wantGroup * wantLocal});
+      std::vector<int64_t> physical;
+      if ((block < 0 && (have.placement.size() || want.placement.size())) ||
+          int64_t(haveTable.size()) != haveGroup * haveLocal ||
+          int64_t(wantTable.size()) != wantGroup * wantLocal ||
+          !expert_placement::checkSlots(haveTable.data(), 1,
+                                        int64_t(haveTable.size()), &physical)
+               .empty())
+        return bad("tensor '" + w.name +
+                   "': its expert placement does not fit its " +
+                   std::to_string(haveGroup * haveLocal) + " experts");
+      for (int64_t j = mine * wantLocal; j < (mine + 1) * wantLocal; ++j) {
+        int64_t p = physical[size_t(wantTable[size_t(j)])];
+        const Tensor *src = byIndex[size_t(p / haveLocal)];
+        const float *from = src->values.data() + size_t(p % haveLocal) * per;
         out.values.insert(out.values.end(), from, from + per);
       }
     }

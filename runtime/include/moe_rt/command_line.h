@@ -64,6 +64,17 @@ public:
     return true;
   }
 
+  /// `name VALUE`, repeatable: each value appended to `out`, in order
+  /// (per-block expert maps).
+  bool repeated(const char *name, std::vector<std::string> &out) {
+    std::string v;
+    if (!text(name, v))
+      return false;
+    if (failure.empty())
+      out.push_back(std::move(v));
+    return true;
+  }
+
   /// `name N`, N a whole number >= 1 that fits an int (steps, intervals).
   bool count(const char *name, int &out) {
     uint64_t n = 0;

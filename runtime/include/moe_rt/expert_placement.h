@@ -18,6 +18,7 @@
 #include "moe_rt/option_values.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -136,7 +137,7 @@ inline std::string parseList(const std::string &text,
 }
 
 /// --expert-placement-at's "STEP:MAP": the step (>= 2: the first step
-/// runs under the first map) and the map's text (RANKS or @FILE, read by
+/// runs under the first map) and the map's text ([BLOCK=]RANKS or @FILE, read by
 /// the caller); "" or what is wrong with `text`.
 inline std::string splitLaterMap(const std::string &text, int &step,
                                  std::string &map) {
@@ -147,6 +148,146 @@ inline std::string splitLaterMap(const std::string &text, int &step,
     return "needs STEP:RANKS with STEP >= 2, got '" + text + "'";
   step = int(*n);
   map = text.substr(colon + 1);
+  return "";
+}
+
+/// Every block's slot table: block (the moe.task block index, as the
+/// routing trace numbers blocks) -> G x S table. A block without an entry
+/// has expert parallelism's layout (identitySlots). Each MoE block has its
+/// own table, so a planner can move the experts of one layer only.
+using Placement = std::map<int64_t, std::vector<int64_t>>;
+
+/// One block's expert-parallel group size G and expert count E.
+struct BlockShape {
+  int64_t groups = 0, experts = 0;
+};
+
+/// The step input that carries block `block`'s slot table.
+inline std::string slotsInputName(int64_t block) {
+  return "expert_slots." + std::to_string(block);
+}
+
+/// The block of step input `name` ("expert_slots.<block>"), or -1.
+inline int64_t blockOfSlotsInput(const std::string &name) {
+  const std::string prefix = "expert_slots.";
+  if (name.compare(0, prefix.size(), prefix) != 0 ||
+      name.size() == prefix.size() || name.size() > prefix.size() + 9)
+    return -1;
+  for (size_t i = prefix.size(); i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9')
+      return -1;
+  return std::stoll(name.substr(prefix.size()));
+}
+
+/// Block `block`'s table in `p` (identity when `p` has none).
+inline std::vector<int64_t> tableOf(const Placement &p, int64_t block,
+                                    const BlockShape &shape) {
+  auto it = p.find(block);
+  if (it != p.end())
+    return it->second;
+  return identitySlots(shape.groups,
+                       shape.groups > 0 ? shape.experts / shape.groups : 0);
+}
+
+/// Whether `a` and `b` place every block of `shapes` alike (a missing
+/// table and the identity one are the same placement).
+inline bool samePlacement(const Placement &a, const Placement &b,
+                          const std::map<int64_t, BlockShape> &shapes) {
+  for (const auto &[block, shape] : shapes)
+    if (tableOf(a, block, shape) != tableOf(b, block, shape))
+      return false;
+  return true;
+}
+
+/// "block 0: 1,0,1,0; block 1: 0,1,0,1" (expert -> rank of every block of
+/// `shapes`): how messages name a placement.
+inline std::string describe(const Placement &p,
+                            const std::map<int64_t, BlockShape> &shapes) {
+  std::string out;
+  for (const auto &[block, shape] : shapes) {
+    std::vector<int64_t> ranks = ranksOf(tableOf(p, block, shape), shape.groups);
+    out += (out.empty() ? "block " : "; block ") + std::to_string(block) + ":";
+    for (size_t e = 0; e < ranks.size(); ++e)
+      out += (e ? "," : " ") + std::to_string(ranks[e]);
+  }
+  return out;
+}
+
+/// `p` without the tables that are expert parallelism's own layout: what
+/// a checkpoint records (a step without a placement records none).
+inline Placement withoutIdentity(const Placement &p) {
+  Placement out;
+  for (const auto &[block, table] : p)
+    for (size_t i = 0; i < table.size(); ++i)
+      if (table[i] != int64_t(i)) {
+        out[block] = table;
+        break;
+      }
+  return out;
+}
+
+/// Applies `text` to `p` for the blocks `shapes` (block -> G, E): either
+/// one expert -> rank list for every block ("1,0,1,0,..."), or specs
+/// "BLOCK=RANKS" separated by ';' or new lines, each setting one block
+/// (the others keep their table). "" or the culprit: a block the step does
+/// not have, a bad entry (named with its block).
+inline std::string applySpec(const std::string &text,
+                             const std::map<int64_t, BlockShape> &shapes,
+                             Placement &p) {
+  if (shapes.empty())
+    return "expert placement: the step has no expert placement input";
+  auto setBlock = [&](int64_t block, const std::string &list,
+                      const std::string &where) -> std::string {
+    const BlockShape &shape = shapes.at(block);
+    std::vector<int64_t> ranks, t;
+    std::string why = parseList(list, ranks);
+    if (why.empty())
+      why = slotsFromRanks(ranks, shape.experts, shape.groups, t);
+    const std::string head = "expert placement: ";
+    if (!why.empty() && !where.empty() && why.compare(0, head.size(), head) == 0)
+      why = "expert placement of " + where + ": " + why.substr(head.size());
+    if (!why.empty())
+      return why;
+    p[block] = std::move(t);
+    return "";
+  };
+  if (text.find('=') == std::string::npos) {
+    for (const auto &[block, shape] : shapes)
+      if (std::string why = setBlock(block, text, ""); !why.empty())
+        return why;
+    return "";
+  }
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t end = text.find_first_of(";\n", i);
+    if (end == std::string::npos)
+      end = text.size();
+    std::string spec = text.substr(i, end - i);
+    i = end + 1;
+    if (spec.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    size_t eq = spec.find('=');
+    std::string name = eq == std::string::npos ? spec : spec.substr(0, eq);
+    name.erase(0, name.find_first_not_of(" \t\r"));
+    name.erase(name.find_last_not_of(" \t\r") + 1);
+    int64_t block = blockOfSlotsInput("expert_slots." + name);
+    if (eq == std::string::npos || block < 0)
+      return "expert placement: '" + spec +
+             "' is not BLOCK=RANKS (with several blocks, every map names "
+             "its block)";
+    if (!shapes.count(block)) {
+      std::string known;
+      for (const auto &kv : shapes)
+        known += (known.empty() ? "" : ", ") + std::to_string(kv.first);
+      return "expert placement: block " + std::to_string(block) +
+             " has no expert placement (the step's placed blocks: " + known +
+             ")";
+    }
+    if (std::string why = setBlock(block, spec.substr(eq + 1),
+                                   "block " + std::to_string(block));
+        !why.empty())
+      return why;
+  }
   return "";
 }
 

@@ -69,10 +69,12 @@ moe_rt_status moe_rt_routing_log_end_step(moe_rt_routing_log *log,
  * ended step — or "" when it had no counts. Valid until the next
  * end_step. */
 const char *moe_rt_routing_log_balance(const moe_rt_routing_log *log);
-/* The expert placement (expert -> rank, `experts` entries) the per-rank
+/* The expert placement (expert -> rank, `experts` entries) of MoE block
+ * `block` (-1: every block, replacing the blocks' own) that the per-rank
  * loads and the trace's expert-ranks follow, for blocks of that many
  * experts; unset (or 0 entries): E/G consecutive experts per rank. */
 moe_rt_status moe_rt_routing_log_set_expert_ranks(moe_rt_routing_log *log,
+                                                  int64_t block,
                                                   const int64_t *ranks,
                                                   int64_t experts);
 /* Writes the trace's end line; an error when the file could not be

@@ -95,32 +95,42 @@ int64_t moe_step_updates_done(const moe_step *s);
  * moe_rt_gate_step_seed(base, n), as moe-run's step n does. */
 void moe_step_set_gate_seed(moe_step *s, uint64_t base);
 /* The expert placement of a step scheduled with expert-placement=1
- * (docs/load-aware.md §2): the slot table, G x S integers, slot s of
- * expert-parallel rank g holding logical expert slots[g S + s]
- * (moe_rt/expert_placement.h turns expert -> rank into it). Written into
- * the step input `expert_slots` before each step; unset: expert
- * parallelism's own layout. Set it before the first step, with the
+ * (docs/load-aware.md §2): MoE block `block`'s slot table, G x S integers,
+ * slot s of expert-parallel rank g holding logical expert slots[g S + s]
+ * (moe_rt/expert_placement.h turns expert -> rank into it); block -1:
+ * every block. Written into the block's step input `expert_slots.<block>`
+ * before each step; unset: expert parallelism's own layout. Set it before the first step, with the
  * parameters in that layout (moe-run --dump-inputs / moe-export-params
  * --expert-placement write them so). A different table before a later step
  * moves every expert weight and its optimizer state (the tensors the
  * checkpoint manifest lays out as "experts") to it first, with
  * moe_step_move_experts, as moe-run --expert-placement-at does. */
-void moe_step_set_expert_slots(moe_step *s, const int64_t *slots, int64_t n);
+void moe_step_set_expert_slots(moe_step *s, int64_t block,
+                               const int64_t *slots, int64_t n);
+/* Block `block`'s slot table for the next step (the one set, else the
+ * resumed checkpoint's, else expert parallelism's layout) into `out` when
+ * it has room for all of them; returns G x S, or 0 when the step has no
+ * expert_slots.<block> input. */
+int64_t moe_step_expert_slots(moe_step *s, int64_t block, int64_t *out,
+                              int64_t n);
 /* The migration behind a placement change, one tensor at a time; shared by
  * moe_step_set_expert_slots and moe-run --expert-placement-at. `data`
  * (host memory) holds this rank's `slots` experts, `per` floats each, in
  * slot table `from` (G x S, G = `groups`, this rank index `group` of
- * them); afterwards it holds those `to` gives it. Every rank adds its
- * experts to one G S `per` buffer, summed over `world` on `sync` (one
- * non-zero term per value: exact). The expert-parallel group must be the
- * whole world (no data-parallel replicas of an expert). Unlike the rest of
- * this header it returns the status (moe_rt_last_error says why), so that
- * moe-run reports it its own way. */
+ * them); afterwards it holds those `to` gives it. The world holds
+ * size(world) / G expert-parallel groups (the other grid axes), this rank
+ * being in group `replica`: every rank adds its experts to its group's
+ * section of one (size / G) G S `per` buffer, summed over `world` on
+ * `sync` (one non-zero term per value: exact; each group moves its own
+ * copies), and takes its new slots from that section. Unlike the rest
+ * of this header it returns the status (moe_rt_last_error says why), so
+ * that moe-run reports it its own way. */
 moe_rt_status moe_step_move_experts(moe_rt_stream sync, moe_rt_comm world,
                                     double timeout_s, float *data,
                                     int64_t slots, int64_t per,
                                     const int64_t *from, const int64_t *to,
-                                    int64_t group, int64_t groups);
+                                    int64_t group, int64_t groups,
+                                    int64_t replica);
 /* Routing statistics (moe.routing_counts, moe-opt --moe-routing-stats):
  * rank 0 records every later step's counts to the routing trace `path`
  * (docs/routing-trace-format.md), as moe-run --routing-trace does; the

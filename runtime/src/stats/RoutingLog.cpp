@@ -31,9 +31,13 @@ void moe_rt_routing_log::add(const moe_rt_routing_site &site, int64_t tokens,
   pending.push_back(std::move(p));
 }
 
-std::vector<int> moe_rt_routing_log::placementOf(int experts, int ranks) const {
-  if (int(expertRanks.size()) == experts)
-    return expertRanks;
+std::vector<int> moe_rt_routing_log::placementOf(int experts, int ranks,
+                                                 int64_t block) const {
+  auto it = expertRanks.find(block);
+  if (it == expertRanks.end())
+    it = expertRanks.find(-1);
+  if (it != expertRanks.end() && int(it->second.size()) == experts)
+    return it->second;
   return expertParallelPlacement(experts, ranks);
 }
 
@@ -61,7 +65,7 @@ moe_rt_routing_log::headerFor(const std::vector<Pending> &step) const {
     b.block = int(p.site.block);
     b.experts = int(p.site.experts);
     b.topK = int(p.topK);
-    b.expertRank = placementOf(b.experts, h.grid.ranks());
+    b.expertRank = placementOf(b.experts, h.grid.ranks(), p.site.block);
     h.blocks.push_back(std::move(b));
   }
   return h;
@@ -118,7 +122,8 @@ std::string moe_rt_routing_log::endStep(int64_t number) {
   for (const Pending &p : step) {
     int ranks = int(p.site.nodes * p.site.ranks_per_node);
     LoadBalance lb =
-        loadBalance(p.counts, placementOf(p.counts.experts, ranks), ranks);
+        loadBalance(p.counts, placementOf(p.counts.experts, ranks, p.site.block),
+                    ranks);
     if (lb.rankRatio() > worstRank)
       worstRank = lb.rankRatio(), rankBlock = p.site.block;
     if (lb.expertRatio() > worstExpert)
@@ -176,12 +181,16 @@ moe_rt_status moe_rt_routing_log_end_step(moe_rt_routing_log *log,
 }
 
 moe_rt_status moe_rt_routing_log_set_expert_ranks(moe_rt_routing_log *log,
+                                                  int64_t block,
                                                   const int64_t *ranks,
                                                   int64_t experts) {
   if (!log || (experts > 0 && !ranks))
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_routing_log_set_expert_ranks: NULL log or ranks");
-  log->expertRanks.assign(ranks, ranks + std::max<int64_t>(experts, 0));
+  if (block < 0)
+    log->expertRanks.clear(); // one placement for every block
+  log->expertRanks[std::max<int64_t>(block, -1)].assign(
+      ranks, ranks + std::max<int64_t>(experts, 0));
   return MOE_RT_OK;
 }
 

@@ -13,6 +13,7 @@
 #include "moe_rt/routing_stats.h"
 #include "moe_rt/routing_trace.h"
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,13 +30,13 @@ struct moe_rt_routing_log {
   std::string close();
 
   std::string balance; ///< the last ended step's balance line
-  /// Expert -> rank of the step's expert placement (every block); empty:
-  /// expert parallelism's layout.
-  std::vector<int> expertRanks;
+  /// Expert -> rank of each block's expert placement (-1: every block
+  /// without its own); none: expert parallelism's layout.
+  std::map<int64_t, std::vector<int>> expertRanks;
 
 private:
   /// Expert -> rank for a block of `experts` over `ranks`.
-  std::vector<int> placementOf(int experts, int ranks) const;
+  std::vector<int> placementOf(int experts, int ranks, int64_t block) const;
   struct Pending {
     moe_rt_routing_site site;
     int64_t tokens, topK;

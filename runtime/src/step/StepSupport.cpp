@@ -101,9 +101,11 @@ struct moe_step {
   int64_t stepsBegun = 0;
   // moe.routing_counts' statistics: the balance line, the routing trace.
   moe_rt_routing_log *routingLog = moe_rt_routing_log_create();
-  // The expert placement (moe_step_set_expert_slots; empty: expert
-  // parallelism's layout) and the one the weights are in since step 1.
-  std::vector<int64_t> expertSlots, expertSlotsInUse;
+  // The expert placement asked for (moe_step_set_expert_slots: block ->
+  // table, -1 for every block; none: expert parallelism's layout) and the
+  // one each block's weights are in since step 1 (or the resumed
+  // checkpoint's).
+  moe_rt::expert_placement::Placement expertSlots, expertSlotsInUse;
 
   Buffer &buffer(int64_t id) {
     if (id < 0 || id >= int64_t(buffers.size()) || !buffers[id].declared)
@@ -271,8 +273,9 @@ void moe_step_state(moe_step *s, int64_t id, const char *name) {
 
 void moe_step_step_input(moe_step *s, int64_t id, const char *name) {
   std::string n = name ? name : "NULL";
-  if (n != "lr" && n != "step" && n != "expert_slots")
-    fail(s, "unknown step input '" + n + "' (lr, step or expert_slots)");
+  if (n != "lr" && n != "step" &&
+      moe_rt::expert_placement::blockOfSlotsInput(n) < 0)
+    fail(s, "unknown step input '" + n + "' (lr, step or expert_slots.<block>)");
   addArgument(s, id, name, moe_step::Role::stepInput);
 }
 
@@ -296,71 +299,110 @@ uint64_t moe_step_gate_seed(const moe_step *s) {
   return moe_rt_gate_step_seed(s->gateSeedBase, s->stepsBegun);
 }
 
-void moe_step_set_expert_slots(moe_step *s, const int64_t *slots, int64_t n) {
-  s->expertSlots.assign(slots, slots + std::max<int64_t>(n, 0));
+void moe_step_set_expert_slots(moe_step *s, int64_t block,
+                               const int64_t *slots, int64_t n) {
+  if (block < 0)
+    s->expertSlots.clear(); // one table for every block
+  s->expertSlots[std::max<int64_t>(block, -1)].assign(
+      slots, slots + std::max<int64_t>(n, 0));
 }
 
 moe_rt_status moe_step_move_experts(moe_rt_stream sync, moe_rt_comm world,
                                     double timeout_s, float *data,
                                     int64_t slots, int64_t per,
                                     const int64_t *from, const int64_t *to,
-                                    int64_t group, int64_t groups) {
-  if (groups != moe_rt_comm_size(world))
+                                    int64_t group, int64_t groups,
+                                    int64_t replica) {
+  int64_t size = moe_rt_comm_size(world);
+  if (groups < 1 || size % groups || replica < 0 ||
+      replica >= size / groups || group < 0 || group >= groups)
     return moe_rt::fail(
         MOE_RT_INVALID_ARGUMENT,
-        "moving experts to a new placement needs the expert-parallel group "
-        "to be every rank (" +
-            std::to_string(groups) + " of " +
-            std::to_string(moe_rt_comm_size(world)) + " here)");
+        "moving experts to a new placement: rank " + std::to_string(group) +
+            " of a " + std::to_string(groups) + "-rank expert-parallel "
+            "group in replica " + std::to_string(replica) + " does not fit " +
+            std::to_string(size) + " ranks");
+  // One section of G S `per` floats per replica: each expert-parallel
+  // group moves its own copies (the compiler does not tie replicas' expert
+  // weights together), and every value has one non-zero term.
   moe_rt_tensor all;
-  int64_t n = groups * slots * per;
+  int64_t section = groups * slots * per, n = (size / groups) * section;
   if (moe_rt_status st =
           moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_F32, 1, &n, &all);
       st != MOE_RT_OK)
     return st;
   float *a = static_cast<float *>(all.data);
   std::fill_n(a, n, 0.0f);
+  float *mine = a + replica * section;
   for (int64_t s = 0; s < slots; ++s)
-    std::copy_n(data + s * per, per, a + from[group * slots + s] * per);
+    std::copy_n(data + s * per, per, mine + from[group * slots + s] * per);
   moe_rt_status st = moe_rt_all_reduce(sync, world, &all, 0, -1);
   if (st == MOE_RT_OK)
     st = moe_rt_stream_synchronize(sync, timeout_s);
   if (st == MOE_RT_OK)
     for (int64_t s = 0; s < slots; ++s)
-      std::copy_n(a + to[group * slots + s] * per, per, data + s * per);
+      std::copy_n(mine + to[group * slots + s] * per, per, data + s * per);
   moe_rt_tensor_destroy(&all);
   return st;
 }
 
 namespace {
-void moveExperts(moe_step *s, const std::vector<int64_t> &from,
+void moveExperts(moe_step *s, int64_t block, const std::vector<int64_t> &from,
                  const std::vector<int64_t> &to, int64_t groups);
 
-/// The expert placement into step input `expert_slots` (G x S): checked,
-/// the experts moved to it when it differs from the last step's, and
-/// handed to the routing log, whose per-rank loads follow it.
-void fillExpertSlots(moe_step *s, Buffer &b) {
+/// The step's placed blocks (its expert_slots.<block> inputs): G and E.
+std::map<int64_t, moe_rt::expert_placement::BlockShape>
+placementShapes(moe_step *s) {
+  std::map<int64_t, moe_rt::expert_placement::BlockShape> shapes;
+  for (size_t i = 0; i < s->arguments.size(); ++i) {
+    int64_t block =
+        moe_rt::expert_placement::blockOfSlotsInput(s->argumentNames[i]);
+    if (s->argumentRoles[i] == moe_step::Role::stepInput && block >= 0) {
+      Buffer &b = s->buffer(s->arguments[i]);
+      if (b.t.rank == 2)
+        shapes[block] = {b.t.shape[0], b.numel()};
+    }
+  }
+  return shapes;
+}
+
+/// The table asked for block `block`: its own, else the every-block one,
+/// else expert parallelism's layout.
+std::vector<int64_t> askedTable(const moe_step *s, int64_t block,
+                                const moe_rt::expert_placement::BlockShape &shape) {
+  auto it = s->expertSlots.find(block);
+  if (it == s->expertSlots.end())
+    it = s->expertSlots.find(-1);
+  return it != s->expertSlots.end()
+             ? it->second
+             : moe_rt::expert_placement::tableOf({}, block, shape);
+}
+
+/// Block `block`'s expert placement into its step input (G x S): checked,
+/// the block's experts moved to it when it differs from the last step's,
+/// and handed to the routing log, whose per-rank loads follow it.
+void fillExpertSlots(moe_step *s, Buffer &b, int64_t block,
+                     const std::string &name) {
   if (b.t.rank != 2 || b.t.dtype != MOE_RT_I64)
-    fail(s, "step input 'expert_slots' must be G x S I64");
+    fail(s, "step input '" + name + "' must be G x S I64");
   int64_t groups = b.t.shape[0], slots = b.t.shape[1];
-  std::vector<int64_t> t =
-      s->expertSlots.empty()
-          ? moe_rt::expert_placement::identitySlots(groups, slots)
-          : s->expertSlots;
+  std::vector<int64_t> t = askedTable(s, block, {groups, groups * slots});
+  std::string where = "moe_step_set_expert_slots (block " +
+                      std::to_string(block) + "): ";
   if (int64_t(t.size()) != groups * slots)
-    fail(s, "moe_step_set_expert_slots: " + std::to_string(t.size()) +
-                " slots, the step has " + std::to_string(groups) + " x " +
-                std::to_string(slots));
+    fail(s, where + std::to_string(t.size()) + " slots, the step has " +
+                std::to_string(groups) + " x " + std::to_string(slots));
   if (std::string why =
           moe_rt::expert_placement::checkSlots(t.data(), groups, slots);
       !why.empty())
-    fail(s, "moe_step_set_expert_slots: " + why);
-  if (!s->expertSlotsInUse.empty() && t != s->expertSlotsInUse)
-    moveExperts(s, s->expertSlotsInUse, t, groups);
-  s->expertSlotsInUse = t;
+    fail(s, where + why);
+  auto used = s->expertSlotsInUse.find(block);
+  if (used != s->expertSlotsInUse.end() && t != used->second)
+    moveExperts(s, block, used->second, t, groups);
+  s->expertSlotsInUse[block] = t;
   std::vector<int64_t> ranks = moe_rt::expert_placement::ranksOf(t, groups);
   check(s,
-        moe_rt_routing_log_set_expert_ranks(s->routingLog, ranks.data(),
+        moe_rt_routing_log_set_expert_ranks(s->routingLog, block, ranks.data(),
                                             int64_t(ranks.size())),
         "the routing log's expert placement");
   HostCopy host(b.t);
@@ -376,8 +418,10 @@ void fillStepInputs(moe_step *s) {
     if (s->argumentRoles[i] != moe_step::Role::stepInput)
       continue;
     Buffer &b = s->buffer(s->arguments[i]);
-    if (s->argumentNames[i] == "expert_slots") {
-      fillExpertSlots(s, b);
+    if (int64_t block =
+            moe_rt::expert_placement::blockOfSlotsInput(s->argumentNames[i]);
+        block >= 0) {
+      fillExpertSlots(s, b, block, s->argumentNames[i]);
       continue;
     }
     bool lr = s->argumentNames[i] == "lr";
@@ -765,15 +809,23 @@ std::vector<size_t> carriedIndices(moe_step *s, const ckpt::Manifest &m) {
   return out;
 }
 
-/// Moves the experts' weights and optimizer state (the manifest's
-/// "experts" tensors) from slot table `from` to `to`, through host copies.
-void moveExperts(moe_step *s, const std::vector<int64_t> &from,
+/// Moves block `block`'s experts' weights and optimizer state (the
+/// manifest's "experts" tensors of that block) from slot table `from` to
+/// `to`, through host copies.
+void moveExperts(moe_step *s, int64_t block, const std::vector<int64_t> &from,
                  const std::vector<int64_t> &to, int64_t groups) {
   ckpt::Manifest m = jobManifest(s, {});
   int64_t g = ckpt::expertIndex(m.grid, m.epAxes, s->rank);
+  int64_t replica = ckpt::replicaIndex(m.grid, m.epAxes, s->rank);
   std::vector<size_t> index = carriedIndices(s, m);
   for (size_t k = 0; k < index.size(); ++k) {
     if (m.tensors[k].layout != ckpt::Layout::experts)
+      continue;
+    if (m.tensors[k].block < 0)
+      fail(s, "expert tensor '" + m.tensors[k].name +
+                  "' has no block in the step's manifest; regenerate the "
+                  "step");
+    if (m.tensors[k].block != block)
       continue;
     Buffer &b = s->buffer(s->arguments[index[k]]);
     if (b.t.dtype != MOE_RT_F32 || b.t.rank < 1 || b.t.shape[0] < 1)
@@ -785,7 +837,7 @@ void moveExperts(moe_step *s, const std::vector<int64_t> &from,
           moe_step_move_experts(s->lossStream, s->lossComm, s->timeout,
                                 static_cast<float *>(host.t.data),
                                 b.t.shape[0], b.numel() / b.t.shape[0],
-                                from.data(), to.data(), g, groups),
+                                from.data(), to.data(), g, groups, replica),
           "moving '" + m.tensors[k].name + "' to the new expert placement");
     check(s, moe_rt_tensor_copy(&b.t, &host.t),
           "writing '" + m.tensors[k].name + "' after moving it");
@@ -807,24 +859,39 @@ bool agree(moe_step *s, bool ok) {
   return all;
 }
 
-/// Checkpoints do not record an expert placement: saved under one map and
-/// resumed under another (or none), the experts would load into the wrong
-/// slots — a silently different model. Refused as moe-run refuses it.
-void refusePlacedCheckpoint(const moe_step *s, const char *what) {
-  if (!s->expertSlots.empty())
-    fail(s, std::string(what) +
-                ": checkpoints do not record the expert placement yet "
-                "(moe_step_set_expert_slots was called)");
+} // namespace
+
+int64_t moe_step_expert_slots(moe_step *s, int64_t block, int64_t *out,
+                              int64_t n) {
+  auto shapes = placementShapes(s);
+  auto shape = shapes.find(block);
+  if (shape == shapes.end())
+    return 0;
+  std::vector<int64_t> t = askedTable(s, block, shape->second);
+  if (out && n >= int64_t(t.size()))
+    std::copy(t.begin(), t.end(), out);
+  return int64_t(t.size());
+}
+
+namespace {
+
+/// The placement asked for, every placed block's table.
+moe_rt::expert_placement::Placement askedPlacement(moe_step *s) {
+  moe_rt::expert_placement::Placement p;
+  for (const auto &[block, shape] : placementShapes(s))
+    p[block] = askedTable(s, block, shape);
+  return p;
 }
 
 } // namespace
 
 void moe_step_save_checkpoint(moe_step *s, const char *root,
                               uint64_t data_position) {
-  refusePlacedCheckpoint(s, "moe_step_save_checkpoint");
   ckpt::Counters counters{uint64_t(s->stepsBegun), data_position,
                           s->gateSeedBase};
   ckpt::Manifest m = jobManifest(s, counters);
+  // The placement the expert tensors are in (docs/checkpoint-format.md).
+  m.placement = moe_rt::expert_placement::withoutIdentity(s->expertSlotsInUse);
   ckpt::RankState state;
   state.rank = s->rank;
   state.ranks = s->world;
@@ -855,12 +922,36 @@ void moe_step_save_checkpoint(moe_step *s, const char *root,
 int64_t moe_step_updates_done(const moe_step *s) { return s->stepsBegun; }
 
 uint64_t moe_step_resume(moe_step *s, const char *root) {
-  refusePlacedCheckpoint(s, "moe_step_resume");
   ckpt::Manifest want = jobManifest(s, {});
+  // On another grid the experts are resharded into the placement asked
+  // for; on the checkpoint's grid the job continues under the
+  // checkpoint's, which an asked-for one must equal.
+  auto shapes = placementShapes(s);
+  bool asked = !s->expertSlots.empty();
+  want.placement =
+      moe_rt::expert_placement::withoutIdentity(askedPlacement(s));
   ckpt::RankState state;
   std::string error;
   if (!ckpt::readResharded(root ? root : "", want, s->rank, state, error))
     fail(s, error);
+  if (shapes.empty() && !state.placement.empty())
+    fail(s, "moe_step_resume: the checkpoint was saved under an expert "
+            "placement (of block " +
+                std::to_string(state.placement.begin()->first) +
+                "), and this step has no expert placement input");
+  if (asked && !moe_rt::expert_placement::samePlacement(
+                   state.placement, want.placement, shapes))
+    fail(s, "moe_step_resume: the checkpoint was saved under expert "
+            "placement " +
+                moe_rt::expert_placement::describe(state.placement, shapes) +
+                "; moe_step_set_expert_slots asks for " +
+                moe_rt::expert_placement::describe(want.placement, shapes) +
+                " (resume without setting it, then change it)");
+  s->expertSlots = state.placement;
+  s->expertSlotsInUse.clear();
+  for (const auto &[block, shape] : shapes)
+    s->expertSlotsInUse[block] =
+        moe_rt::expert_placement::tableOf(state.placement, block, shape);
   std::vector<size_t> index = carriedIndices(s, want);
   for (size_t k = 0; k < index.size(); ++k) {
     const ckpt::Tensor *t = nullptr;
