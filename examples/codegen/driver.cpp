@@ -60,8 +60,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "moe_rt/command_line.h"
 #include "moe_rt/expert_placement.h"
-#include "moe_rt/option_values.h"
 #include "moe_rt/text_data.h"
 
 #include <algorithm>
@@ -209,10 +209,174 @@ std::string applyPlacement(moe_step *s, const std::string &option,
 }
 
 /// Hands every table of `placement` to the step.
-void setPlacement(moe_step *s,
+static void setPlacement(moe_step *s,
                   const moe_rt::expert_placement::Placement &placement) {
   for (const auto &[block, table] : placement)
     moe_step_set_expert_slots(s, block, table.data(), int64_t(table.size()));
+}
+
+/// The command line (every flag takes a value; see the top of this file).
+struct Options {
+  std::string inputs, dump, params, data, routingTrace, checkpoint, resume;
+  std::vector<std::string> placement; // --expert-placement, in order
+  std::vector<std::pair<int, std::string>> laterPlacement; // STEP, map
+  int steps = 1, saveEvery = 0;
+  double timeout = 60;
+  std::optional<uint64_t> seed; // moe-run's default when absent
+  moe_rt_backend backend = MOE_RT_CPU;
+};
+
+/// One word of the command line into `o` (moe_rt/command_line.h, moe-run's
+/// reader, so a flag both take is read and refused alike); false for a
+/// word it does not know.
+static bool readOption(moe_rt::options::CommandLine &args, Options &o) {
+  std::string later, backend;
+  uint64_t seed = 0;
+  if (args.text("--expert-placement-at", later)) {
+    int step = 0;
+    std::string map;
+    std::string why =
+        moe_rt::expert_placement::splitLaterMap(later, step, map);
+    if (!why.empty())
+      args.fail("--expert-placement-at " + why);
+    else
+      o.laterPlacement.emplace_back(step, map);
+    return true;
+  }
+  if (args.choice("--backend", {"cpu", "cuda"}, backend)) {
+    o.backend = backend == "cuda" ? MOE_RT_CUDA : MOE_RT_CPU;
+    return true;
+  }
+  if (args.whole("--seed", seed)) {
+    o.seed = seed;
+    return true;
+  }
+  return args.text("--inputs", o.inputs) || args.text("--dump", o.dump) ||
+         args.text("--params", o.params) || // moe_compile_model's file
+         args.text("--data", o.data) ||
+         args.repeated("--expert-placement", o.placement) ||
+         args.text("--routing-trace", o.routingTrace) ||
+         args.text("--checkpoint", o.checkpoint) || // the save directory
+         args.text("--resume", o.resume) ||
+         args.count("--save-every", o.saveEvery) ||
+         args.count("--steps", o.steps) || args.seconds("--timeout", o.timeout);
+}
+
+/// The options; `error` is "" or what is wrong with them.
+static Options parseOptions(int argc, char **argv, std::string &error) {
+  Options o;
+  moe_rt::options::CommandLine args(argc, argv);
+  while (args.next())
+    if (!readOption(args, o))
+      args.unknown();
+  error = args.error();
+  if (!error.empty())
+    return o;
+  if (o.data.empty() && o.inputs.empty())
+    error = "--inputs is required (write them with moe-run --dump-inputs), "
+            "or --data TEXT with --params FILE";
+  else if (!o.laterPlacement.empty() && o.placement.empty() &&
+           o.resume.empty())
+    error = "--expert-placement-at needs a first map (--expert-placement)";
+  else if ((o.saveEvery > 0) != !o.checkpoint.empty())
+    error = "--save-every N and --checkpoint DIR go together";
+  else if (!o.data.empty() && o.inputs.empty() && o.params.empty())
+    error = "--data needs the initial parameters: --params FILE (the "
+            "parameter file moe_compile_model writes)";
+  return o;
+}
+
+/// --expert-placement's maps set on the step; "" or why not.
+static std::string setPlacements(moe_step *s, const Options &o) {
+  if (o.placement.empty())
+    return "";
+  moe_rt::expert_placement::Placement slots;
+  std::string error =
+      applyPlacement(s, "--expert-placement", o.placement, slots);
+  if (error.empty())
+    setPlacement(s, slots);
+  return error;
+}
+
+/// --expert-placement-at's maps, as moe-run's: each on top of the one
+/// before, in step order (`o`'s are sorted), the first on top of the
+/// placement in force (a resumed checkpoint's); "" or why not.
+static std::string
+laterPlacements(moe_step *s, Options &o,
+                std::vector<moe_rt::expert_placement::Placement> &later) {
+  std::stable_sort(o.laterPlacement.begin(), o.laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  for (size_t k = 0; k < o.laterPlacement.size(); ++k) {
+    if (later.empty()) {
+      later.emplace_back();
+      for (int i = 0; i < moe_step_num_arguments(s); ++i) {
+        const char *name = moe_step_argument_name(s, i);
+        int64_t block =
+            name ? moe_rt::expert_placement::blockOfSlotsInput(name) : -1;
+        std::vector<int64_t> t(size_t(
+            block < 0 ? 0 : moe_step_expert_slots(s, block, nullptr, 0)));
+        if (!t.empty()) {
+          moe_step_expert_slots(s, block, t.data(), int64_t(t.size()));
+          later.back()[block] = std::move(t);
+        }
+      }
+    } else {
+      later.push_back(later.back());
+    }
+    std::string error = applyPlacement(s, "--expert-placement-at",
+                                       {o.laterPlacement[k].second},
+                                       later.back());
+    if (!error.empty())
+      return error;
+  }
+  return "";
+}
+
+/// --data's step arguments into `args`, and a text long enough for one
+/// window; "" or why not.
+static std::string checkText(moe_step *s, const std::string &text,
+                             TextArguments &args) {
+  std::string error = findTextArguments(s, args);
+  if (!error.empty())
+    return error;
+  int64_t len = moe_step_argument_tensor(s, args.tokens)->shape[1];
+  if (moe_rt::text_data::windows(text, len) < 1)
+    return "--data: " + moe_rt::text_data::shortTextError(len);
+  return "";
+}
+
+/// Every argument from --inputs (this rank's file, `rank` its suffix),
+/// then the parameters from the build-time file; token ids / labels come
+/// from --inputs or --data.
+static void loadArguments(moe_step *s, const Options &o,
+                          const std::string &rank) {
+  if (!o.inputs.empty())
+    moe_step_load_inputs(s, (o.inputs + rank).c_str());
+  if (o.params.empty())
+    return;
+  moe_step_load_params(s, o.params.c_str());
+  if (moe_step_rank(s) == 0) {
+    int n = 0;
+    for (int i = 0; i < moe_step_num_arguments(s); ++i)
+      n += moe_step_argument_name(s, i) != nullptr;
+    std::fprintf(stderr, "codegen-driver: %d parameters from '%s'\n", n,
+                 o.params.c_str());
+  }
+}
+
+/// Rank 0's lines after step `step` (the `i`th of `steps`), as moe-run's:
+/// the loss on stdout, the routing balance and the progress on stderr.
+static void printStep(moe_step *s, int step, int i, int steps, double loss,
+                      std::chrono::steady_clock::time_point began) {
+  std::printf("step %d loss %.6f\n", step, loss);
+  if (*moe_step_routing_balance(s))
+    std::fprintf(stderr, "%s\n", moe_step_routing_balance(s));
+  if (steps > 1) { // as moe-run: progress on stderr, stdout parseable
+    std::chrono::duration<double> elapsed =
+        std::chrono::steady_clock::now() - began;
+    std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i, steps,
+                 elapsed.count() / i, elapsed.count() / i * (steps - i));
+  }
 }
 
 int main(int argc, char **argv) {
@@ -220,97 +384,14 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "codegen-driver: error: %s\n", moe_rt_last_error());
     return 2;
   }
-  std::string inputs, dump, params, data, routingTrace, checkpoint, resume;
-  std::vector<std::string> placement; // --expert-placement, in order
-  std::vector<std::pair<int, std::string>> laterPlacement;
-  int steps = 1, saveEvery = 0;
-  double timeout = 60;
-  std::optional<uint64_t> seed; // moe-run's default when absent
-  moe_rt_backend backend = MOE_RT_CPU;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i + 1 >= argc)
-      return usage(("'" + a + "' needs a value").c_str());
-    std::string v = argv[++i];
-    if (a == "--inputs")
-      inputs = v;
-    else if (a == "--dump")
-      dump = v;
-    else if (a == "--params") // moe_compile_model's parameter file
-      params = v;
-    else if (a == "--data")
-      data = v;
-    else if (a == "--expert-placement")
-      placement.push_back(v);
-    else if (a == "--expert-placement-at") {
-      size_t colon = v.find(':');
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v.substr(0, colon));
-      if (colon == std::string::npos || !n || *n < 2 ||
-          *n > uint64_t(INT32_MAX))
-        return usage(("--expert-placement-at needs STEP:RANKS with STEP >= "
-                      "2, not '" + v + "'")
-                         .c_str());
-      laterPlacement.emplace_back(int(*n), v.substr(colon + 1));
-    } else if (a == "--routing-trace")
-      routingTrace = v;
-    else if (a == "--checkpoint") // moe_step_save_checkpoint's directory
-      checkpoint = v;
-    else if (a == "--resume")
-      resume = v;
-    else if (a == "--save-every") {
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
-        return usage(("--save-every must be a positive integer, not '" + v +
-                      "'")
-                         .c_str());
-      saveEvery = int(*n);
-    }
-    else if (a == "--steps") {
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
-        return usage(("--steps must be a positive integer, not '" + v + "'")
-                         .c_str());
-      steps = int(*n);
-    } else if (a == "--timeout") {
-      std::optional<double> t = moe_rt::options::nonNegativeNumber(v);
-      if (!t)
-        return usage(
-            ("--timeout must be a number of seconds >= 0, not '" + v + "'")
-                .c_str());
-      timeout = *t;
-    } else if (a == "--seed") {
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n)
-        return usage(
-            ("--seed must be a non-negative integer, not '" + v + "'").c_str());
-      seed = *n;
-    }
-    else if (a == "--backend") {
-      if (v == "cpu")
-        backend = MOE_RT_CPU;
-      else if (v == "cuda")
-        backend = MOE_RT_CUDA;
-      else
-        return usage(("--backend must be cpu or cuda, not '" + v + "'").c_str());
-    }
-    else
-      return usage(("unknown argument '" + a + "'").c_str());
-  }
-  if (data.empty() && inputs.empty())
-    return usage("--inputs is required (write them with moe-run "
-                 "--dump-inputs), or --data TEXT with --params FILE");
-  if (!laterPlacement.empty() && placement.empty() && resume.empty())
-    return usage("--expert-placement-at needs a first map "
-                 "(--expert-placement)");
-  if ((saveEvery > 0) != !checkpoint.empty())
-    return usage("--save-every N and --checkpoint DIR go together");
-  if (!data.empty() && inputs.empty() && params.empty())
-    return usage("--data needs the initial parameters: --params FILE (the "
-                 "parameter file moe_compile_model writes)");
+  std::string optionError;
+  Options o = parseOptions(argc, argv, optionError);
+  if (!optionError.empty())
+    return usage(optionError.c_str());
 
   // Every rank sees the same answer here (the build, the node's devices),
   // so all stop together with status 1 instead of an MPI abort.
-  if (backend == MOE_RT_CUDA &&
+  if (o.backend == MOE_RT_CUDA &&
       (!moe_rt_cuda_compiled() || moe_rt_cuda_device_count() == 0)) {
     std::fprintf(stderr, "codegen-driver: error: %s\n",
                  moe_rt_cuda_compiled()
@@ -323,131 +404,72 @@ int main(int argc, char **argv) {
   // The text, read by every rank before any collective. A rank that cannot
   // read it ends the job (its peers would wait for it otherwise).
   std::string text;
-  if (!data.empty()) {
-    std::ifstream in(data, std::ios::binary);
+  if (!o.data.empty()) {
+    std::ifstream in(o.data, std::ios::binary);
     if (!in) {
       std::fprintf(stderr, "codegen-driver: error: cannot read --data '%s'\n",
-                   data.c_str());
+                   o.data.c_str());
       moe_rt_mpi_abort(1);
       return 1;
     }
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
-  moe_step *s = moe_step_create_on(timeout, backend);
+  moe_step *s = moe_step_create_on(o.timeout, o.backend);
   std::string rank = ".rank" + std::to_string(moe_step_rank(s));
   MOE_CAT(MOE_MODEL, _declare)(s);
-  if (seed)
-    moe_step_set_gate_seed(s, *seed);
-  if (!routingTrace.empty())
-    moe_step_set_routing_trace(s, routingTrace.c_str());
-  moe_rt::expert_placement::Placement slots;
-  if (!placement.empty()) {
-    std::string error =
-        applyPlacement(s, "--expert-placement", placement, slots);
-    if (!error.empty())
-      return stop(s, error);
-    setPlacement(s, slots);
-  }
+  if (o.seed)
+    moe_step_set_gate_seed(s, *o.seed);
+  if (!o.routingTrace.empty())
+    moe_step_set_routing_trace(s, o.routingTrace.c_str());
   TextArguments textArgs;
-  if (!data.empty()) {
-    std::string error = findTextArguments(s, textArgs);
-    if (error.empty()) {
-      int64_t len = moe_step_argument_tensor(s, textArgs.tokens)->shape[1];
-      if (moe_rt::text_data::windows(text, len) < 1)
-        error = "--data: " + moe_rt::text_data::shortTextError(len);
-    }
-    if (!error.empty())
-      return stop(s, error);
-  }
-  if (!inputs.empty())
-    moe_step_load_inputs(s, (inputs + rank).c_str());
-  // Parameters from the build-time file; token ids / labels from --inputs
-  // or --data.
-  if (!params.empty()) {
-    moe_step_load_params(s, params.c_str());
-    if (moe_step_rank(s) == 0) {
-      int n = 0;
-      for (int i = 0; i < moe_step_num_arguments(s); ++i)
-        n += moe_step_argument_name(s, i) != nullptr;
-      std::fprintf(stderr, "codegen-driver: %d parameters from '%s'\n", n,
-                   params.c_str());
-    }
-  }
+  std::string error = setPlacements(s, o);
+  if (error.empty() && !o.data.empty())
+    error = checkText(s, text, textArgs);
+  if (!error.empty())
+    return stop(s, error);
+  loadArguments(s, o, rank);
   // A resumed run continues the checkpoint's update count, seed and data
   // position (samples over all ranks: moe_rt/text_data.h), on any grid.
   int done = 0;
   uint64_t position = 0;
-  if (!resume.empty()) {
-    position = moe_step_resume(s, resume.c_str());
+  if (!o.resume.empty()) {
+    position = moe_step_resume(s, o.resume.c_str());
     done = int(moe_step_updates_done(s));
     if (moe_step_rank(s) == 0)
       std::fprintf(stderr, "codegen-driver: resumed from '%s' after step %d\n",
-                   resume.c_str(), done);
+                   o.resume.c_str(), done);
   }
-  // As moe-run: later maps apply on top of the one before, in step order,
-  // the first on top of the placement in force (a resumed checkpoint's).
   std::vector<moe_rt::expert_placement::Placement> later;
-  std::stable_sort(laterPlacement.begin(), laterPlacement.end(),
-                   [](const auto &a, const auto &b) { return a.first < b.first; });
-  for (size_t k = 0; k < laterPlacement.size(); ++k) {
-    if (later.empty()) {
-      later.emplace_back();
-      for (int i = 0; i < moe_step_num_arguments(s); ++i) {
-        const char *name = moe_step_argument_name(s, i);
-        int64_t block =
-            name ? moe_rt::expert_placement::blockOfSlotsInput(name) : -1;
-        std::vector<int64_t> t(size_t(block < 0 ? 0 : moe_step_expert_slots(
-                                                           s, block, nullptr, 0)));
-        if (!t.empty()) {
-          moe_step_expert_slots(s, block, t.data(), int64_t(t.size()));
-          later.back()[block] = std::move(t);
-        }
-      }
-    } else {
-      later.push_back(later.back());
-    }
-    std::string error = applyPlacement(s, "--expert-placement-at",
-                                       {laterPlacement[k].second}, later.back());
-    if (!error.empty())
-      return stop(s, error);
-  }
+  error = laterPlacements(s, o, later);
+  if (!error.empty())
+    return stop(s, error);
   // Samples a rank reads per step (the token ids' first dimension).
   int64_t samples =
-      data.empty() ? 0 : moe_step_argument_tensor(s, textArgs.tokens)->shape[0];
+      o.data.empty() ? 0 : moe_step_argument_tensor(s, textArgs.tokens)->shape[0];
   auto start = std::chrono::steady_clock::now();
-  for (int i = 1; i <= steps; ++i) {
+  for (int i = 1; i <= o.steps; ++i) {
     int step = done + i;
-    if (!data.empty()) {
+    if (!o.data.empty()) {
       std::string error = fillText(s, textArgs, text, position);
       if (!error.empty()) // checked above; a failed host copy lands here
         return stop(s, error);
     }
     for (size_t k = 0; k < later.size(); ++k)
-      if (step == laterPlacement[k].first) // the step moves the experts first
+      if (step == o.laterPlacement[k].first) // the step moves the experts first
         setPlacement(s, later[k]);
     MOE_CAT(MOE_MODEL, _step)(s);
     double loss = moe_step_global_loss(s);
-    if (moe_step_rank(s) == 0) {
-      std::printf("step %d loss %.6f\n", step, loss);
-      if (*moe_step_routing_balance(s))
-        std::fprintf(stderr, "%s\n", moe_step_routing_balance(s));
-      if (steps > 1) { // as moe-run: progress on stderr, stdout parseable
-        std::chrono::duration<double> elapsed =
-            std::chrono::steady_clock::now() - start;
-        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i,
-                     steps, elapsed.count() / i,
-                     elapsed.count() / i * (steps - i));
-      }
-    }
+    if (moe_step_rank(s) == 0)
+      printStep(s, step, i, o.steps, loss, start);
     std::fflush(stdout);
     moe_step_advance(s);
-    position = moe_rt::text_data::advance(position, moe_step_world_size(s),
-                                          samples);
-    if (saveEvery && step % saveEvery == 0)
-      moe_step_save_checkpoint(s, checkpoint.c_str(), position);
+    position =
+        moe_rt::text_data::advance(position, moe_step_world_size(s), samples);
+    if (o.saveEvery && step % o.saveEvery == 0)
+      moe_step_save_checkpoint(s, o.checkpoint.c_str(), position);
   }
-  if (!dump.empty())
-    moe_step_dump_results(s, (dump + rank).c_str());
+  if (!o.dump.empty())
+    moe_step_dump_results(s, (o.dump + rank).c_str());
   moe_step_destroy(s);
   moe_rt_mpi_finalize();
   return 0;

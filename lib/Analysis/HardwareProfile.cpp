@@ -11,6 +11,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Regex.h"
 
@@ -412,17 +413,23 @@ HardwareProfile::load(llvm::StringRef nameOrPath) {
     if (nameOrPath == preset.name)
       return parse(preset.json, std::string("preset ") + preset.name);
   auto buffer = llvm::MemoryBuffer::getFile(nameOrPath);
-  if (!buffer) {
-    std::string known;
-    for (const Preset &preset : presets)
-      known += std::string(known.empty() ? "" : ", ") + preset.name;
+  if (!buffer)
     return llvm::createStringError(
         llvm::formatv("cannot read profile '{0}' ({1}); presets: {2}",
-                      nameOrPath, buffer.getError().message(), known)
+                      nameOrPath, buffer.getError().message(),
+                      llvm::join(presetNames(), ", "))
             .str(),
         buffer.getError());
-  }
   return parse((*buffer)->getBuffer(), nameOrPath);
+}
+
+llvm::Expected<HardwareProfile>
+HardwareProfile::loadOption(llvm::StringRef option, llvm::StringRef value) {
+  if (value.empty())
+    return llvm::createStringError(
+        "needs " + option.str() + "<preset or JSON file>; presets: " +
+        llvm::join(presetNames(), ", "));
+  return load(value);
 }
 
 std::string HardwareProfile::toJson() const {

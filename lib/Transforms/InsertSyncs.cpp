@@ -24,12 +24,55 @@ namespace mlir::moe {
 using namespace mlir;
 using namespace mlir::moe;
 
-LogicalResult mlir::moe::insertSyncs(FunctionOpInterface func) {
-  Block &entry = func.getFunctionBody().front();
-  // Queues (StreamOrder's model): one per compute stream, two per
-  // communication stream (all-reduce chunks apart from all-to-alls).
-  SmallVector<std::pair<StreamAttr, bool>> queues;
-  auto queueOf = [&](Operation *op) -> int {
+namespace {
+
+/// One pass over a step's entry block in program order, keeping a vector
+/// clock per queue (StreamOrder's model: one per compute stream, two per
+/// communication stream, all-reduce chunks apart from all-to-alls).
+class SyncInserter {
+public:
+  explicit SyncInserter(Block &entry)
+      : entry(entry), anchors(StreamOrder::eventAnchors(entry)),
+        builder(entry.getParentOp()->getContext()) {
+    for (Operation &op : entry)
+      if (StreamOrder::getStream(&op) && !isa<RecordEventOp, WaitEventOp>(op))
+        queueOf(&op);
+    width = queues.size();
+    current.assign(width, Clock(width, 0));
+  }
+
+  LogicalResult run() {
+    for (Operation &op : llvm::make_early_inc_range(entry)) {
+      if (!StreamOrder::getStream(&op)) {
+        if (!StreamOrder::isHostOp(&op))
+          return op.emitOpError() << "is not on a stream; run moe-schedule "
+                                     "before moe-insert-syncs";
+        continue;
+      }
+      if (auto record = dyn_cast<RecordEventOp>(&op))
+        noteRecord(record);
+      else if (auto wait = dyn_cast<WaitEventOp>(&op)) {
+        if (failed(noteWait(wait)))
+          return failure();
+      } else if (failed(issue(op))) {
+        return failure();
+      }
+    }
+    return success();
+  }
+
+private:
+  using Clock = SmallVector<int64_t, 4>;
+  /// Per task: its queue, position and clock when it was issued, and the
+  /// event recorded right after it once one is needed.
+  struct Issued {
+    int queue;
+    int64_t position;
+    Clock clock;
+    Value event;
+  };
+
+  int queueOf(Operation *op) {
     std::pair<StreamAttr, bool> key{StreamOrder::getStream(op),
                                     StreamOrder::isLowPriority(op)};
     auto it = llvm::find(queues, key);
@@ -37,54 +80,34 @@ LogicalResult mlir::moe::insertSyncs(FunctionOpInterface func) {
       return it - queues.begin();
     queues.push_back(key);
     return queues.size() - 1;
-  };
-  for (Operation &op : entry)
-    if (StreamOrder::getStream(&op) && !isa<RecordEventOp, WaitEventOp>(op))
-      queueOf(&op);
-  unsigned width = queues.size();
-  using Clock = SmallVector<int64_t, 4>;
-  SmallVector<Clock> current(width, Clock(width, 0));
-  // Per task: its queue, position and clock when it was issued, and the
-  // event recorded right after it once one is needed.
-  struct Issued {
-    int queue;
-    int64_t position;
-    Clock clock;
-    Value event;
-  };
-  DenseMap<Operation *, Issued> issued;
-  DenseMap<Value, Clock> eventClocks;
-  DenseMap<Operation *, Operation *> anchors = StreamOrder::eventAnchors(entry);
-  OpBuilder builder(func->getContext());
+  }
 
-  for (Operation &op : llvm::make_early_inc_range(entry)) {
-    StreamAttr stream = StreamOrder::getStream(&op);
-    if (!stream) {
-      if (!StreamOrder::isHostOp(&op))
-        return op.emitOpError() << "is not on a stream; run moe-schedule "
-                                   "before moe-insert-syncs";
-      continue;
-    }
-    if (auto record = dyn_cast<RecordEventOp>(&op)) {
-      Operation *producer = anchors.lookup(&op);
-      eventClocks[record.getEvent()] =
-          producer ? issued[producer].clock : Clock(width, 0);
-      continue;
-    }
-    if (auto wait = dyn_cast<WaitEventOp>(&op)) {
-      auto it = eventClocks.find(wait.getEvent());
-      if (it == eventClocks.end())
-        return wait.emitOpError() << "waits on an event not recorded "
-                                     "before it";
-      if (Operation *target = anchors.lookup(&op)) {
-        int q = queueOf(target);
-        for (unsigned k = 0; k < width; ++k)
-          current[q][k] = std::max(current[q][k], it->second[k]);
-      }
-      continue;
-    }
-    int q = queueOf(&op);
-    // The latest producer per other queue that this op needs.
+  /// Raises queue q's clock to at least `clock`.
+  void advanceTo(int q, const Clock &clock) {
+    for (unsigned k = 0; k < width; ++k)
+      current[q][k] = std::max(current[q][k], clock[k]);
+  }
+
+  /// An event already in the step: it carries its producer's clock.
+  void noteRecord(RecordEventOp record) {
+    Operation *producer = anchors.lookup(record);
+    eventClocks[record.getEvent()] =
+        producer ? issued[producer].clock : Clock(width, 0);
+  }
+
+  /// A wait already in the step orders its target's queue after the event.
+  LogicalResult noteWait(WaitEventOp wait) {
+    auto it = eventClocks.find(wait.getEvent());
+    if (it == eventClocks.end())
+      return wait.emitOpError() << "waits on an event not recorded "
+                                   "before it";
+    if (Operation *target = anchors.lookup(wait))
+      advanceTo(queueOf(target), it->second);
+    return success();
+  }
+
+  /// The latest producer per other queue that `op` (queue q) reads.
+  SmallVector<Operation *> neededProducers(Operation &op, int q) {
     SmallVector<Operation *> needed(width, nullptr);
     op.walk([&](Operation *nested) {
       for (Value v : nested->getOperands()) {
@@ -97,6 +120,15 @@ LogicalResult mlir::moe::insertSyncs(FunctionOpInterface func) {
           slot = def;
       }
     });
+    return needed;
+  }
+
+  /// A task: a wait before it for each producer in another queue that no
+  /// earlier wait orders it after (the producer's event recorded once).
+  LogicalResult issue(Operation &op) {
+    StreamAttr stream = StreamOrder::getStream(&op);
+    int q = queueOf(&op);
+    SmallVector<Operation *> needed = neededProducers(op, q);
     for (unsigned p = 0; p < width; ++p) {
       Operation *producer = needed[p];
       if (!producer)
@@ -117,13 +149,27 @@ LogicalResult mlir::moe::insertSyncs(FunctionOpInterface func) {
       }
       builder.setInsertionPoint(&op);
       WaitEventOp::create(builder, op.getLoc(), info.event, stream);
-      for (unsigned k = 0; k < width; ++k)
-        current[q][k] = std::max(current[q][k], info.clock[k]);
+      advanceTo(q, info.clock);
     }
     ++current[q][q];
     issued[&op] = {q, current[q][q], current[q], Value()};
+    return success();
   }
-  return success();
+
+  Block &entry;
+  SmallVector<std::pair<StreamAttr, bool>> queues;
+  unsigned width = 0;
+  SmallVector<Clock> current;
+  DenseMap<Operation *, Issued> issued;
+  DenseMap<Value, Clock> eventClocks;
+  DenseMap<Operation *, Operation *> anchors;
+  OpBuilder builder;
+};
+
+} // namespace
+
+LogicalResult mlir::moe::insertSyncs(FunctionOpInterface func) {
+  return SyncInserter(func.getFunctionBody().front()).run();
 }
 
 namespace {

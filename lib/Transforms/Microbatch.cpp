@@ -27,109 +27,100 @@ using namespace mlir::moe;
 
 namespace {
 
-/// Rewrites the result types (and capacities) of `op`, a clone whose
-/// operands are already micro-batch values, for `micro` samples of the
-/// original `batch`.
-LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
-  if (auto gate = dyn_cast<GateOp>(op)) {
-    auto input = cast<RankedTensorType>(gate.getInput().getType());
-    std::optional<int64_t> capacity;
-    if (auto f = gate.getCapacityFactor()) {
-      capacity =
-          expertCapacity(f->convertToDouble(), gate.getTopK(),
-                         micro * input.getDimSize(1), gate.getNumExperts());
-      gate.setCapacity(*capacity);
-    }
-    for (Value result : {gate.getIndices(), gate.getWeights()}) {
-      Type t = gate.isExpertChoice() ? withDim(result.getType(), 1, *capacity)
-                                     : withDim(result.getType(), 0, micro);
-      result.setType(t);
-    }
-    return success();
+/// A gate's routing for `micro` samples: a capacity from its factor over
+/// the micro-batch's tokens, and indices / weights of that many tokens (or,
+/// for expert choice, of that capacity).
+LogicalResult retypeGate(GateOp gate, int64_t micro) {
+  auto input = cast<RankedTensorType>(gate.getInput().getType());
+  std::optional<int64_t> capacity;
+  if (auto f = gate.getCapacityFactor()) {
+    capacity =
+        expertCapacity(f->convertToDouble(), gate.getTopK(),
+                       micro * input.getDimSize(1), gate.getNumExperts());
+    gate.setCapacity(*capacity);
   }
-  auto capacityOf = [](Value indices) -> std::optional<int64_t> {
-    if (auto gate = indices.getDefiningOp<GateOp>())
-      return gate.getCapacity();
-    return std::nullopt;
-  };
-  if (auto dispatch = dyn_cast<DispatchOp>(op)) {
-    if (std::optional<int64_t> old = dispatch.getCapacity()) {
-      std::optional<int64_t> fresh = capacityOf(dispatch.getIndices());
-      if (!fresh)
-        return op->emitOpError() << "needs its routing from a moe.gate to be "
-                                    "split into micro-batches";
-      auto type = cast<RankedTensorType>(dispatch.getResult().getType());
-      int64_t group = type.getDimSize(1) / *old;
-      dispatch.setCapacity(*fresh);
-      dispatch.getResult().setType(withDim(type, 1, group * *fresh));
-    }
-    return success();
+  for (Value result : {gate.getIndices(), gate.getWeights()}) {
+    Type t = gate.isExpertChoice() ? withDim(result.getType(), 1, *capacity)
+                                   : withDim(result.getType(), 0, micro);
+    result.setType(t);
   }
-  if (auto combine = dyn_cast<CombineOp>(op)) {
-    if (combine.getCapacity()) {
-      std::optional<int64_t> fresh = capacityOf(combine.getIndices());
-      if (!fresh)
-        return op->emitOpError() << "needs its routing from a moe.gate to be "
-                                    "split into micro-batches";
-      combine.setCapacity(*fresh);
-    }
-    combine.getResult().setType(
-        withDim(combine.getResult().getType(), 0, micro));
+  return success();
+}
+
+/// The capacity of the micro-batch gate that routes `indices`, if any.
+std::optional<int64_t> gateCapacityOf(Value indices) {
+  if (auto gate = indices.getDefiningOp<GateOp>())
+    return gate.getCapacity();
+  return std::nullopt;
+}
+
+/// A capacity-bounded dispatch or combine takes its micro-batch gate's
+/// capacity (a dispatch's slots grow or shrink with it; a combine gives
+/// `micro` samples).
+LogicalResult retypeDispatch(DispatchOp dispatch) {
+  std::optional<int64_t> old = dispatch.getCapacity();
+  if (!old)
     return success();
+  std::optional<int64_t> fresh = gateCapacityOf(dispatch.getIndices());
+  if (!fresh)
+    return dispatch.emitOpError() << "needs its routing from a moe.gate to "
+                                     "be split into micro-batches";
+  auto type = cast<RankedTensorType>(dispatch.getResult().getType());
+  int64_t group = type.getDimSize(1) / *old;
+  dispatch.setCapacity(*fresh);
+  dispatch.getResult().setType(withDim(type, 1, group * *fresh));
+  return success();
+}
+
+LogicalResult retypeCombine(CombineOp combine, int64_t micro) {
+  if (combine.getCapacity()) {
+    std::optional<int64_t> fresh = gateCapacityOf(combine.getIndices());
+    if (!fresh)
+      return combine.emitOpError() << "needs its routing from a moe.gate to "
+                                      "be split into micro-batches";
+    combine.setCapacity(*fresh);
   }
-  if (auto expert = dyn_cast<ExpertOp>(op)) {
-    expert.getResult().setType(expert.getInput().getType());
-    return success();
-  }
-  // Expert sharding (moe-expert-sharding): the gathered slots are the
-  // group's S times the micro-batch's dispatched ones, and back.
-  if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(op)) {
-    auto collective = cast<CollectiveOpInterface>(op);
-    SymbolTableCollection table;
-    FailureOr<shard::GridOp> grid =
-        lookupGrid(op, collective.getGridAttr(), table);
-    if (failed(grid))
-      return failure();
-    FailureOr<int64_t> size =
-        verifyGroupSize(op, *grid, collective.getAxes());
-    if (failed(size))
-      return failure();
-    auto gather = dyn_cast<shard::AllGatherOp>(op);
-    int64_t axis = gather ? gather.getGatherAxis().getSExtValue()
-                          : cast<shard::ReduceScatterOp>(op)
-                                .getScatterAxis()
-                                .getSExtValue();
-    auto input = cast<RankedTensorType>(op->getOperand(0).getType());
-    int64_t rows = input.getDimSize(axis);
-    op->getResult(0).setType(
-        withDim(input, axis, gather ? rows * *size : rows / *size));
-    return success();
-  }
-  // Tensor-parallel attention (moe-tensor-parallel): it runs on the node's
-  // samples, the micro-batches its all-gather collected.
-  if (auto attention = dyn_cast<AttentionOp>(op);
-      attention && attention.getInput().getDefiningOp<shard::AllGatherOp>()) {
-    attention.getResult().setType(attention.getInput().getType());
-    return success();
-  }
-  // NetMoE (moe-netmoe): the experts' norm sits on the expert side, and the
-  // group's counts and placement have G rows per sample of a rank.
-  if (auto norm = dyn_cast<NormOp>(op);
-      norm && norm.getInput().getDefiningOp<DispatchOp>()) {
-    norm.getResult().setType(norm.getInput().getType());
-    return success();
-  }
-  if (isa<RoutingCountsOp, PlanPlacementOp>(op)) {
-    auto type = cast<RankedTensorType>(op->getResult(0).getType());
-    int64_t rows = type.getDimSize(0);
-    if (ShapedType::isDynamic(rows) || rows % batch)
-      return op->emitOpError() << "cannot be split into micro-batches: "
-                               << rows << " rows for " << batch
-                               << " samples per rank";
-    op->getResult(0).setType(withDim(type, 0, rows / batch * micro));
-    return success();
-  }
-  // Everything else in a block maps tokens to tokens: B becomes B/R.
+  combine.getResult().setType(withDim(combine.getResult().getType(), 0, micro));
+  return success();
+}
+
+/// Expert sharding (moe-expert-sharding): the gathered slots are the
+/// group's S times the micro-batch's dispatched ones, and back.
+LogicalResult retypeShardCollective(Operation *op) {
+  auto collective = cast<CollectiveOpInterface>(op);
+  SymbolTableCollection table;
+  FailureOr<shard::GridOp> grid =
+      lookupGrid(op, collective.getGridAttr(), table);
+  if (failed(grid))
+    return failure();
+  FailureOr<int64_t> size = verifyGroupSize(op, *grid, collective.getAxes());
+  if (failed(size))
+    return failure();
+  auto gather = dyn_cast<shard::AllGatherOp>(op);
+  int64_t axis =
+      gather ? gather.getGatherAxis().getSExtValue()
+             : cast<shard::ReduceScatterOp>(op).getScatterAxis().getSExtValue();
+  auto input = cast<RankedTensorType>(op->getOperand(0).getType());
+  int64_t rows = input.getDimSize(axis);
+  op->getResult(0).setType(
+      withDim(input, axis, gather ? rows * *size : rows / *size));
+  return success();
+}
+
+/// NetMoE (moe-netmoe): the group's counts and placement have G rows per
+/// sample of a rank.
+LogicalResult retypeGroupRows(Operation *op, int64_t batch, int64_t micro) {
+  auto type = cast<RankedTensorType>(op->getResult(0).getType());
+  int64_t rows = type.getDimSize(0);
+  if (ShapedType::isDynamic(rows) || rows % batch)
+    return op->emitOpError() << "cannot be split into micro-batches: " << rows
+                             << " rows for " << batch << " samples per rank";
+  op->getResult(0).setType(withDim(type, 0, rows / batch * micro));
+  return success();
+}
+
+/// Everything else in a block maps tokens to tokens: B becomes B/R.
+LogicalResult retypeTokens(Operation *op, int64_t batch, int64_t micro) {
   for (Value result : op->getResults()) {
     auto tensor = dyn_cast<RankedTensorType>(result.getType());
     if (!tensor || tensor.getRank() == 0 || tensor.getDimSize(0) != batch)
@@ -139,6 +130,41 @@ LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
     result.setType(withDim(tensor, 0, micro));
   }
   return success();
+}
+
+/// Rewrites the result types (and capacities) of `op`, a clone whose
+/// operands are already micro-batch values, for `micro` samples of the
+/// original `batch`.
+LogicalResult retypeForMicroBatch(Operation *op, int64_t batch, int64_t micro) {
+  if (auto gate = dyn_cast<GateOp>(op))
+    return retypeGate(gate, micro);
+  if (auto dispatch = dyn_cast<DispatchOp>(op))
+    return retypeDispatch(dispatch);
+  if (auto combine = dyn_cast<CombineOp>(op))
+    return retypeCombine(combine, micro);
+  if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(op))
+    return retypeShardCollective(op);
+  // Ops whose result is their input's type: an expert; tensor-parallel
+  // attention (moe-tensor-parallel), which runs on the node's samples, the
+  // micro-batches its all-gather collected; NetMoE's experts' norm, on the
+  // expert side.
+  Value sameAsInput;
+  if (auto expert = dyn_cast<ExpertOp>(op))
+    sameAsInput = expert.getInput();
+  else if (auto attention = dyn_cast<AttentionOp>(op);
+           attention &&
+           attention.getInput().getDefiningOp<shard::AllGatherOp>())
+    sameAsInput = attention.getInput();
+  else if (auto norm = dyn_cast<NormOp>(op);
+           norm && norm.getInput().getDefiningOp<DispatchOp>())
+    sameAsInput = norm.getInput();
+  if (sameAsInput) {
+    op->getResult(0).setType(sameAsInput.getType());
+    return success();
+  }
+  if (isa<RoutingCountsOp, PlanPlacementOp>(op))
+    return retypeGroupRows(op, batch, micro);
+  return retypeTokens(op, batch, micro);
 }
 
 struct MicrobatchPass : public moe::impl::MoeMicrobatchBase<MicrobatchPass> {

@@ -3,7 +3,6 @@
 #include "moe/Transforms/PassUtils.h"
 
 #include "mlir/Support/FileUtilities.h"
-#include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
 
@@ -22,11 +21,8 @@ mlir::moe::functionsWith(ModuleOp module, StringRef attrName, StringRef pass,
 FailureOr<mlir::moe::HardwareProfile>
 mlir::moe::loadPassProfile(ModuleOp module, StringRef pass,
                            StringRef profile) {
-  if (profile.empty())
-    return mlir::emitError(module.getLoc())
-           << pass << ": needs profile=<preset or JSON file>; presets: "
-           << llvm::join(HardwareProfile::presetNames(), ", ");
-  llvm::Expected<HardwareProfile> hw = HardwareProfile::load(profile);
+  llvm::Expected<HardwareProfile> hw =
+      HardwareProfile::loadOption("profile=", profile);
   if (!hw)
     return mlir::emitError(module.getLoc())
            << pass << ": " << llvm::toString(hw.takeError());

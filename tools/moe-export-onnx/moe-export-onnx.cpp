@@ -23,6 +23,7 @@
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "moe/Target/StepState.h"
 #include "moe_rt/checkpoint_file.h"
+#include "moe_rt/command_line.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FileSystem.h"
@@ -54,29 +55,19 @@ struct Options {
 
 Options parseOptions(int argc, char **argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-o")
-      o.output = value();
-    else if (a == "--checkpoint")
-      o.checkpoint = value();
-    else if (a == "--onnx")
-      o.onnx = value();
-    else if (a == "-h" || a == "--help") {
+  moe_rt::options::CommandLine args(argc, argv);
+  while (args.next()) {
+    if (args.flag("-h") || args.flag("--help")) {
       std::printf("%s", kUsage);
       std::exit(0);
-    } else if (!a.empty() && a[0] == '-')
-      die("unknown argument '" + a + "'\n" + kUsage);
-    else if (!o.step.empty())
-      die("more than one step ('" + o.step + "', '" + a + "')");
-    else
-      o.step = a;
+    }
+    if (!args.text("-o", o.output) &&
+        !args.text("--checkpoint", o.checkpoint) &&
+        !args.text("--onnx", o.onnx) && !args.positional(o.step, "step"))
+      args.unknown();
   }
+  if (!args.error().empty())
+    die(args.error() + "\n" + kUsage);
   if (o.step.empty() || o.checkpoint.empty() || o.output.empty())
     die(std::string("needs a step, --checkpoint DIR and -o FILE\n") + kUsage);
   return o;

@@ -21,7 +21,7 @@
 
 #include "moe/Dialect/Moe/MoeOps.h"
 #include "WeightLoader.h"
-#include "moe_rt/option_values.h"
+#include "moe_rt/command_line.h"
 #include "moe_rt/params_file.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -53,117 +53,123 @@ const char *kUsage =
     "usage: moe-export-params STEP.mlir -o FILE [--world-size P] [--seed S] "
     "[--random-weights] [--expert-placement [BLOCK=]RANKS|@FILE]\n";
 
-/// A non-negative integer option value, whole.
-uint64_t number(const std::string &option, const std::string &text) {
-  std::optional<uint64_t> v = moe_rt::options::wholeNumber(text);
-  if (!v)
-    die(option + " needs a non-negative integer, got '" + text + "'");
-  return *v;
+struct Options {
+  std::string input, output, placement;
+  uint64_t worldSize = 0, seed = 1;
+  bool randomWeights = false;
+};
+
+Options parseOptions(int argc, char **argv) {
+  Options o;
+  moe_rt::options::CommandLine args(argc, argv);
+  while (args.next()) {
+    if (args.flag("-h") || args.flag("--help")) {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    }
+    if (args.flag("--random-weights"))
+      o.randomWeights = true;
+    else if (!args.text("-o", o.output) &&
+             !args.whole("--world-size", o.worldSize) &&
+             !args.whole("--seed", o.seed) &&
+             !args.text("--expert-placement", o.placement) &&
+             !args.positional(o.input, "input"))
+      args.unknown();
+  }
+  if (!args.error().empty())
+    die(args.error() + "\n" + kUsage);
+  if (o.input.empty() || o.output.empty())
+    die(std::string("needs a step and -o FILE\n") + kUsage);
+  return o;
+}
+
+/// The number of ranks to write: the grid's (the generated step refuses
+/// any other); --world-size is for a step without one, or a check.
+int64_t worldOf(FunctionOpInterface step, uint64_t worldSize) {
+  int64_t grid = run::gridSize(step);
+  if (grid && worldSize && uint64_t(grid) != worldSize)
+    die("--world-size " + std::to_string(worldSize) +
+        " but the step's grid has " + std::to_string(grid) + " ranks");
+  int64_t world = grid ? grid : int64_t(worldSize);
+  if (world < 1)
+    die("the step names no grid; give --world-size");
+  return world;
+}
+
+/// --expert-placement's slot tables (every placed block's); empty without
+/// one.
+moe_rt::expert_placement::Placement slotsOf(FunctionOpInterface step,
+                                            const std::string &placement) {
+  moe_rt::expert_placement::Placement slots;
+  if (!placement.empty())
+    if (llvm::Error e = run::applyExpertPlacement(step, placement, slots))
+      die("--expert-placement: " + llvm::toString(std::move(e)));
+  return slots;
+}
+
+/// Every rank's parameters into `f` (the header written); returns how
+/// many of rank 0's came from their moe.source, or the error.
+llvm::Expected<int> writeRanks(std::FILE *f, FunctionOpInterface step,
+                               int64_t world,
+                               const moe_rt::expert_placement::Placement &slots,
+                               const Options &o) {
+  frontend::WeightLoader weights;
+  // As moe-run: relative moe.source files are also looked up next to the
+  // step's IR.
+  StringRef dir = llvm::sys::path::parent_path(o.input);
+  weights.setFallbackDirectory(dir.empty() ? "." : dir);
+  int fromSource = 0;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    moe_rt::params_file::writeRank(f, static_cast<int>(rank));
+    for (BlockArgument arg : step.getFunctionBody().front().getArguments()) {
+      if (!run::isParameter(step, arg))
+        continue;
+      auto values =
+          run::initialValues(step, arg, static_cast<int>(rank), o.seed,
+                             o.randomWeights ? nullptr : &weights, slots);
+      if (!values)
+        return values.takeError();
+      if (values->isInt)
+        return llvm::createStringError(
+            "parameter '" + run::argumentName(step, arg) +
+            "' is an integer tensor; parameter files hold float32 values");
+      moe_rt::params_file::writeTensor(f, run::argumentName(step, arg),
+                                       values->shape, values->f.data());
+      fromSource += rank == 0 && values->fromSource;
+    }
+  }
+  return fromSource;
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  std::string input, output, placement;
-  int64_t worldSize = 0;
-  uint64_t seed = 1;
-  bool randomWeights = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "-o")
-      output = value();
-    else if (a == "--world-size")
-      worldSize = static_cast<int64_t>(number(a, value()));
-    else if (a == "--seed")
-      seed = number(a, value());
-    else if (a == "--expert-placement")
-      placement = value();
-    else if (a == "--random-weights")
-      randomWeights = true;
-    else if (a == "-h" || a == "--help") {
-      std::printf("%s", kUsage);
-      return 0;
-    } else if (!a.empty() && a[0] == '-')
-      die("unknown argument '" + a + "'\n" + kUsage);
-    else if (!input.empty())
-      die("more than one input ('" + input + "', '" + a + "')");
-    else
-      input = a;
-  }
-  if (input.empty() || output.empty())
-    die(std::string("needs a step and -o FILE\n") + kUsage);
+  Options o = parseOptions(argc, argv);
 
   MLIRContext context;
   llvm::Expected<run::LoadedStep> loaded =
-      run::loadScheduledStep(input, context);
+      run::loadScheduledStep(o.input, context);
   if (!loaded)
     die(llvm::toString(loaded.takeError()));
   FunctionOpInterface step = loaded->func;
-
-  // The grid fixes the number of ranks (the generated step refuses any
-  // other); --world-size is for a step without one, or a check.
-  int64_t grid = run::gridSize(step);
-  if (grid && worldSize && grid != worldSize)
-    die("--world-size " + std::to_string(worldSize) +
-        " but the step's grid "
-        "has " +
-        std::to_string(grid) + " ranks");
-  int64_t world = grid ? grid : worldSize;
-  if (world < 1)
-    die("the step names no grid; give --world-size");
-
-  moe_rt::expert_placement::Placement slots;
-  if (!placement.empty())
-    if (llvm::Error e = run::applyExpertPlacement(step, placement, slots))
-      die("--expert-placement: " + llvm::toString(std::move(e)));
-
-  frontend::WeightLoader weights;
-  // As moe-run: relative moe.source files are also looked up next to the
-  // step's IR.
-  StringRef dir = llvm::sys::path::parent_path(input);
-  weights.setFallbackDirectory(dir.empty() ? "." : dir);
-
-  Block &entry = step.getFunctionBody().front();
+  int64_t world = worldOf(step, o.worldSize);
+  moe_rt::expert_placement::Placement slots = slotsOf(step, o.placement);
   int parameters = 0;
-  for (BlockArgument arg : entry.getArguments())
+  for (BlockArgument arg : step.getFunctionBody().front().getArguments())
     parameters += run::isParameter(step, arg);
 
   // Written to a temporary and renamed: a failed export leaves no file for
   // a later build step to take as complete.
-  std::string tmp = output + ".tmp";
+  std::string tmp = o.output + ".tmp";
   std::FILE *f = std::fopen(tmp.c_str(), "w");
   if (!f)
     die("cannot write '" + tmp + "'");
   moe_rt::params_file::writeHeader(f, static_cast<int>(world), parameters);
-  int fromSource = 0;
-  for (int64_t rank = 0; rank < world; ++rank) {
-    moe_rt::params_file::writeRank(f, static_cast<int>(rank));
-    for (BlockArgument arg : entry.getArguments()) {
-      if (!run::isParameter(step, arg))
-        continue;
-      auto values =
-          run::initialValues(step, arg, static_cast<int>(rank), seed,
-                             randomWeights ? nullptr : &weights, slots);
-      if (!values) {
-        std::fclose(f);
-        std::remove(tmp.c_str());
-        die(llvm::toString(values.takeError()));
-      }
-      if (values->isInt) {
-        std::fclose(f);
-        std::remove(tmp.c_str());
-        die("parameter '" + run::argumentName(step, arg) +
-            "' is an integer tensor; parameter files hold float32 values");
-      }
-      moe_rt::params_file::writeTensor(f, run::argumentName(step, arg),
-                                       values->shape, values->f.data());
-      fromSource += rank == 0 && values->fromSource;
-    }
+  llvm::Expected<int> fromSource = writeRanks(f, step, world, slots, o);
+  if (!fromSource) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    die(llvm::toString(fromSource.takeError()));
   }
   bool ok = !std::ferror(f);
   ok &= std::fclose(f) == 0;
@@ -171,12 +177,12 @@ int main(int argc, char **argv) {
     std::remove(tmp.c_str());
     die("writing '" + tmp + "' failed");
   }
-  if (std::error_code ec = llvm::sys::fs::rename(tmp, output))
-    die("cannot write '" + output + "': " + ec.message());
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, o.output))
+    die("cannot write '" + o.output + "': " + ec.message());
   std::fprintf(stderr,
                "moe-export-params: %d parameters x %lld ranks (%d from their "
                "ONNX source) -> %s\n",
-               parameters, static_cast<long long>(world), fromSource,
-               output.c_str());
+               parameters, static_cast<long long>(world), *fromSource,
+               o.output.c_str());
   return 0;
 }

@@ -354,11 +354,8 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "FSMoE's planning decisions and simulated step times per schedule\n");
-  if (profileName.empty())
-    return fail("needs --profile (a preset: " +
-                llvm::join(HardwareProfile::presetNames(), ", ") +
-                ", or a JSON file)");
-  llvm::Expected<HardwareProfile> profile = HardwareProfile::load(profileName);
+  llvm::Expected<HardwareProfile> profile =
+      HardwareProfile::loadOption("--profile ", profileName);
   if (!profile)
     return fail(llvm::toString(profile.takeError()));
 

@@ -17,6 +17,7 @@
 #include "GpuSweeps.h"
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/command_line.h"
 #include "moe_rt/moe_rt.h"
 
 #include <cblas.h>
@@ -67,57 +68,42 @@ const char *kUsage =
     "                     rank instead of MPI and OpenBLAS on CPUs\n"
     "  --quiet            no report on stderr\n";
 
-/// Parses argv; returns an error message, or "" on success.
+/// Parses argv (moe_rt/command_line.h, the reader of moe-run and the
+/// other tools); returns an error message, or "" on success.
 std::string parse(int argc, char **argv, Options &o, bool &help) {
-  auto number = [](const char *text, long lo, long hi, long &out) {
-    char *end = nullptr;
-    errno = 0;
-    long v = std::strtol(text, &end, 10);
-    if (errno || !end || *end || v < lo || v > hi)
-      return false;
-    out = v;
-    return true;
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char * {
-      return i + 1 < argc ? argv[++i] : nullptr;
-    };
-    long v;
-    if (a == "-h" || a == "--help") {
+  moe_rt::options::CommandLine args(argc, argv);
+  uint64_t minBytes = o.minBytes, maxBytes = o.maxBytes, iters = o.iters,
+           warmup = o.warmup, gemmMax = o.gemmMax, retries = o.retries,
+           perNode = o.ranksPerNode;
+  while (args.next()) {
+    if (args.flag("-h") || args.flag("--help"))
       help = true;
-    } else if (a == "--quiet") {
+    else if (args.flag("--quiet"))
       o.quiet = true;
-    } else if (a == "--gpu") {
+    else if (args.flag("--gpu"))
       o.gpu = true;
-    } else if (a == "-o" || a == "--name") {
-      const char *s = value();
-      if (!s || !*s)
-        return a + " needs a value";
-      (a == "-o" ? o.output : o.name) = s;
-    } else if (a == "--min-bytes" || a == "--max-bytes") {
-      const char *s = value();
-      if (!s || !number(s, 16, 1L << 32, v))
-        return a + " needs a size in [16, 2^32] bytes";
-      (a == "--min-bytes" ? o.minBytes : o.maxBytes) = v;
-    } else if (a == "--iters" || a == "--warmup" || a == "--gemm-max" ||
-               a == "--retries" || a == "--ranks-per-node") {
-      const char *s = value();
-      long lo = a == "--warmup" || a == "--retries" ? 0
-                : a == "--gemm-max"                 ? 32
-                                                    : 1;
-      long hi = a == "--gemm-max" ? 8192 : a == "--retries" ? 10 : 10000;
-      if (!s || !number(s, lo, hi, v))
-        return a + " needs an integer in range";
-      (a == "--iters"            ? o.iters
-       : a == "--warmup"         ? o.warmup
-       : a == "--retries"        ? o.retries
-       : a == "--ranks-per-node" ? o.ranksPerNode
-                                 : o.gemmMax) = static_cast<int>(v);
-    } else {
-      return "unknown argument '" + a + "'";
-    }
+    else if (!args.text("-o", o.output) && !args.text("--name", o.name) &&
+             !args.integer("--min-bytes", 16, 1ull << 32, minBytes) &&
+             !args.integer("--max-bytes", 16, 1ull << 32, maxBytes) &&
+             !args.integer("--iters", 1, 10000, iters) &&
+             !args.integer("--warmup", 0, 10000, warmup) &&
+             !args.integer("--gemm-max", 32, 8192, gemmMax) &&
+             !args.integer("--retries", 0, 10, retries) &&
+             !args.integer("--ranks-per-node", 1, 10000, perNode))
+      args.unknown();
   }
+  if (!args.error().empty())
+    return args.error();
+  if (o.output.empty() || o.name.empty())
+    return std::string(o.output.empty() ? "-o" : "--name") +
+           " needs a non-empty value";
+  o.minBytes = long(minBytes);
+  o.maxBytes = long(maxBytes);
+  o.iters = int(iters);
+  o.warmup = int(warmup);
+  o.gemmMax = int(gemmMax);
+  o.retries = int(retries);
+  o.ranksPerNode = int(perNode);
   if (o.minBytes * 4 > o.maxBytes)
     return "--max-bytes must be at least 4 x --min-bytes (a sweep needs "
            "several sizes)";

@@ -25,16 +25,17 @@
 #include "ParamLoading.h"
 
 #include "moe_rt/collectives.h"
+#include "moe_rt/command_line.h"
 #include "moe_rt/expert_placement.h"
 #include "moe_rt/moe_rt.h"
 #include "moe_rt/ops.h"
-#include "moe_rt/option_values.h"
 #include "moe_rt/profile.h"
 #include "moe_rt/text_data.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -79,91 +80,73 @@ struct Options {
   double timeout = 60;
 };
 
+const char *kUsage =
+    "usage: mpirun -np P moe-run STEP.mlir [--steps N] [--seed S] "
+    "[--data TEXT] [--random-weights] [--dump FILE] [--dump-inputs FILE] "
+    "[--routing-trace FILE] [--expert-placement [BLOCK=]RANKS|@FILE]... "
+    "[--expert-placement-at STEP:[BLOCK=]RANKS|@FILE]... [--timeout SECONDS] "
+    "[--profile] [--check-collectives first-step|every-step] "
+    "[--save-every N --checkpoint DIR] [--resume DIR]\n";
+
+/// One word of the command line into `o`; false for a word it does not
+/// know. Values are read by moe_rt/command_line.h (shared with the other
+/// tools and the generated-step driver).
+bool readOption(moe_rt::options::CommandLine &args, Options &o) {
+  std::string checks, later;
+  if (args.whole("--seed", o.seed)) {
+    o.seedGiven = true;
+    return true;
+  }
+  if (args.choice("--check-collectives", {"first-step", "every-step"},
+                  checks)) {
+    o.checkEveryStep = checks == "every-step";
+    return true;
+  }
+  if (args.text("--expert-placement-at", later)) {
+    int step = 0;
+    std::string map;
+    std::string why =
+        moe_rt::expert_placement::splitLaterMap(later, step, map);
+    if (!why.empty())
+      args.fail("--expert-placement-at " + why);
+    else
+      o.laterPlacement.emplace_back(step, map);
+    return true;
+  }
+  if (args.flag("--profile")) {
+    o.profile = true;
+    return true;
+  }
+  if (args.flag("--random-weights")) {
+    o.randomWeights = true;
+    return true;
+  }
+  return args.count("--steps", o.steps) ||
+         args.count("--save-every", o.saveEvery) ||
+         args.seconds("--timeout", o.timeout) ||
+         args.text("--checkpoint", o.checkpointDir) ||
+         args.text("--resume", o.resumeDir) || args.text("--dump", o.dump) ||
+         args.text("--data", o.dataPath) ||
+         args.text("--routing-trace", o.routingTrace) ||
+         args.repeated("--expert-placement", o.expertPlacement) ||
+         args.text("--dump-inputs", o.dumpInputs) ||
+         args.positional(o.input, "input step");
+}
+
 Options parseOptions(int argc, char **argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        die(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--steps") {
-      std::string v = value();
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
-        die("--steps needs a positive integer, got '" + v + "'");
-      o.steps = int(*n);
-    } else if (a == "--seed") {
-      std::string v = value();
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n)
-        die("--seed needs a non-negative integer, got '" + v + "'");
-      o.seed = *n;
-      o.seedGiven = true;
-    } else if (a == "--save-every") {
-      std::string v = value();
-      std::optional<uint64_t> n = moe_rt::options::wholeNumber(v);
-      if (!n || *n < 1 || *n > uint64_t(INT32_MAX))
-        die("--save-every needs a positive integer, got '" + v + "'");
-      o.saveEvery = int(*n);
-    } else if (a == "--checkpoint") {
-      o.checkpointDir = value();
-    } else if (a == "--resume") {
-      o.resumeDir = value();
-    } else if (a == "--dump") {
-      o.dump = value();
-    } else if (a == "--data") {
-      o.dataPath = value();
-    } else if (a == "--routing-trace") {
-      o.routingTrace = value();
-    } else if (a == "--expert-placement") {
-      o.expertPlacement.push_back(value());
-    } else if (a == "--expert-placement-at") {
-      std::string v = value();
-      size_t colon = v.find(':');
-      std::optional<uint64_t> n =
-          moe_rt::options::wholeNumber(v.substr(0, colon));
-      if (colon == std::string::npos || !n || *n < 2 ||
-          *n > uint64_t(INT32_MAX))
-        die("--expert-placement-at needs STEP:RANKS with STEP >= 2, got '" + v +
-            "'");
-      o.laterPlacement.emplace_back(int(*n), v.substr(colon + 1));
-    } else if (a == "--profile") {
-      o.profile = true;
-    } else if (a == "--random-weights") {
-      o.randomWeights = true;
-    } else if (a == "--dump-inputs") {
-      o.dumpInputs = value();
-    } else if (a == "--check-collectives") {
-      std::string v = value();
-      if (v != "first-step" && v != "every-step")
-        die("--check-collectives needs 'first-step' or 'every-step', got '" +
-            v + "'");
-      o.checkEveryStep = v == "every-step";
-    } else if (a == "--timeout") {
-      std::string v = value();
-      std::optional<double> t = moe_rt::options::nonNegativeNumber(v);
-      if (!t)
-        die("--timeout needs a number of seconds >= 0, got '" + v + "'");
-      o.timeout = *t;
-    } else if (a == "-h" || a == "--help") {
-      std::printf("usage: mpirun -np P moe-run STEP.mlir [--steps N] "
-                  "[--seed S] [--data TEXT] [--random-weights] [--dump FILE] "
-                  "[--dump-inputs FILE] [--routing-trace FILE] "
-                  "[--expert-placement [BLOCK=]RANKS|@FILE]... "
-                  "[--expert-placement-at STEP:[BLOCK=]RANKS|@FILE]... "
-                  "[--timeout SECONDS] [--profile] "
-                  "[--check-collectives first-step|every-step] "
-                  "[--save-every N --checkpoint DIR] [--resume DIR]\n");
+  moe_rt::options::CommandLine args(argc, argv);
+  while (args.next()) {
+    if (args.flag("-h") || args.flag("--help")) {
+      std::printf("%s", kUsage);
       moe_rt_mpi_finalize();
       std::exit(0);
-    } else if (!a.empty() && a[0] == '-') {
-      die("unknown argument '" + a + "'");
-    } else {
-      o.input = a;
     }
+    if (!readOption(args, o))
+      args.unknown();
   }
+  if (!args.error().empty())
+    die(args.error());
   if (o.input.empty())
     die("no input step (moe-run STEP.mlir)");
   if ((o.saveEvery > 0) != !o.checkpointDir.empty())
@@ -334,18 +317,47 @@ void dumpInputs(Interpreter &run, const std::string &path) {
   std::fclose(f);
 }
 
-/// The mean loss over the data-parallel ranks, summed over `all` (the
-/// world) on `sync`. Both are made once, before the first step: creating a
-/// communicator is a collective without a timeout, which a rank that stops
-/// between two steps would leave the others waiting in.
-float globalLoss(Buffer &loss, int rank, int world, double timeout,
-                 moe_rt_stream sync, moe_rt_comm all) {
-  Buffer total = loss;
-  if (moe_rt_all_reduce(sync, all, total.view(), 0, -1) != MOE_RT_OK ||
-      moe_rt_stream_synchronize(sync, timeout) != MOE_RT_OK)
-    die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
-  return total.f[0] / world;
-}
+/// What the ranks sum between steps (the loss, the checkpoint vote): the
+/// world's communicator and a pool stream, made once before the first
+/// step: creating a communicator is a collective without a timeout, which
+/// a rank that stops between two steps would leave the others waiting in.
+struct WorldSum {
+  int rank, world;
+  double timeout;
+  moe_rt_stream stream = nullptr;
+  moe_rt_comm all = nullptr;
+
+  WorldSum(int rank, int world, double timeout)
+      : rank(rank), world(world), timeout(timeout) {
+    if (moe_rt_stream_create_pool(&stream) != MOE_RT_OK ||
+        moe_rt_comm_create_world(timeout, 0, &all) != MOE_RT_OK)
+      die(moe_rt_last_error());
+  }
+  ~WorldSum() {
+    moe_rt_stream_destroy(stream);
+    moe_rt_comm_destroy(all);
+  }
+  WorldSum(const WorldSum &) = delete;
+  WorldSum &operator=(const WorldSum &) = delete;
+
+  /// The first value of `b` summed over the world.
+  float sum(Buffer b) {
+    if (moe_rt_all_reduce(stream, all, b.view(), 0, -1) != MOE_RT_OK ||
+        moe_rt_stream_synchronize(stream, timeout) != MOE_RT_OK)
+      die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
+    return b.f[0];
+  }
+  /// The mean loss over the data-parallel ranks.
+  float meanLoss(const Buffer &loss) { return sum(loss) / world; }
+  /// Whether every rank is `ok`: checkpoint writes agree through it, so a
+  /// rank that failed makes every rank stop with an error, none commits
+  /// alone.
+  bool everyRank(bool ok) {
+    Buffer flag;
+    flag.f = {ok ? 1.0f : 0.0f};
+    return sum(flag) == float(world);
+  }
+};
 
 void dumpResults(Interpreter &run, const std::string &path) {
   FILE *f = std::fopen(path.c_str(), "w");
@@ -397,6 +409,111 @@ void endRoutingStep(moe_rt_routing_log *log, int s, int rank) {
     std::fprintf(stderr, "step %d %s\n", s, placement);
 }
 
+namespace ep = moe_rt::expert_placement;
+
+/// The placement the run starts under and the later maps, each applied on
+/// top of the one before it in step order (all checked before the first
+/// step).
+struct Placements {
+  ep::Placement slots;
+  std::vector<ep::Placement> later; // o.laterPlacement's, sorted by step
+};
+
+/// The resumed run's state (--resume), checked against --seed and
+/// --expert-placement; none without --resume. On the checkpoint's grid the
+/// run continues under the checkpoint's placement (an --expert-placement
+/// must name the same); on another grid the experts are resharded into
+/// --expert-placement's. `slots` becomes the placement the run starts
+/// under.
+std::optional<moe_rt::checkpoint::RankState>
+resumedState(FunctionOpInterface step, const Options &o, int rank, int world,
+             ep::Placement &slots) {
+  if (o.resumeDir.empty())
+    return std::nullopt;
+  Interpreter probe(step, {rank, world, o.seed, o.timeout});
+  llvm::Expected<moe_rt::checkpoint::RankState> state =
+      run::readCheckpoint(probe, o.resumeDir, slots);
+  if (!state)
+    die(llvm::toString(state.takeError()));
+  auto shapes = run::placementShapes(step);
+  if (shapes.empty() && !state->placement.empty())
+    die("--resume: the checkpoint in '" + o.resumeDir +
+        "' was saved under an expert placement (of block " +
+        std::to_string(state->placement.begin()->first) +
+        "), and this step has no expert placement input");
+  if (!o.expertPlacement.empty() &&
+      !ep::samePlacement(state->placement, slots, shapes))
+    die("--resume: the checkpoint in '" + o.resumeDir +
+        "' was saved under expert placement " +
+        ep::describe(state->placement, shapes) + "; --expert-placement gives " +
+        ep::describe(slots, shapes) +
+        " (resume without --expert-placement, or change it with "
+        "--expert-placement-at)");
+  slots = state->placement;
+  if (o.seedGiven && o.seed != state->counters.seed)
+    die("--seed " + std::to_string(o.seed) +
+        " differs from the resumed "
+        "run's seed " +
+        std::to_string(state->counters.seed));
+  return std::move(*state);
+}
+
+/// --expert-placement-at's maps (sorted by step in `o`), each on top of
+/// the one before it, starting from `slots`.
+std::vector<ep::Placement> laterPlacements(FunctionOpInterface step,
+                                           Options &o,
+                                           const ep::Placement &slots) {
+  std::stable_sort(o.laterPlacement.begin(), o.laterPlacement.end(),
+                   [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<ep::Placement> later;
+  for (const auto &[at, map] : o.laterPlacement)
+    later.push_back(placementOrDie(step, {map},
+                                   later.empty() ? slots : later.back(),
+                                   "--expert-placement-at"));
+  return later;
+}
+
+/// The arguments' first values: from the parameters' sources or the seed,
+/// then the checkpoint's over them when resuming; rank 0 says which.
+void startArguments(
+    Interpreter &run, const Options &o,
+    const std::optional<moe_rt::checkpoint::RankState> &resumed) {
+  int fromSource = initArguments(run, !o.randomWeights, o.input);
+  bool talk = run.options().rank == 0;
+  if (resumed) {
+    run::restoreCheckpoint(run, *resumed);
+    if (talk)
+      std::fprintf(stderr, "moe-run: resumed from '%s' after step %llu\n",
+                   o.resumeDir.c_str(),
+                   (unsigned long long)resumed->counters.step);
+  } else if (talk && fromSource) {
+    std::fprintf(stderr,
+                 "moe-run: %d parameters start from their ONNX source\n",
+                 fromSource);
+  }
+}
+
+/// --data's text, whole.
+std::string readText(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    die("cannot read --data '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// Rank 0's line for step `s` (the `i`th of this run's `steps`): the loss
+/// on stdout; with more than one step the progress on stderr, so that the
+/// numbers stay parseable.
+void printStep(int s, int i, int steps, float loss,
+               std::chrono::steady_clock::time_point began) {
+  std::chrono::duration<double> elapsed =
+      std::chrono::steady_clock::now() - began;
+  std::printf("step %d loss %.6f\n", s, loss);
+  if (steps > 1)
+    std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i, steps,
+                 elapsed.count() / i, elapsed.count() / i * (steps - i));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -415,137 +532,69 @@ int main(int argc, char **argv) {
   auto [rank, world] = rankAndWorld(o.timeout);
   // A resumed run continues the checkpoint's counters: its update count,
   // data position and noise seed.
-  moe_rt::checkpoint::Counters start{0, 0, o.seed};
-  std::optional<moe_rt::checkpoint::RankState> resumed;
-  namespace ep = moe_rt::expert_placement;
-  ep::Placement slots = placementOrDie(loaded->func, o.expertPlacement, {},
-                                       "--expert-placement");
-  if (!o.resumeDir.empty()) {
-    Interpreter probe(loaded->func, {rank, world, o.seed, o.timeout});
-    // On the checkpoint's grid the run continues under the checkpoint's
-    // placement (an --expert-placement must name the same); on another
-    // grid the experts are resharded into --expert-placement's.
-    llvm::Expected<moe_rt::checkpoint::RankState> state =
-        run::readCheckpoint(probe, o.resumeDir, slots);
-    if (!state)
-      die(llvm::toString(state.takeError()));
-    auto shapes = run::placementShapes(loaded->func);
-    if (shapes.empty() && !state->placement.empty())
-      die("--resume: the checkpoint in '" + o.resumeDir +
-          "' was saved under an expert placement (of block " +
-          std::to_string(state->placement.begin()->first) +
-          "), and this step has no expert placement input");
-    if (!o.expertPlacement.empty() &&
-        !ep::samePlacement(state->placement, slots, shapes))
-      die("--resume: the checkpoint in '" + o.resumeDir +
-          "' was saved under expert placement " +
-          ep::describe(state->placement, shapes) +
-          "; --expert-placement gives " + ep::describe(slots, shapes) +
-          " (resume without --expert-placement, or change it with "
-          "--expert-placement-at)");
-    slots = state->placement;
-    if (o.seedGiven && o.seed != state->counters.seed)
-      die("--seed " + std::to_string(o.seed) + " differs from the resumed "
-          "run's seed " + std::to_string(state->counters.seed));
-    start = state->counters;
-    resumed = std::move(*state);
-  }
+  Placements placed;
+  placed.slots = placementOrDie(loaded->func, o.expertPlacement, {},
+                                "--expert-placement");
+  std::optional<moe_rt::checkpoint::RankState> resumed =
+      resumedState(loaded->func, o, rank, world, placed.slots);
+  moe_rt::checkpoint::Counters start =
+      resumed ? resumed->counters : moe_rt::checkpoint::Counters{0, 0, o.seed};
   moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  // Each later map applies on top of the placement before it, in step
-  // order; all are checked before the first step.
-  std::stable_sort(o.laterPlacement.begin(), o.laterPlacement.end(),
-                   [](const auto &a, const auto &b) { return a.first < b.first; });
-  std::vector<ep::Placement> later;
-  for (const auto &[at, map] : o.laterPlacement)
-    later.push_back(placementOrDie(loaded->func, {map},
-                                   later.empty() ? slots : later.back(),
-                                   "--expert-placement-at"));
-  setLogPlacement(log, loaded->func, slots);
+  placed.later = laterPlacements(loaded->func, o, placed.slots);
+  setLogPlacement(log, loaded->func, placed.slots);
   Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log,
-                                 o.checkEveryStep, slots});
+                                 o.checkEveryStep, placed.slots});
   check(run.prepare());
-  int fromSource = initArguments(run, !o.randomWeights, o.input);
-  if (resumed) {
-    run::restoreCheckpoint(run, *resumed);
-    if (rank == 0)
-      std::fprintf(stderr, "moe-run: resumed from '%s' after step %llu\n",
-                   o.resumeDir.c_str(), (unsigned long long)start.step);
-  } else if (rank == 0 && fromSource) {
-    std::fprintf(stderr,
-                 "moe-run: %d parameters start from their ONNX source\n",
-                 fromSource);
-  }
+  startArguments(run, o, resumed);
   // The data position counts samples over all ranks (text_data.h): a run
   // resumed on another grid continues from the checkpoint's sample.
   uint64_t position = start.dataPosition;
   int64_t samples = samplesPerRank(run);
-  std::string text;
-  if (!o.dataPath.empty()) {
-    std::ifstream in(o.dataPath, std::ios::binary);
-    if (!in)
-      die("cannot read --data '" + o.dataPath + "'");
-    text.assign(std::istreambuf_iterator<char>(in), {});
+  std::string text = o.dataPath.empty() ? "" : readText(o.dataPath);
+  if (!text.empty())
     loadText(run, text, position);
-  }
   if (!o.dumpInputs.empty())
     dumpInputs(run, o.dumpInputs + ".rank" + std::to_string(rank));
 
-  moe_rt_stream sync;
-  moe_rt_comm all;
-  if (moe_rt_stream_create_pool(&sync) != MOE_RT_OK ||
-      moe_rt_comm_create_world(o.timeout, 0, &all) != MOE_RT_OK)
-    die(moe_rt_last_error());
-  // Per-op-class and per-stream time of each step on stderr
-  // (moe_rt/profile.h, docs/tools/moe-run.md).
-  moe_rt_profile_enable(o.profile);
-  auto began = std::chrono::steady_clock::now();
-  // Checkpoint writes agree through a sum over the world: a rank that
-  // failed makes every rank stop with an error, none commits alone.
-  auto agree = [&](bool ok) {
-    Buffer flag;
-    flag.f = {ok ? 1.0f : 0.0f};
-    if (moe_rt_all_reduce(sync, all, flag.view(), 0, -1) != MOE_RT_OK ||
-        moe_rt_stream_synchronize(sync, o.timeout) != MOE_RT_OK)
-      die("rank " + std::to_string(rank) + ": " + moe_rt_last_error());
-    return flag.f[0] == float(world);
-  };
-  for (int i = 1; i <= o.steps; ++i) {
-    int s = int(start.step) + i; // the update count, across resumes
-    if (!text.empty() && i > 1)
-      loadText(run, text, position);
-    // A new expert placement: the experts' weights and optimizer state
-    // move first, then the step routes by it.
-    for (size_t k = 0; k < later.size(); ++k)
-      if (s == o.laterPlacement[k].first) {
-        check(run::migrateExperts(run, slots, later[k], sync, all));
-        slots = later[k];
-        run.setExpertSlots(slots);
-        setLogPlacement(log, loaded->func, slots);
-      }
-    moe_rt_profile_step_begin();
-    check(run.run(s));
-    moe_rt_profile_step_end(stderr, rank, s);
-    endRoutingStep(log, s, rank);
-    float loss =
-        globalLoss(*run.results()[0].second, rank, world, o.timeout, sync, all);
-    if (rank == 0) {
-      std::chrono::duration<double> elapsed =
-          std::chrono::steady_clock::now() - began;
-      std::printf("step %d loss %.6f\n", s, loss);
-      if (o.steps > 1) // progress on stderr, the numbers stay parseable
-        std::fprintf(stderr, "[%d/%d] %.2f s/step, %.0f s left\n", i,
-                     o.steps, elapsed.count() / i,
-                     elapsed.count() / i * (o.steps - i));
-    }
-    std::fflush(stdout);
-    run.advance();
-    position = moe_rt::text_data::advance(position, world, samples);
-    if (o.saveEvery && s % o.saveEvery == 0) {
-      moe_rt::checkpoint::Counters at{uint64_t(s), position, start.seed};
-      check(run::saveCheckpoint(run, o.checkpointDir, at, agree));
+  {
+    // Destroyed (its communicator freed) before MPI is finalized.
+    WorldSum sums(rank, world, o.timeout);
+    // Per-op-class and per-stream time of each step on stderr
+    // (moe_rt/profile.h, docs/tools/moe-run.md).
+    moe_rt_profile_enable(o.profile);
+    auto began = std::chrono::steady_clock::now();
+    for (int i = 1; i <= o.steps; ++i) {
+      int s = int(start.step) + i; // the update count, across resumes
+      if (!text.empty() && i > 1)
+        loadText(run, text, position);
+      // A new expert placement: the experts' weights and optimizer state
+      // move first, then the step routes by it.
+      for (size_t k = 0; k < placed.later.size(); ++k)
+        if (s == o.laterPlacement[k].first) {
+          check(run::migrateExperts(run, placed.slots, placed.later[k],
+                                    sums.stream, sums.all));
+          placed.slots = placed.later[k];
+          run.setExpertSlots(placed.slots);
+          setLogPlacement(log, loaded->func, placed.slots);
+        }
+      moe_rt_profile_step_begin();
+      check(run.run(s));
+      moe_rt_profile_step_end(stderr, rank, s);
+      endRoutingStep(log, s, rank);
+      float loss = sums.meanLoss(*run.results()[0].second);
       if (rank == 0)
-        std::fprintf(stderr, "moe-run: checkpoint of step %d in '%s'\n", s,
-                     o.checkpointDir.c_str());
+        printStep(s, i, o.steps, loss, began);
+      std::fflush(stdout);
+      run.advance();
+      position = moe_rt::text_data::advance(position, world, samples);
+      if (o.saveEvery && s % o.saveEvery == 0) {
+        moe_rt::checkpoint::Counters at{uint64_t(s), position, start.seed};
+        check(run::saveCheckpoint(run, o.checkpointDir, at,
+                                  [&](bool ok) { return sums.everyRank(ok); }));
+        if (rank == 0)
+          std::fprintf(stderr, "moe-run: checkpoint of step %d in '%s'\n", s,
+                       o.checkpointDir.c_str());
+      }
     }
   }
   if (!o.dump.empty())
@@ -553,8 +602,6 @@ int main(int argc, char **argv) {
   if (log && moe_rt_routing_log_close(log) != MOE_RT_OK)
     die(moe_rt_last_error());
   moe_rt_routing_log_destroy(log);
-  moe_rt_stream_destroy(sync);
-  moe_rt_comm_destroy(all);
   moe_rt_mpi_finalize();
   return 0;
 }

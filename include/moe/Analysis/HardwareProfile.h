@@ -102,6 +102,11 @@ struct HardwareProfile {
                                                llvm::StringRef source);
   /// A preset name (see presetNames) or a path to a JSON file.
   static llvm::Expected<HardwareProfile> load(llvm::StringRef nameOrPath);
+  /// `load` for the value of an option every pass or tool that prices a
+  /// step requires: an empty one is an error naming `option` (as the user
+  /// writes it, e.g. "profile=" or "--profile ") and listing the presets.
+  static llvm::Expected<HardwareProfile> loadOption(llvm::StringRef option,
+                                                    llvm::StringRef value);
   static std::vector<std::string> presetNames();
   /// The profile as JSON, in the format `parse` reads.
   std::string toJson() const;

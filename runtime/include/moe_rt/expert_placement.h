@@ -15,6 +15,8 @@
 #ifndef MOE_RT_EXPERT_PLACEMENT_H
 #define MOE_RT_EXPERT_PLACEMENT_H
 
+#include "moe_rt/option_values.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -134,6 +136,20 @@ inline std::string parseList(const std::string &text,
   return "";
 }
 
+/// --expert-placement-at's "STEP:MAP": the step (>= 2: the first step
+/// runs under the first map) and the map's text ([BLOCK=]RANKS or @FILE, read by
+/// the caller); "" or what is wrong with `text`.
+inline std::string splitLaterMap(const std::string &text, int &step,
+                                 std::string &map) {
+  size_t colon = text.find(':');
+  std::optional<uint64_t> n =
+      moe_rt::options::wholeNumber(text.substr(0, colon));
+  if (colon == std::string::npos || !n || *n < 2 || *n > uint64_t(INT32_MAX))
+    return "needs STEP:RANKS with STEP >= 2, got '" + text + "'";
+  step = int(*n);
+  map = text.substr(colon + 1);
+  return "";
+}
 
 /// Every block's slot table: block (the moe.task block index, as the
 /// routing trace numbers blocks) -> G x S table. A block without an entry

@@ -1,7 +1,8 @@
 /*===- option_values.h - numbers given on a command line --------*- C++ -*-===*
  *
- * How moe-run, moe-export-params and the example driver read a numeric
- * option: the whole text must be the number ("5x", "", "-1" for a count,
+ * How a numeric option is read (command_line.h, the reader of moe-run,
+ * the export tools, moe-profile and the example driver; moe-trace's
+ * options): the whole text must be the number ("5x", "", "-1" for a count,
  * "abc" are refused), so that a mistyped flag is an error naming it rather
  * than a silent 0 (an atoi'd "--timeout abc" used to mean "no limit").
  * Header-only C++ (the driver links only the runtime).

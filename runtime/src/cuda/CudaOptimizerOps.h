@@ -14,14 +14,9 @@
 
 namespace moe_rt::cuda {
 
-moe_rt_status adamw(moe_rt_stream s, int64_t n,
-                    const device::optim::AdamWBody &body);
-moe_rt_status sgdMomentum(moe_rt_stream s, int64_t n,
-                          const device::optim::SgdMomentumBody &body);
-moe_rt_status sumSquares(moe_rt_stream s, int64_t n, const float *x,
-                         bool accumulate, float *out);
-moe_rt_status clipCoef(moe_rt_stream s, const float *sumSq, double maxNorm,
-                       float *out);
+// adamw, sgdMomentum, sumSquares, clipCoef: one declaration set for
+// both backends.
+#include "../device/OptimizerEntryPoints.inc"
 
 } // namespace moe_rt::cuda
 
