@@ -41,12 +41,41 @@ struct ModelChecker {
         failed(verifyGroupSize(func, *grid, model.getIntraAxes())))
       return failure();
     epSize = *ep;
+    if (failed(checkNoExpertReplicas(*grid)))
+      return failure();
     if (model.getExperts() % epSize != 0)
       return func->emitError()
              << "model has " << model.getExperts()
              << " experts, which do not divide evenly over the " << epSize
              << " ranks of the expert-parallel group";
     return success();
+  }
+
+  /// A data-parallel axis (of more than one rank) outside ep_axes would
+  /// hold a replica of each expert per coordinate. Neither the step (no
+  /// all-reduce of expert gradients over the replicas) nor the weight
+  /// draws (per rank) keep replicas equal, so they would train apart: a
+  /// silently different model. Refused. Expert sharding's intra axes are
+  /// no replicas: there each rank holds a shard (moe.hidden_shard).
+  LogicalResult checkNoExpertReplicas(shard::GridOp grid) {
+    auto f = cast<FunctionOpInterface>(func);
+    bool sharded = llvm::any_of(f.getArguments(), [&](BlockArgument a) {
+      return f.getArgAttr(a.getArgNumber(),
+                          MoeDialect::getHiddenShardAttrName());
+    });
+    SmallVector<int16_t> replicated;
+    for (int16_t a : model.getDpAxes())
+      if (grid.getShape()[a] > 1 && !llvm::is_contained(model.getEpAxes(), a) &&
+          !(sharded && llvm::is_contained(model.getIntraAxes(), a)))
+        replicated.push_back(a);
+    if (replicated.empty())
+      return success();
+    return func->emitError()
+           << "model replicates its experts over data-parallel axes ["
+           << replicated << "] of " << model.getGrid()
+           << ", which are not in ep_axes [" << model.getEpAxes()
+           << "]; expert replicas are not kept equal (no all-reduce of "
+              "their gradients), so put those axes in ep_axes";
   }
 
   LogicalResult checkBlocks() {

@@ -37,6 +37,26 @@ func.func @f() attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8
 
 // -----
 
+// Experts replicated over a data-parallel axis that is not expert-parallel
+// (grid 2x2, ep_axes = [1]): nothing keeps the replicas equal, refused.
+shard.grid @g(shape = 2x2)
+// expected-error @+1 {{model replicates its experts over data-parallel axes [0] of @g, which are not in ep_axes [1]; expert replicas are not kept equal (no all-reduce of their gradients), so put those axes in ep_axes}}
+func.func @f() attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed = 16, hidden = 8, experts = 2, top_k = 1, dropless, grid = @g, ep_axes = [1], dp_axes = [0, 1], intra_axes = [1]>} {
+  return
+}
+
+// -----
+
+// An axis of one rank replicates nothing (grid 1x2, ep_axes = [1]): the
+// verifier goes on to the blocks.
+shard.grid @g(shape = 1x2)
+// expected-error @+1 {{model declares 1 layers but its body has 0 moe.block ops}}
+func.func @f() attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed = 16, hidden = 8, experts = 2, top_k = 1, dropless, grid = @g, ep_axes = [1], dp_axes = [0, 1], intra_axes = [1]>} {
+  return
+}
+
+// -----
+
 shard.grid @g(shape = 2x4)
 // expected-error @+1 {{grid axis 3 is out of range for grid @g of shape 2x4}}
 func.func @f() attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed = 16, hidden = 8, experts = 8, top_k = 1, dropless, grid = @g, ep_axes = [0, 1], dp_axes = [0, 1], intra_axes = [3]>} {

@@ -167,7 +167,12 @@ def Moe_ModelAttr : Moe_Attr<"Model", "model"> {
 
     The verifier checks it against the function body: one `moe.block` per
     layer, every gate's experts / k / capacity factor, token shapes B x N x M
-    and expert hidden size H, and collectives on the declared groups.
+    and expert hidden size H, and collectives on the declared groups. It
+    refuses a data-parallel axis of more than one rank that is not in
+    `ep_axes` (unless the experts are sharded over it, `moe.hidden_shard`,
+    as moe-expert-sharding does on the intra axes): each expert would be
+    replicated over it, and nothing keeps the replicas equal (no all-reduce
+    of expert gradients over them), so they would train apart.
   }];
   let parameters = (ins
     "int64_t":$layers,
