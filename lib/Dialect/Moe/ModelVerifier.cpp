@@ -41,7 +41,8 @@ struct ModelChecker {
         failed(verifyGroupSize(func, *grid, model.getIntraAxes())))
       return failure();
     epSize = *ep;
-    if (failed(checkNoExpertReplicas(*grid)))
+    if (failed(checkEveryAxisDataParallel(*grid)) ||
+        failed(checkNoExpertReplicas(*grid)))
       return failure();
     if (model.getExperts() % epSize != 0)
       return func->emitError()
@@ -49,6 +50,26 @@ struct ModelChecker {
              << " experts, which do not divide evenly over the " << epSize
              << " ranks of the expert-parallel group";
     return success();
+  }
+
+  /// Every rank reads its own samples, so the dense weights' gradients are
+  /// all-reduced over dp_axes; an axis of more than one rank outside them
+  /// would hold copies of the dense weights that nothing keeps equal (the
+  /// ranks along it train apart: a silently different model). Refused.
+  LogicalResult checkEveryAxisDataParallel(shard::GridOp grid) {
+    SmallVector<int16_t> outside;
+    for (auto [a, size] : llvm::enumerate(grid.getShape()))
+      if (size > 1 && !llvm::is_contained(model.getDpAxes(), int16_t(a)))
+        outside.push_back(int16_t(a));
+    if (outside.empty())
+      return success();
+    return func->emitError()
+           << "grid axes [" << outside << "] of " << model.getGrid()
+           << " have more than one rank but are not in dp_axes ["
+           << model.getDpAxes()
+           << "]: every rank reads its own samples, and the dense weights' "
+              "copies along those axes would not be kept equal (no "
+              "all-reduce of their gradients), so put them in dp_axes";
   }
 
   /// A data-parallel axis (of more than one rank) outside ep_axes would

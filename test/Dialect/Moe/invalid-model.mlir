@@ -47,6 +47,16 @@ func.func @f() attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8
 
 // -----
 
+// A grid axis of more than one rank outside dp_axes (grid 2x2, ep = dp =
+// [1]): the dense weights' copies along axis 0 would train apart, refused.
+shard.grid @g(shape = 2x2)
+// expected-error @+1 {{grid axes [0] of @g have more than one rank but are not in dp_axes [1]: every rank reads its own samples, and the dense weights' copies along those axes would not be kept equal (no all-reduce of their gradients), so put them in dp_axes}}
+func.func @f() attributes {moe.model = #moe.model<layers = 1, batch = 2, seq = 8, embed = 16, hidden = 8, experts = 2, top_k = 1, dropless, grid = @g, ep_axes = [1], dp_axes = [1], intra_axes = [1]>} {
+  return
+}
+
+// -----
+
 // An axis of one rank replicates nothing (grid 1x2, ep_axes = [1]): the
 // verifier goes on to the blocks.
 shard.grid @g(shape = 1x2)
