@@ -263,6 +263,22 @@ Value sum(OpBuilder &b, Location loc, ArrayRef<Value> parts, TaskAttr task) {
   return acc;
 }
 
+/// Results `firstResult`.. of the whole-layer vjp `old` replaced by the sum
+/// over its chunks' (gradients leaving the layer: routing weights, expert
+/// weights, the layer's input), labelled as chunk 0, the backward's last,
+/// after which the sum is complete.
+void replaceChunkSums(OpBuilder &b, VjpOp old, ArrayRef<VjpOp> chunks,
+                      unsigned firstResult) {
+  b.setInsertionPoint(old);
+  for (unsigned k = firstResult; k < old.getNumResults(); ++k) {
+    SmallVector<Value> parts;
+    for (VjpOp c : chunks)
+      parts.push_back(c.getResult(k));
+    old.getResult(k).replaceAllUsesWith(
+        sum(b, old.getLoc(), parts, chunkTask(getTask(old), 0)));
+  }
+}
+
 struct TokenPipelinePass
     : public moe::impl::MoeTokenPipelineBase<TokenPipelinePass> {
   using MoeTokenPipelineBase::MoeTokenPipelineBase;
@@ -417,23 +433,9 @@ struct TokenPipelinePass
       dVjps.push_back(chunkVjp(b, layer.dispatchVjp, primals, dDispatched, w,
                                layer, capacity, dTask));
     }
-    // Gradients leaving the layer (routing weights, expert weights, the
-    // layer's input): the sum over the chunks, complete after chunk 0, the
-    // backward's last.
-    auto replaceSums = [&](VjpOp old, ArrayRef<VjpOp> chunks,
-                           unsigned firstResult) {
-      b.setInsertionPoint(old);
-      for (unsigned k = firstResult; k < old.getNumResults(); ++k) {
-        SmallVector<Value> parts;
-        for (VjpOp c : chunks)
-          parts.push_back(c.getResult(k));
-        old.getResult(k).replaceAllUsesWith(
-            sum(b, old.getLoc(), parts, chunkTask(getTask(old), 0)));
-      }
-    };
-    replaceSums(layer.combineVjp, cVjps, 1);
-    replaceSums(layer.expertVjp, eVjps, 1);
-    replaceSums(layer.dispatchVjp, dVjps, 0);
+    replaceChunkSums(b, layer.combineVjp, cVjps, 1);
+    replaceChunkSums(b, layer.expertVjp, eVjps, 1);
+    replaceChunkSums(b, layer.dispatchVjp, dVjps, 0);
   }
 
   /// A variable-count layer (no capacity: the rows each rank sends each
@@ -526,20 +528,9 @@ struct TokenPipelinePass
                                    eVjps.back().getResult(0), dTask,
                                    restrict));
     }
-    auto replaceSums = [&](VjpOp old, ArrayRef<VjpOp> chunks,
-                           unsigned firstResult) {
-      b.setInsertionPoint(old);
-      for (unsigned k = firstResult; k < old.getNumResults(); ++k) {
-        SmallVector<Value> parts;
-        for (VjpOp c : chunks)
-          parts.push_back(c.getResult(k));
-        old.getResult(k).replaceAllUsesWith(
-            sum(b, old.getLoc(), parts, chunkTask(getTask(old), 0)));
-      }
-    };
-    replaceSums(layer.combineVjp, cVjps, 1);
-    replaceSums(layer.expertVjp, eVjps, 1);
-    replaceSums(layer.dispatchVjp, dVjps, 0);
+    replaceChunkSums(b, layer.combineVjp, cVjps, 1);
+    replaceChunkSums(b, layer.expertVjp, eVjps, 1);
+    replaceChunkSums(b, layer.dispatchVjp, dVjps, 0);
   }
 
   /// The layer's [r_fwd, r_bwd]: its own (moe.token_degree, set by
