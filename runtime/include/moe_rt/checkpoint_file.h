@@ -672,16 +672,23 @@ inline bool readLatest(const std::string &root, const Manifest &want, int rank,
 
 /*--- Resharding -------------------------------------------------------------*/
 
-/// Rank `rank`'s index in the expert-parallel group of `grid` (row-major
-/// coordinates, the EP axes' in order), as the step shards its experts.
-inline int64_t expertIndex(const std::vector<int64_t> &grid,
-                           const std::vector<int64_t> &epAxes, int rank) {
+/// Rank `rank`'s coordinates on `grid` (row-major: the last axis fastest).
+inline std::vector<int64_t> gridCoord(const std::vector<int64_t> &grid,
+                                      int rank) {
   std::vector<int64_t> coord(grid.size());
   int64_t r = rank;
   for (size_t d = grid.size(); d-- > 0;) {
     coord[d] = r % grid[d];
     r /= grid[d];
   }
+  return coord;
+}
+
+/// Rank `rank`'s index in the expert-parallel group of `grid` (row-major
+/// coordinates, the EP axes' in order), as the step shards its experts.
+inline int64_t expertIndex(const std::vector<int64_t> &grid,
+                           const std::vector<int64_t> &epAxes, int rank) {
+  std::vector<int64_t> coord = gridCoord(grid, rank);
   int64_t index = 0;
   for (int64_t a : epAxes)
     index = index * grid[size_t(a)] + coord[size_t(a)];
@@ -692,12 +699,7 @@ inline int64_t expertIndex(const std::vector<int64_t> &grid,
 /// of its experts it holds (0 on a grid whose EP axes are all axes).
 inline int64_t replicaIndex(const std::vector<int64_t> &grid,
                             const std::vector<int64_t> &epAxes, int rank) {
-  std::vector<int64_t> coord(grid.size());
-  int64_t r = rank;
-  for (size_t d = grid.size(); d-- > 0;) {
-    coord[d] = r % grid[d];
-    r /= grid[d];
-  }
+  std::vector<int64_t> coord = gridCoord(grid, rank);
   int64_t index = 0;
   for (size_t a = 0; a < grid.size(); ++a) {
     bool ep = false;
