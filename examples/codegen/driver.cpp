@@ -230,19 +230,10 @@ struct Options {
 /// reader, so a flag both take is read and refused alike); false for a
 /// word it does not know.
 static bool readOption(moe_rt::options::CommandLine &args, Options &o) {
-  std::string later, backend;
+  std::string backend;
   uint64_t seed = 0;
-  if (args.text("--expert-placement-at", later)) {
-    int step = 0;
-    std::string map;
-    std::string why =
-        moe_rt::expert_placement::splitLaterMap(later, step, map);
-    if (!why.empty())
-      args.fail("--expert-placement-at " + why);
-    else
-      o.laterPlacement.emplace_back(step, map);
+  if (moe_rt::expert_placement::readLaterMap(args, o.laterPlacement))
     return true;
-  }
   if (args.choice("--backend", {"cpu", "cuda"}, backend)) {
     o.backend = backend == "cuda" ? MOE_RT_CUDA : MOE_RT_CPU;
     return true;

@@ -92,7 +92,7 @@ const char *kUsage =
 /// know. Values are read by moe_rt/command_line.h (shared with the other
 /// tools and the generated-step driver).
 bool readOption(moe_rt::options::CommandLine &args, Options &o) {
-  std::string checks, later;
+  std::string checks;
   if (args.whole("--seed", o.seed)) {
     o.seedGiven = true;
     return true;
@@ -102,17 +102,8 @@ bool readOption(moe_rt::options::CommandLine &args, Options &o) {
     o.checkEveryStep = checks == "every-step";
     return true;
   }
-  if (args.text("--expert-placement-at", later)) {
-    int step = 0;
-    std::string map;
-    std::string why =
-        moe_rt::expert_placement::splitLaterMap(later, step, map);
-    if (!why.empty())
-      args.fail("--expert-placement-at " + why);
-    else
-      o.laterPlacement.emplace_back(step, map);
+  if (moe_rt::expert_placement::readLaterMap(args, o.laterPlacement))
     return true;
-  }
   if (args.flag("--profile")) {
     o.profile = true;
     return true;

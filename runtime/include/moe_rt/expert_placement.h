@@ -15,11 +15,13 @@
 #ifndef MOE_RT_EXPERT_PLACEMENT_H
 #define MOE_RT_EXPERT_PLACEMENT_H
 
+#include "moe_rt/command_line.h"
 #include "moe_rt/option_values.h"
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moe_rt::expert_placement {
@@ -149,6 +151,24 @@ inline std::string splitLaterMap(const std::string &text, int &step,
   step = int(*n);
   map = text.substr(colon + 1);
   return "";
+}
+
+/// One --expert-placement-at STEP:MAP word of `args` appended to `later`
+/// (moe-run and the generated driver read it alike); false for any other
+/// word.
+inline bool readLaterMap(moe_rt::options::CommandLine &args,
+                         std::vector<std::pair<int, std::string>> &later) {
+  std::string text;
+  if (!args.text("--expert-placement-at", text))
+    return false;
+  int step = 0;
+  std::string map;
+  std::string why = splitLaterMap(text, step, map);
+  if (!why.empty())
+    args.fail("--expert-placement-at " + why);
+  else
+    later.emplace_back(step, map);
+  return true;
 }
 
 /// Every block's slot table: block (the moe.task block index, as the
