@@ -241,6 +241,13 @@ class Bench:
                 "transport_ms_median"]})
         with open(self.model_profile, "w") as f:
             json.dump(prof, f, indent=2)
+        # The "alpha-beta only" column prices the same solve: without it
+        # the simulator refuses the planner (an unpriced host solve).
+        with open(self.plain_profile) as f:
+            plain = json.load(f)
+        plain["host_planners"] = prof["host_planners"]
+        with open(self.plain_profile, "w") as f:
+            json.dump(plain, f)
 
     def trainer_cmd(self, model, step):
         cmd = [self.moe_run, step, "--steps", str(self.args.steps),
