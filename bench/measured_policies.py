@@ -453,6 +453,10 @@ def main():
                     default="variable",
                     help="dropless models: all-to-all-v of the routed tokens "
                          "(default) or padded to C = B*N slots")
+    ap.add_argument("--policies",
+                    help="only these policies (comma-separated names as the "
+                         "table prints them, '{chunk}' as written in "
+                         "POLICIES); vanilla, the speedups' base, always runs")
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--explain", action="store_true",
                     help="also time each policy's MPI calls (a PMPI shim) "
@@ -464,6 +468,13 @@ def main():
     if unknown:
         ap.error(f"unknown model(s) {', '.join(sorted(unknown))}; "
                  f"known: {', '.join(m.name for m in MODELS)}")
+    if args.policies:
+        wanted = args.policies.split(",")
+        known = [p.name for p in POLICIES]
+        if set(wanted) - set(known):
+            ap.error(f"unknown policy(s) {', '.join(sorted(set(wanted) - set(known)))}; "
+                     f"known: {', '.join(known)}")
+        POLICIES[1:] = [p for p in POLICIES[1:] if p.name in wanted]
     if args.steps < 4 or args.repeats < 1:
         ap.error("--steps must be at least 4 and --repeats at least 1")
     lines = []

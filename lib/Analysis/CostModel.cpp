@@ -194,9 +194,10 @@ FailureOr<TaskCost> CostModel::collectiveCost(Operation *op,
     else
       for (Value v : ar.getInputs())
         c.bytes += valueBytes(v);
-  } else if (isa<RoutingCountsOp>(forward)) {
-    // Routing statistics: the gathered (G B) x E counts (moved as 4-byte
-    // floats, the size of the i32 result).
+  } else if (isa<RoutingCountsOp, ExchangeCountsOp>(forward)) {
+    // Routing statistics: the gathered (G B) x E counts; a layer's one
+    // counts exchange: G x E (moved as 4-byte floats, the size of the i32
+    // result).
     kind = CollectiveKind::AllGather;
     c.bytes = valueBytes(forward->getResult(0));
   } else if (auto move = dyn_cast<MoveSamplesOp>(forward)) {
@@ -330,9 +331,12 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
       c->bytes *= 2;
     }
     // A variable-count dispatch all-gathers every rank's E counts before
-    // its all-to-all-v, forward and vjp alike (docs/variable-dropless.md).
+    // its all-to-all-v, forward and vjp alike (docs/variable-dropless.md),
+    // unless it reads its layer's one exchange (`all_counts`), which is
+    // charged once, as its own op.
     auto dispatch = dyn_cast<DispatchOp>(forward);
-    if (succeeded(c) && dispatch && dispatch.isVariable()) {
+    if (succeeded(c) && dispatch && dispatch.isVariable() &&
+        !dispatch.getAllCounts()) {
       auto group = groupShape(op, dispatch.getGridAttr(), dispatch.getAxes());
       if (failed(group))
         return failure();

@@ -157,6 +157,11 @@ static void reportUnorderedUse(Operation &op, Operation *def, unsigned operand,
     diag << "reads the result of host planner " << describe(def, order)
          << " before joining it: no event recorded on its host stream "
             "after the planner is waited for before this op";
+  else if (isa<ExchangeCountsOp>(def))
+    diag << "reads the counts of " << describe(def, order)
+         << " (operand #" << operand
+         << ") before that exchange completes: no event orders it before "
+            "this op, whose exchange is sized by those counts";
   else
     diag << "uses a value produced by " << describe(def, order)
          << " without waiting for it (no event orders "

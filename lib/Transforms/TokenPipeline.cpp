@@ -374,6 +374,11 @@ struct TokenPipelinePass
     for (auto [arg, p] : llvm::zip(old.getBody().front().getArguments(),
                                    primals))
       map.map(arg, body->addArgument(p.getType(), p.getLoc()));
+    // Primals beyond the old vjp's (a chunk's exchanged counts): new
+    // arguments, which `restrict` wires into the copy.
+    for (Value p :
+         primals.drop_front(old.getBody().front().getNumArguments()))
+      body->addArgument(p.getType(), p.getLoc());
     OpBuilder inner = OpBuilder::atBlockEnd(body);
     Operation *copy = inner.clone(*old.getForwardOp(), map);
     restrict(copy);
@@ -438,6 +443,20 @@ struct TokenPipelinePass
     replaceChunkSums(b, layer.dispatchVjp, dVjps, 0);
   }
 
+  /// The counts exchange of variable-count dispatch `d` (moe.exchange_counts
+  /// of its indices over its group: G x E), before it, in its task.
+  Value exchangeCounts(OpBuilder &b, DispatchOp d) {
+    auto rows = cast<RankedTensorType>(d.getRows().getType());
+    auto type = RankedTensorType::get(
+        {rows.getDimSize(1), static_cast<int64_t>(d.getNumExperts())},
+        rows.getElementType());
+    auto op = ExchangeCountsOp::create(b, d.getLoc(), type, d.getIndices(),
+                                       d.getGridAttr(), d.getAxesAttr(),
+                                       d.getNumExpertsAttr());
+    setTask(op, getTask(d));
+    return op.getResult();
+  }
+
   /// A variable-count layer (no capacity: the rows each rank sends each
   /// expert are data) in token chunks: D_j -> E_j -> C_j with `part [j,
   /// r_fwd]` on dispatch and combine, y = Σ_j C_j; the backward's chunks
@@ -454,8 +473,17 @@ struct TokenPipelinePass
       else if (auto c = dyn_cast<CombineOp>(op))
         c.setPartAttr(part);
     };
-    // Forward: each chunk routes the whole batch and moves its part.
+    // One counts exchange for the layer: every chunk, forward and
+    // backward, reads its sizes from it (`all_counts`) instead of
+    // all-gathering the counts again. It belongs to the first dispatch's
+    // task (D_1), whose stream it shares.
     OpBuilder b(layer.dispatch);
+    Value counts = exchangeCounts(b, layer.dispatch);
+    auto withCounts = [&](Operation *op, Value c) {
+      if (auto d = dyn_cast<DispatchOp>(op))
+        d.getAllCountsMutable().assign(c);
+    };
+    // Forward: each chunk routes the whole batch and moves its part.
     SmallVector<Value> inChunks, outChunks, rowsChunks, cChunks;
     for (int64_t j = 0; j < rf; ++j) {
       IRMapping map;
@@ -465,6 +493,7 @@ struct TokenPipelinePass
         b.setInsertionPoint(op);
         Operation *chunk = b.clone(*op, map);
         setPart(chunk, partOf(j, rf));
+        withCounts(chunk, counts);
         setTask(chunk, chunkTask(getTask(chunk), j));
       }
       inChunks.push_back(map.lookup(layer.dispatch.getResult()));
@@ -524,9 +553,13 @@ struct TokenPipelinePass
                                    cVjps.back().getResult(0), eTask, restrict));
       b.setInsertionPoint(layer.dispatchVjp);
       SmallVector<Value> primals(layer.dispatchVjp.getPrimals());
-      dVjps.push_back(chunkVjpWith(b, layer.dispatchVjp, primals,
-                                   eVjps.back().getResult(0), dTask,
-                                   restrict));
+      primals.push_back(counts); // the vjp's last argument
+      dVjps.push_back(chunkVjpWith(
+          b, layer.dispatchVjp, primals, eVjps.back().getResult(0), dTask,
+          [&](Operation *op) {
+            restrict(op);
+            withCounts(op, op->getBlock()->getArguments().back());
+          }));
     }
     replaceChunkSums(b, layer.combineVjp, cVjps, 1);
     replaceChunkSums(b, layer.expertVjp, eVjps, 1);

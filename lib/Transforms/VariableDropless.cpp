@@ -68,7 +68,7 @@ struct VariableDroplessPass
     auto dispatch = DispatchOp::create(
         b, old.getLoc(), withDim(type, 1, *rowsBound), rowsType, old.getInput(),
         old.getIndices(), old.getCounts(), old.getExpertSlots(),
-        old.getGridAttr(), old.getAxesAttr(), old.getNumExpertsAttr(),
+        old.getAllCounts(), old.getGridAttr(), old.getAxesAttr(), old.getNumExpertsAttr(),
         /*capacity=*/nullptr,
         /*slots=*/nullptr, b.getI64IntegerAttr(*rowsBound), /*part=*/nullptr);
     // Discardable attributes (a task label) stay with the op.

@@ -62,6 +62,10 @@ struct VarRouteShape {
   /// rank sends each expert, only the part-th of `parts` contiguous runs
   /// travel (kernels::keepPart); 0 of 1: all of them.
   int64_t part = 0, parts = 1;
+  /// The layer's exchanged counts (moe.dispatch's `all_counts`, G x E by
+  /// logical expert, whole rows; moe_rt_exchange_counts), or null: the op
+  /// then all-gathers the counts itself. Read when the op's tasks run.
+  const int64_t *allCounts = nullptr;
 };
 
 namespace device {

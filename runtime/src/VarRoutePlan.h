@@ -21,6 +21,7 @@
 
 #include "CollectivePlan.h"
 #include "OpShapes.h"
+#include "kernels/VarRouting.h"
 
 #include "moe_rt/expert_placement.h"
 
@@ -198,6 +199,39 @@ inline std::string expertRowsFit(int64_t ranks, int64_t experts, int64_t slots,
     return "";
   return "rows of local expert " + std::to_string(l) + " do not fit its " +
          std::to_string(slots) + " rows";
+}
+
+/// One counts exchange per layer (moe.exchange_counts): every rank's
+/// counts of token chunk r.part of r.parts by physical expert (`all`,
+/// G x E, what the chunk's all-gather would have delivered), cut from the
+/// layer's exchanged counts `exchanged` (G x E, logical experts, whole
+/// rows). `mine` is this rank's whole counts by physical expert: its row
+/// of `exchanged` must say the same, or the counts are another routing's
+/// (another layer's) and would size the exchange wrong. "" or the fault.
+inline std::string countsFromExchange(const VarRouteShape &r,
+                                      const int64_t *exchanged,
+                                      const int64_t *mine, int64_t *all) {
+  std::vector<int64_t> phys(r.E);
+  for (int64_t e = 0; e < r.E; ++e)
+    phys[e] = e;
+  if (r.slots)
+    if (std::string why = physicalExperts(r, phys); !why.empty())
+      return why;
+  for (int64_t e = 0; e < r.E; ++e) {
+    int64_t p = phys[e], said = exchanged[r.rank * r.E + e];
+    if (said != mine[p])
+      return blockPrefix(r) + "the exchanged counts (all_counts) say rank " +
+             std::to_string(r.rank) + " sends expert " + std::to_string(e) +
+             " " + std::to_string(said) + " rows, its routing sends " +
+             std::to_string(mine[p]) +
+             ": they were exchanged for other routing (another layer?)";
+    for (int64_t g = 0; g < r.G; ++g) {
+      kernels::PartRange run =
+          kernels::partRange(exchanged[g * r.E + e], r.part, r.parts);
+      all[g * r.E + p] = run.end - run.first;
+    }
+  }
+  return "";
 }
 
 } // namespace moe_rt::varplan

@@ -151,3 +151,29 @@ func.func @planner_ok(%idx: tensor<2x16x2xi32>, %labels: tensor<2x16xi64>) -> te
   %l = moe.move_samples %labels to(%p) on @g axes = [0, 1] {moe.stream = #moe.stream<comm>} : (tensor<2x16xi64>, tensor<8xi32>) -> tensor<2x16xi64>
   return %l : tensor<2x16xi64>
 }
+
+// -----
+
+// One counts exchange per layer (docs/variable-dropless.md): a token chunk
+// that reads the exchanged counts on another stream before an event orders
+// the exchange before it is refused, naming the exchange.
+shard.grid @g(shape = 2x2)
+func.func @part_reads_counts_before_exchange(%x: tensor<2x16x32xf32>, %idx: tensor<2x16x2xi32>, %cnt: tensor<8xi32>) -> tensor<2x64x32xf32> attributes {moe.schedule = "test"} {
+  // expected-note @+1 {{producer: 'moe.exchange_counts' on #moe.stream<comm, 1>}}
+  %n = moe.exchange_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm, 1>} : (tensor<2x16x2xi32>) -> tensor<4x8xi32>
+  // expected-error @+1 {{reads the counts of 'moe.exchange_counts' on #moe.stream<comm, 1> (operand #3) before that exchange completes: no event orders it before this op, whose exchange is sized by those counts}}
+  %d, %r = moe.dispatch %x, %idx, %cnt all_counts(%n) on @g axes = [0, 1] experts = 8 bound = 64 part [0, 2] {moe.stream = #moe.stream<comm>} : (tensor<2x16x32xf32>, tensor<2x16x2xi32>, tensor<8xi32>, tensor<4x8xi32>) -> (tensor<2x64x32xf32>, tensor<2x4xi32>)
+  return %d : tensor<2x64x32xf32>
+}
+
+// -----
+
+// Ordered by an event, the same chunk is accepted.
+shard.grid @g(shape = 2x2)
+func.func @part_after_exchange(%x: tensor<2x16x32xf32>, %idx: tensor<2x16x2xi32>, %cnt: tensor<8xi32>) -> tensor<2x64x32xf32> attributes {moe.schedule = "test"} {
+  %n = moe.exchange_counts %idx on @g axes = [0, 1] experts = 8 {moe.stream = #moe.stream<comm, 1>} : (tensor<2x16x2xi32>) -> tensor<4x8xi32>
+  %exchanged = moe.record_event on <comm, 1>
+  moe.wait_event %exchanged on <comm>
+  %d, %r = moe.dispatch %x, %idx, %cnt all_counts(%n) on @g axes = [0, 1] experts = 8 bound = 64 part [0, 2] {moe.stream = #moe.stream<comm>} : (tensor<2x16x32xf32>, tensor<2x16x2xi32>, tensor<8xi32>, tensor<4x8xi32>) -> (tensor<2x64x32xf32>, tensor<2x4xi32>)
+  return %d : tensor<2x64x32xf32>
+}

@@ -488,8 +488,8 @@ template <> struct RuntimeCall<DispatchOp> {
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
                     v.i64((*op.getPart())[0]), v.i64((*op.getPart())[1]),
                     v.in(op.getInput()), v.in(op.getIndices()),
-                    v.in(op.getExpertSlots()), v.out(op.getResult()),
-                    v.out(op.getRows()));
+                    v.in(op.getExpertSlots()), v.in(op.getAllCounts()),
+                    v.out(op.getResult()), v.out(op.getRows()));
     if (op.isVariable())
       return v.call(MOE_RT_FN(moe_rt_dispatch_v), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
@@ -515,8 +515,8 @@ template <> struct RuntimeCall<DispatchOp> {
                     v.comm(op), v.i64(op.getNumExperts()),
                     v.i64(blockIndexOf(op)), v.i64((*op.getPart())[0]),
                     v.i64((*op.getPart())[1]), v.in(op.getIndices()),
-                    v.in(op.getExpertSlots()), v.cotangent(op.getResult()),
-                    v.grad(op.getInput()));
+                    v.in(op.getExpertSlots()), v.in(op.getAllCounts()),
+                    v.cotangent(op.getResult()), v.grad(op.getInput()));
     if (op.isVariable())
       return v.call(MOE_RT_FN(moe_rt_dispatch_v_grad), v.stream(), v.comm(op),
                     v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
@@ -633,6 +633,18 @@ template <> struct RuntimeCall<RoutingCountsOp> {
                               v.i64(task ? task.getMicro() : 0),
                               v.i64(op.getNumExperts()), v.i64(nodes),
                               v.i64(perNode)),
+                  v.in(op.getIndices()), v.out(op.getResult()));
+  }
+};
+
+/// One counts exchange per chunked variable-count layer: its dispatch
+/// chunks (forward and vjp) read it as `all_counts`.
+template <> struct RuntimeCall<ExchangeCountsOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(ExchangeCountsOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_exchange_counts), v.stream(), v.comm(op),
+                  v.i64(op.getNumExperts()), v.i64(blockIndexOf(op)),
                   v.in(op.getIndices()), v.out(op.getResult()));
   }
 };

@@ -668,7 +668,8 @@ LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &table) {
     return failure();
   if (failed(verifyRowsOverGroup(*this, getRows(), *groupSize)) ||
       failed(verifyExpertSlots(*this, getExpertSlots(), getRows(),
-                               getNumExperts(), *groupSize)))
+                               getNumExperts(), *groupSize)) ||
+      failed(verifyAllCounts(*this, *groupSize)))
     return failure();
   return verifyExpertSideLayout(*this, "result", shapeOf(getResult()),
                                 getNumExperts(), getCapacity(), *groupSize);

@@ -11,6 +11,10 @@
 #include "mlir/IR/Operation.h"
 #include <string>
 
+namespace mlir::moe {
+class DispatchOp;
+} // namespace mlir::moe
+
 namespace mlir::moe::detail {
 
 /// "4x?x128" for a shape.
@@ -32,6 +36,11 @@ LogicalResult verifyShape(Operation *op, StringRef name, ShapedType type,
 inline bool sameOrDynamic(int64_t a, int64_t b) {
   return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
 }
+
+/// A dispatch's `all_counts` (CountsExchangeOps.cpp): variable-count, G x E,
+/// and, where its producer is visible, a moe.exchange_counts of the
+/// dispatch's own indices and group.
+LogicalResult verifyAllCounts(DispatchOp op, int64_t groupSize);
 
 /// Shortest decimal form that round-trips, always with a '.' or exponent.
 std::string formatDouble(double value);

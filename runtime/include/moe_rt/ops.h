@@ -375,18 +375,30 @@ moe_rt_status moe_rt_combine_v_grad(
  * chunk's (dispatch_v_part's result). The chunks of a partition move each
  * routed row once, and their combines sum to the whole combine. CPU
  * streams only; 0 <= part < parts. */
+/* One counts exchange per layer (moe.exchange_counts): every rank's
+ * per-expert counts of its routing `indices` (logical experts, whole rows),
+ * all-gathered over the group into `out` (G x E, row g = rank g's). CPU
+ * streams only. Given as `all_counts` (else NULL), the two dispatch calls
+ * below read their sizes from it instead of all-gathering their own, so the
+ * chunks of a layer, forward and vjp, share one exchange; a row of `out`
+ * that is not this rank's own counts fails the call, naming the block. */
+moe_rt_status moe_rt_exchange_counts(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t experts, int64_t block,
+                                     const moe_rt_tensor *indices,
+                                     moe_rt_tensor *out);
 moe_rt_status moe_rt_dispatch_v_part(moe_rt_stream s, moe_rt_comm comm,
                                      int64_t experts, int64_t block,
                                      int64_t part, int64_t parts,
                                      const moe_rt_tensor *x,
                                      const moe_rt_tensor *indices,
                                      const moe_rt_tensor *expert_slots,
+                                     const moe_rt_tensor *all_counts,
                                      moe_rt_tensor *out, moe_rt_tensor *rows);
 moe_rt_status moe_rt_dispatch_v_part_grad(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t block,
     int64_t part, int64_t parts, const moe_rt_tensor *indices,
-    const moe_rt_tensor *expert_slots, const moe_rt_tensor *dout,
-    moe_rt_tensor *dx);
+    const moe_rt_tensor *expert_slots, const moe_rt_tensor *all_counts,
+    const moe_rt_tensor *dout, moe_rt_tensor *dx);
 moe_rt_status moe_rt_combine_v_part(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t part,
     int64_t parts, const moe_rt_tensor *rows, const moe_rt_tensor *expert_out,

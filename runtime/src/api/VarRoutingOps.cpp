@@ -82,17 +82,34 @@ Check &partChecks(Check &c, moe_rt_stream s, int64_t part, int64_t parts,
   return c;
 }
 
+/// The layer's exchanged counts (`all_counts`, optional): G x E integers,
+/// on a CPU stream; recorded in `r` (read when the op runs).
+Check &allCountsChecks(Check &c, moe_rt_stream s,
+                       const moe_rt_tensor *all_counts, VarRouteShape &r) {
+  c.tensor(all_counts, "all_counts", MOE_RT_I64, 2, /*optional=*/true);
+  if (c.status || !all_counts)
+    return c;
+  c.that(dim(all_counts, 0) == r.G && dim(all_counts, 1) == r.E,
+         "all_counts must be G x E (every rank's counts per expert)")
+      .that(!s || backendOf(s) != MOE_RT_CUDA,
+            "exchanged counts (all_counts) are read on CPU streams only");
+  r.allCounts = i64(all_counts);
+  return c;
+}
+
 moe_rt_status dispatchVPart(const char *call, moe_rt_stream s,
                             moe_rt_comm comm, int64_t experts, int64_t block,
                             int64_t part, int64_t parts,
                             const moe_rt_tensor *x,
                             const moe_rt_tensor *indices,
                             const moe_rt_tensor *expert_slots,
+                            const moe_rt_tensor *all_counts,
                             moe_rt_tensor *out, moe_rt_tensor *rows) {
   VarRouteShape r;
   Check c = varChecks(call, s, comm, experts, block, indices, expert_slots,
                       out, x, rows, r);
-  if (partChecks(c, s, part, parts, r).status)
+  if (allCountsChecks(partChecks(c, s, part, parts, r), s, all_counts, r)
+          .status)
     return c.status;
   MOE_RT_ON_CUDA(s, cuda::dispatchV(s, comm, r, f32(x), i64(indices), f32(out),
                                     i64(rows)));
@@ -104,11 +121,13 @@ moe_rt_status dispatchVPartGrad(const char *call, moe_rt_stream s,
                                 int64_t block, int64_t part, int64_t parts,
                                 const moe_rt_tensor *indices,
                                 const moe_rt_tensor *expert_slots,
+                                const moe_rt_tensor *all_counts,
                                 const moe_rt_tensor *dout, moe_rt_tensor *dx) {
   VarRouteShape r;
   Check c = varChecks(call, s, comm, experts, block, indices, expert_slots,
                       dout, dx, nullptr, r, /*rowsOptional=*/true);
-  if (partChecks(c, s, part, parts, r).status)
+  if (allCountsChecks(partChecks(c, s, part, parts, r), s, all_counts, r)
+          .status)
     return c.status;
   MOE_RT_ON_CUDA(
       s, cuda::dispatchVGrad(s, comm, r, i64(indices), f32(dout), f32(dx)));
@@ -169,7 +188,7 @@ moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
                                 const moe_rt_tensor *expert_slots,
                                 moe_rt_tensor *out, moe_rt_tensor *rows) {
   return dispatchVPart("moe_rt_dispatch_v", s, comm, experts, block, 0, 1, x,
-                       indices, expert_slots, out, rows);
+                       indices, expert_slots, nullptr, out, rows);
 }
 
 moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
@@ -179,7 +198,7 @@ moe_rt_status moe_rt_dispatch_v_grad(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *dout,
                                      moe_rt_tensor *dx) {
   return dispatchVPartGrad("moe_rt_dispatch_v_grad", s, comm, experts, block,
-                           0, 1, indices, expert_slots, dout, dx);
+                           0, 1, indices, expert_slots, nullptr, dout, dx);
 }
 
 moe_rt_status moe_rt_combine_v(moe_rt_stream s, moe_rt_comm comm,
@@ -210,19 +229,40 @@ moe_rt_status moe_rt_dispatch_v_part(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *x,
                                      const moe_rt_tensor *indices,
                                      const moe_rt_tensor *expert_slots,
+                                     const moe_rt_tensor *all_counts,
                                      moe_rt_tensor *out, moe_rt_tensor *rows) {
   return dispatchVPart("moe_rt_dispatch_v_part", s, comm, experts, block,
-                       part, parts, x, indices, expert_slots, out, rows);
+                       part, parts, x, indices, expert_slots, all_counts, out,
+                       rows);
 }
 
 moe_rt_status moe_rt_dispatch_v_part_grad(
     moe_rt_stream s, moe_rt_comm comm, int64_t experts, int64_t block,
     int64_t part, int64_t parts, const moe_rt_tensor *indices,
-    const moe_rt_tensor *expert_slots, const moe_rt_tensor *dout,
-    moe_rt_tensor *dx) {
+    const moe_rt_tensor *expert_slots, const moe_rt_tensor *all_counts,
+    const moe_rt_tensor *dout, moe_rt_tensor *dx) {
   return dispatchVPartGrad("moe_rt_dispatch_v_part_grad", s, comm, experts,
-                           block, part, parts, indices, expert_slots, dout,
-                           dx);
+                           block, part, parts, indices, expert_slots,
+                           all_counts, dout, dx);
+}
+
+moe_rt_status moe_rt_exchange_counts(moe_rt_stream s, moe_rt_comm comm,
+                                     int64_t experts, int64_t block,
+                                     const moe_rt_tensor *indices,
+                                     moe_rt_tensor *out) {
+  Check c{"moe_rt_exchange_counts", backendOf(s)};
+  c.that(s != nullptr && comm != nullptr, "NULL stream or group")
+      .that(!s || backendOf(s) == MOE_RT_CPU, "runs on CPU streams only")
+      .tensor(indices, "indices", MOE_RT_I64, 1)
+      .tensor(out, "out", MOE_RT_I64, 2);
+  if (c.status)
+    return c.status;
+  c.that(experts > 0 && dim(out, 0) == moe_rt_comm_size(comm) &&
+             dim(out, 1) == experts,
+         "out must be G x E (G the group's ranks, E the experts)");
+  if (c.status)
+    return c.status;
+  return cpu::exchangeCounts(s, comm, experts, block, indices, out);
 }
 
 moe_rt_status moe_rt_combine_v_part(

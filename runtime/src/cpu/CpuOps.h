@@ -175,6 +175,9 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm,
                            const moe_rt_tensor *weights,
                            const moe_rt_tensor *dout, moe_rt_tensor *dexpertOut,
                            moe_rt_tensor *dweights);
+moe_rt_status exchangeCounts(moe_rt_stream s, moe_rt_comm comm,
+                             int64_t experts, int64_t block,
+                             const moe_rt_tensor *indices, moe_rt_tensor *out);
 /// moe_rt_rows_window's sizes: E_l local experts, G source ranks, rows
 /// per expert of the forward chunk's buffer and of out, M per row; forward
 /// chunk fromPart of fromParts into chunk part of parts.

@@ -4,7 +4,8 @@
 // every rank's per-expert counts first (an all-gather of E integers, so
 // that every rank knows every rank's load and all of them fail together,
 // with the same message, when one exceeds the bound — no rank is left
-// waiting), then moves the rows with an all-to-all-v whose counts follow
+// waiting; a token chunk with `all_counts` reads them from the layer's one
+// moe_rt_exchange_counts instead), then moves the rows with an all-to-all-v whose counts follow
 // from those. Combine and the vjps need no counts exchange: the expert side
 // knows what it received (the `rows` tensor, E_l x G) and the token side
 // what it sent (its own indices); combine's vjp moves both ways in one
@@ -79,6 +80,14 @@ struct VarState {
       idx = physical.data();
     }
     k::packedRows(r.T, r.E, r.k, idx, mine.data(), pos.data());
+    // The layer's exchanged counts hold whole rows: read them before the
+    // chunk is cut (the dispatch's counts, no collective of its own).
+    if (r.allCounts)
+      if (std::string why = varplan::countsFromExchange(r, r.allCounts,
+                                                        mine.data(),
+                                                        all.data());
+          !why.empty())
+        return fail(r, why);
     if (r.parts > 1)
       k::keepPart(r.T * r.k, r.E, idx, r.part, r.parts, mine.data(),
                   pos.data());
@@ -142,6 +151,16 @@ moe_rt_status exchange(moe_rt_stream s, moe_rt_comm comm,
   return mpi::allToAllPlanned(s, comm, plan, from.data(), to.data());
 }
 
+/// Every rank's counts into st->all, after route(): all-gathered, or, with
+/// the layer's exchanged counts (r.allCounts), already cut from them by
+/// route(), with no collective: the chunks of a layer share one exchange.
+moe_rt_status gatherCounts(moe_rt_stream s, moe_rt_comm comm, const Var &r,
+                           const std::shared_ptr<VarState> &st) {
+  if (r.allCounts)
+    return MOE_RT_OK;
+  return mpi::allGatherCounts(s, comm, st->mine.data(), st->all.data(), r.E);
+}
+
 /// Whether every local expert's rows fit the buffer (x's second
 /// dimension); else the message a variable expert call fails with.
 bool rowsFit(const ExpertShape &f, int64_t G, const int64_t *rows,
@@ -183,8 +202,7 @@ moe_rt_status dispatchV(moe_rt_stream s, moe_rt_comm comm, const Var &r,
         k::gatherRows(r.T, r.k, r.M, st->pos.data(), px, st->tokens.data());
       }))
     return e;
-  if (moe_rt_status e = mpi::allGatherCounts(s, comm, st->mine.data(),
-                                             st->all.data(), r.E))
+  if (moe_rt_status e = gatherCounts(s, comm, r, st))
     return e;
   if (moe_rt_status e = task(s, [=] {
         varplan::rowsFromCounts(r, st->all.data(), rows);
@@ -217,8 +235,7 @@ moe_rt_status dispatchVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
   if (moe_rt_status e = task(s, [=] { st->route(r, idx); }))
     return e;
   // The vjp's primals do not hold the forward's rows: count again.
-  if (moe_rt_status e = mpi::allGatherCounts(s, comm, st->mine.data(),
-                                             st->all.data(), r.E))
+  if (moe_rt_status e = gatherCounts(s, comm, r, st))
     return e;
   if (moe_rt_status e = task(s, [=] {
         varplan::rowsFromCounts(r, st->all.data(), rows->data());
@@ -293,6 +310,38 @@ moe_rt_status combineVGrad(moe_rt_stream s, moe_rt_comm comm, const Var &r,
     k::recvToExpertMajor(r.G, r.El, r.R, r.M, rows, recv, pde, false,
                          st->twoWay.gradReceived.data());
   });
+}
+
+moe_rt_status exchangeCounts(moe_rt_stream s, moe_rt_comm comm,
+                             int64_t experts, int64_t block,
+                             const moe_rt_tensor *indices, moe_rt_tensor *out) {
+  struct State {
+    std::vector<int64_t> mine;
+    std::string error;
+  };
+  auto st = std::make_shared<State>();
+  st->mine.assign(experts, 0);
+  const int64_t *idx = i64(indices);
+  int64_t n = moe_rt_tensor_numel(indices);
+  // A choice outside [0, E) is counted nowhere (every rank still takes
+  // part in the all-gather) and fails the op after it.
+  if (moe_rt_status e = task(s, [=] {
+        for (int64_t i = 0; i < n; ++i) {
+          if (idx[i] >= 0 && idx[i] < experts)
+            ++st->mine[idx[i]];
+          else if (st->error.empty())
+            st->error = (block >= 0 ? "block " + std::to_string(block) + ": "
+                                    : std::string()) +
+                        "routing choice " + std::to_string(i) + " is expert " +
+                        std::to_string(idx[i]) + ", not in [0, " +
+                        std::to_string(experts) + ")";
+        }
+      }))
+    return e;
+  if (moe_rt_status e =
+          mpi::allGatherCounts(s, comm, st->mine.data(), i64(out), experts))
+    return e;
+  return finishOp(s, "moe_rt_exchange_counts", st, [] {});
 }
 
 moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const moe_rt_tensor *rows,

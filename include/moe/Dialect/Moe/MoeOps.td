@@ -359,7 +359,7 @@ def Moe_GateOp : Moe_ComputeOp<"gate"> {
   }];
 }
 
-def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
+def Moe_DispatchOp : Moe_CollectiveOp<"dispatch", [AttrSizedOperandSegments]> {
   let summary = "all-to-all that sends each token to its experts' ranks";
   let description = [{
     Each rank lays out its `input : B x N x M` tokens expert-major by
@@ -406,12 +406,20 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
     [⌊j·c/r⌋, ⌊(j+1)·c/r⌋). The sizes follow from the counts at run time;
     `rows` is the chunk's. The r chunks together move every routed row
     exactly once. Variable-count only, 0 <= j < r.
+
+    `all_counts(%n)` (variable-count only; a `moe.exchange_counts` of this
+    dispatch's indices): every rank's per-expert row counts, exchanged once
+    for the layer. The dispatch and its vjp read the sizes of its exchange
+    from them instead of all-gathering the counts again, so the r chunks of
+    a layer, forward and backward, share one counts exchange. The runtime
+    checks this rank's row against its own routing, naming the block.
   }];
   let arguments = !con((ins
     Moe_FloatTensor:$input,
     Moe_IndexTensor:$indices,
     Moe_IndexTensor:$counts,
-    Optional<Moe_IndexTensor>:$expert_slots),
+    Optional<Moe_IndexTensor>:$expert_slots,
+    Optional<Moe_IndexTensor>:$all_counts),
     groupArgs, (ins
     ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
     OptionalAttr<I64Attr>:$capacity,
@@ -422,7 +430,8 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
                       Optional<Moe_IndexTensor>:$rows);
   let assemblyFormat = [{
     $input `,` $indices `,` $counts
-    (`expert_slots` `(` $expert_slots^ `)`)? `on` $grid `axes` `=` $axes
+    (`expert_slots` `(` $expert_slots^ `)`)?
+    (`all_counts` `(` $all_counts^ `)`)? `on` $grid `axes` `=` $axes
     `experts` `=` $num_experts (`capacity` `=` $capacity^)?
     (`slots` $slots^)? (`bound` `=` $bound^)? (`part` $part^)?
     attr-dict `:` functional-type(operands, results)
@@ -437,7 +446,8 @@ def Moe_DispatchOp : Moe_CollectiveOp<"dispatch"> {
                    "::mlir::IntegerAttr":$num_experts,
                    "::mlir::IntegerAttr":$capacity), [{
       build($_builder, $_state, result, ::mlir::Type(), input, indices,
-            counts, ::mlir::Value(), grid, axes, num_experts, capacity,
+            counts, ::mlir::Value(), ::mlir::Value(), grid, axes,
+            num_experts, capacity,
             ::mlir::DenseI64ArrayAttr(), ::mlir::IntegerAttr(),
             ::mlir::DenseI64ArrayAttr());
     }]>
@@ -637,6 +647,36 @@ def Moe_RoutingCountsOp : Moe_CollectiveOp<"routing_counts"> {
     /// group spans it) x ranks per node (the product of its other axes).
     std::pair<int64_t, int64_t> getNodeGrid();
   }];
+}
+
+def Moe_ExchangeCountsOp : Moe_CollectiveOp<"exchange_counts"> {
+  let summary = "every rank's per-expert row counts of one layer, exchanged once";
+  let description = [{
+    The counts exchange of a variable-count layer, made explicit so that
+    the layer's token chunks share it (FSMoE's token-level pipelining,
+    docs/variable-dropless.md §"One counts exchange per layer"): counts
+    this rank's token-choice `indices : B x N x k` per expert (the rows it
+    sends each expert, before any expert placement) and all-gathers them
+    over the group (`axes` of `grid`, G ranks): the result `G x E` holds in
+    row g the counts of group rank g. `moe-token-pipeline` inserts one per
+    chunked layer and hands it to every `moe.dispatch ... part [j, r]` of
+    the layer (`all_counts(%n)`), whose forward calls and vjps then move
+    rows without exchanging counts: one all-gather of E integers per layer
+    instead of r_fwd + r_bwd.
+
+    ```mlir
+    %n = moe.exchange_counts %idx on @cluster axes = [0, 1] experts = 8
+           : (tensor<4x16x2xi32>) -> tensor<4x8xi32>
+    ```
+  }];
+  let arguments = !con((ins Moe_IndexTensor:$indices), groupArgs,
+    (ins ConfinedAttr<I64Attr, [IntPositive]>:$num_experts));
+  let results = (outs Moe_IndexTensor:$result);
+  let assemblyFormat = [{
+    $indices `on` $grid `axes` `=` $axes `experts` `=` $num_experts
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
 }
 
 def Moe_PlanPlacementOp : Moe_CollectiveOp<"plan_placement",
