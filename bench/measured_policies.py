@@ -82,6 +82,10 @@ POLICIES = [
     # dropless models its token chunks cut the variable-count exchange
     # (`part [j, r]`: a run of each expert's rows per chunk).
     flowmoe_family("fsmoe (no ESP)", 1, "fsmoe", "profile={profile} "),
+    # The same without the one counts exchange per layer: every chunk
+    # all-gathers its own counts (docs/variable-dropless.md), for the A/B.
+    flowmoe_family("fsmoe (no ESP) counts per chunk", 1, "fsmoe",
+                   "profile={profile} shared-counts=false "),
     # NetMoE's sample placement under FlowMoE's schedule.
     flowmoe_family("netmoe + flowmoe S_p={chunk}", 2, "flowmoe",
                    "netmoe=1 chunk-bytes={chunk} "),
@@ -197,6 +201,13 @@ class Bench:
                          p.stderr.strip()[:200])
             return label, None, None, first[:240]
         report = p.stdout + p.stderr
+        # Token chunks per layer as planned ([r_fwd, r_bwd] of each
+        # chunked layer's first dispatch chunk, in order).
+        degrees = re.findall(r"moe\.token_degree = array<i64: (\d+), (\d+)>",
+                             open(step).read())
+        if degrees:
+            label += " [" + " ".join(f"{f}/{b}" for f, b in
+                                     dict.fromkeys(degrees)) + "]"
         best = re.search(r"best:\s+S_p =\s+(\d+) B", report)
         if best:
             label += f" ({int(best.group(1)) // 1024} KiB)"

@@ -43,6 +43,12 @@ struct FlowMoePipelineOptions
       *this, "token-degree-bwd",
       llvm::cl::desc("r_bwd: token chunks in the backward (0: r_fwd)"),
       llvm::cl::init(0)};
+  Option<bool> sharedCounts{
+      *this, "shared-counts",
+      llvm::cl::desc("moe-token-pipeline's shared-counts: one counts "
+                     "exchange per variable-count layer (false: one per "
+                     "chunk)"),
+      llvm::cl::init(true)};
   // moe-build-train-step's options, with its defaults (docs/optimizers.md).
   Option<double> lr{*this, "lr",
                     llvm::cl::desc("Learning rate (the schedule's peak)"),
@@ -172,7 +178,8 @@ void mlir::moe::registerMoePipelines() {
         }
         if (fsmoe || options.tokenDegree != 1 || options.tokenDegreeBwd > 1)
           pm.addPass(createMoeTokenPipeline(MoeTokenPipelineOptions{
-              options.tokenDegree, options.tokenDegreeBwd}));
+              options.tokenDegree, options.tokenDegreeBwd,
+              options.sharedCounts}));
         pm.addPass(createMoeSchedule(MoeScheduleOptions{options.policy}));
         if (options.chunkBytes == "auto") {
           // Bayesian optimisation of S_p against the simulator (§4.1); it

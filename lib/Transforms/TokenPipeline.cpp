@@ -478,9 +478,9 @@ struct TokenPipelinePass
     // all-gathering the counts again. It belongs to the first dispatch's
     // task (D_1), whose stream it shares.
     OpBuilder b(layer.dispatch);
-    Value counts = exchangeCounts(b, layer.dispatch);
+    Value counts = sharedCounts ? exchangeCounts(b, layer.dispatch) : Value();
     auto withCounts = [&](Operation *op, Value c) {
-      if (auto d = dyn_cast<DispatchOp>(op))
+      if (auto d = dyn_cast<DispatchOp>(op); d && c)
         d.getAllCountsMutable().assign(c);
     };
     // Forward: each chunk routes the whole batch and moves its part.
@@ -553,12 +553,14 @@ struct TokenPipelinePass
                                    cVjps.back().getResult(0), eTask, restrict));
       b.setInsertionPoint(layer.dispatchVjp);
       SmallVector<Value> primals(layer.dispatchVjp.getPrimals());
-      primals.push_back(counts); // the vjp's last argument
+      if (counts)
+        primals.push_back(counts); // the vjp's last argument
       dVjps.push_back(chunkVjpWith(
           b, layer.dispatchVjp, primals, eVjps.back().getResult(0), dTask,
           [&](Operation *op) {
             restrict(op);
-            withCounts(op, op->getBlock()->getArguments().back());
+            if (counts)
+              withCounts(op, op->getBlock()->getArguments().back());
           }));
     }
     replaceChunkSums(b, layer.combineVjp, cVjps, 1);

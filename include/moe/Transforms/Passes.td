@@ -292,7 +292,11 @@ def MoeTokenPipeline : Pass<"moe-token-pipeline", "::mlir::ModuleOp"> {
     Option<"degree", "degree", "int64_t", /*default=*/"2",
            "r_fwd: token chunks per MoE layer in the forward pass">,
     Option<"degreeBwd", "degree-bwd", "int64_t", /*default=*/"0",
-           "r_bwd: token chunks in the backward pass (0: r_fwd)">
+           "r_bwd: token chunks in the backward pass (0: r_fwd)">,
+    Option<"sharedCounts", "shared-counts", "bool", /*default=*/"true",
+           "variable-count layers: one counts exchange per layer "
+           "(moe.exchange_counts) read by every chunk; false: each chunk "
+           "all-gathers its own (for measuring the difference)">
   ];
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
