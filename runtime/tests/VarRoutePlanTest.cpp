@@ -232,3 +232,38 @@ TEST(VarRoutePlan, TokenChunksPartitionEveryExpertsRows) {
   EXPECT_EQ(k::partRange(1, 2, 4).end - k::partRange(1, 2, 4).first, 0);
   EXPECT_EQ(k::partRange(1, 3, 4).end - k::partRange(1, 3, 4).first, 1);
 }
+
+namespace {
+
+/// One counts exchange per layer (moe.exchange_counts): chunk j of r's
+/// counts are cut from the exchanged whole counts exactly as each rank
+/// cuts its own (kernels::partRange), and a row that is not this rank's
+/// own counts (another layer's) is refused, naming the block and expert.
+TEST(VarRoutePlan, ChunkCountsAreCutFromTheLayersOneExchange) {
+  VarRouteShape r = shape();
+  const std::vector<int64_t> mine = {0, 2, 1, 3}; // rank 1's row of kAll
+  r.parts = 2;
+  std::vector<int64_t> cut0(r.G * r.E, -1), cut1(r.G * r.E, -1);
+  r.part = 0;
+  EXPECT_EQ(vp::countsFromExchange(r, kAll.data(), mine.data(), cut0.data()),
+            "");
+  r.part = 1;
+  EXPECT_EQ(vp::countsFromExchange(r, kAll.data(), mine.data(), cut1.data()),
+            "");
+  // Run [floor(j c / 2), floor((j + 1) c / 2)) of every count c.
+  EXPECT_EQ(cut0, (std::vector<int64_t>{0, 0, 1, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(cut1, (std::vector<int64_t>{1, 0, 2, 1, 0, 1, 1, 2}));
+  for (size_t i = 0; i < kAll.size(); ++i)
+    EXPECT_EQ(cut0[i] + cut1[i], kAll[i]) << i;
+  // Counts exchanged for other routing: rank 1's row says 2 rows to
+  // expert 0, its own routing sends none.
+  std::vector<int64_t> other = {1, 0, 3, 2, 2, 0, 1, 3};
+  std::string why =
+      vp::countsFromExchange(r, other.data(), mine.data(), cut1.data());
+  EXPECT_NE(why.find("block 7: the exchanged counts (all_counts) say rank 1 "
+                     "sends expert 0 2 rows, its routing sends 0"),
+            std::string::npos)
+      << why;
+}
+
+} // namespace
