@@ -118,7 +118,8 @@ bool isIntraNode(Operation *op) {
 /// construction (moe-expert-sharding): the intra-node stream under every
 /// policy, so that they never queue behind the inter-node all-to-alls.
 bool isShardingCollective(Operation *op) {
-  return isa<shard::AllGatherOp, shard::ReduceScatterOp>(op);
+  return isa<shard::AllGatherOp, shard::ReduceScatterOp, GatherRowsOp,
+             ScatterRowsOp>(op);
 }
 
 struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {
