@@ -90,12 +90,23 @@ struct ExpertShardingPass
   LogicalResult shardWeight(FunctionOpInterface func, ExpertOp expert, Value w,
                             unsigned dim, const Sharding &s,
                             int64_t localExperts) {
+    // After moe-microbatch (the variable-count path) the micro-batches'
+    // copies of a layer share its weights: sharded once, by the first.
     auto arg = dyn_cast<BlockArgument>(w);
     if (!arg || arg.getOwner() != &func.getFunctionBody().front() ||
-        !llvm::hasSingleElement(arg.getUsers()))
+        !llvm::all_of(arg.getUsers(),
+                      [&](Operation *u) {
+                        auto e = dyn_cast<ExpertOp>(u);
+                        return e && e.getUp() == expert.getUp() &&
+                               e.getDown() == expert.getDown() &&
+                               e.getGateProj() == expert.getGateProj();
+                      }))
       return expert.emitOpError()
              << "moe-expert-sharding: every expert weight must be a "
                 "parameter of the model used by this layer only";
+    if (func.getArgAttr(arg.getArgNumber(),
+                        MoeDialect::getHiddenShardAttrName()))
+      return success();
     auto type = cast<RankedTensorType>(arg.getType());
     RankedTensorType sharded =
         withDim(withDim(type, dim, type.getDimSize(dim) / s.shards), 0,
