@@ -110,13 +110,20 @@ double expectedRows(ExpertOp e) {
   Value rows = throughVjp(e.getRows());
   if (auto w = rows.getDefiningOp<RowsWindowOp>())
     rows = w.getInputRows().front();
+  // Expert sharding: the node's S ranks' rows, gathered.
+  double shards = 1;
+  if (auto gather = rows.getDefiningOp<GatherRowsOp>()) {
+    shards = static_cast<double>(dim(gather.getGatheredRows(), 1)) /
+             dim(gather.getRows(), 1);
+    rows = gather.getRows();
+  }
   auto dispatch = rows.getDefiningOp<DispatchOp>();
   if (!dispatch)
     return in.getDimSize(1);
   auto indices = cast<ShapedType>(dispatch.getIndices().getType());
   // A token chunk computes its part of every expert's rows.
-  return static_cast<double>(indices.getNumElements()) / in.getDimSize(0) /
-         tokenParts(e);
+  return shards * static_cast<double>(indices.getNumElements()) /
+         in.getDimSize(0) / tokenParts(e);
 }
 
 double tokens(Value v) {
@@ -315,6 +322,8 @@ FailureOr<TaskCost> CostModel::cost(Operation *op) {
   }
   if (isHostPlanner(forward))
     return hostPlannerCost(forward, profile);
+  if (isa<GatherRowsOp, ScatterRowsOp>(forward))
+    return shardRowsCost(op, forward);
   // Expert sharding's shard collectives are priced below, as nccl-tests
   // sizes them.
   if (isa<CollectiveOpInterface>(forward) &&

@@ -32,7 +32,10 @@ std::optional<TaskKind> mlir::moe::blockTaskKind(Operation *op) {
   if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op))
     return scatter.getInput().getDefiningOp<AttentionOp>() ? TaskKind::AT
                                                            : TaskKind::C;
-  if (isa<MoveSamplesOp>(op))
+  // Their variable-count forms (moe.gather_rows / moe.scatter_rows).
+  if (isa<GatherRowsOp>(op))
+    return TaskKind::D;
+  if (isa<MoveSamplesOp, ScatterRowsOp>(op))
     return TaskKind::C;
   if (auto norm = dyn_cast<NormOp>(op);
       norm && norm.getInput().getDefiningOp<DispatchOp>())

@@ -9,6 +9,10 @@
 //   the slots) -> experts on an H/S shard (partial sums) ->
 //   shard.reduce_scatter (sum, back to each rank's slots) -> combine
 //
+// A variable-count (dropless) layer, after moe-variable-dropless, the same
+// with moe.gather_rows / moe.scatter_rows (all-gather-v, reduce-scatter-v
+// of each local expert's filled rows, lib/Dialect/Moe/ShardRowsOps.cpp).
+//
 // The expert weights become the rank's shard (moe.hidden_shard = [dim,
 // S]); the model's ep_axes become the nodes'. moe-build-train-step makes
 // each collective the other's adjoint. docs/passes/moe-expert-sharding.md.
@@ -86,12 +90,23 @@ struct ExpertShardingPass
   LogicalResult shardWeight(FunctionOpInterface func, ExpertOp expert, Value w,
                             unsigned dim, const Sharding &s,
                             int64_t localExperts) {
+    // After moe-microbatch (the variable-count path) the micro-batches'
+    // copies of a layer share its weights: sharded once, by the first.
     auto arg = dyn_cast<BlockArgument>(w);
     if (!arg || arg.getOwner() != &func.getFunctionBody().front() ||
-        !llvm::hasSingleElement(arg.getUsers()))
+        !llvm::all_of(arg.getUsers(),
+                      [&](Operation *u) {
+                        auto e = dyn_cast<ExpertOp>(u);
+                        return e && e.getUp() == expert.getUp() &&
+                               e.getDown() == expert.getDown() &&
+                               e.getGateProj() == expert.getGateProj();
+                      }))
       return expert.emitOpError()
              << "moe-expert-sharding: every expert weight must be a "
                 "parameter of the model used by this layer only";
+    if (func.getArgAttr(arg.getArgNumber(),
+                        MoeDialect::getHiddenShardAttrName()))
+      return success();
     auto type = cast<RankedTensorType>(arg.getType());
     RankedTensorType sharded =
         withDim(withDim(type, dim, type.getDimSize(dim) / s.shards), 0,
@@ -108,20 +123,25 @@ struct ExpertShardingPass
     auto fail = [&](const Twine &why) {
       return dispatch.emitOpError() << "moe-expert-sharding: " << why;
     };
-    if (dispatch.isVariable() || dispatch.getSlots() ||
-        !dispatch.getCapacity())
-      return fail("shards capacity-routed layers not yet chunked (run it "
-                  "before moe-variable-dropless and moe-token-pipeline)");
+    if (dispatch.getSlots() || dispatch.getPart() ||
+        (!dispatch.getCapacity() && !dispatch.isVariable()))
+      return fail("shards capacity-routed or variable-count layers not yet "
+                  "chunked (run it before moe-token-pipeline, and on a "
+                  "dropless model after moe-variable-dropless)");
     if (dispatch.getAxes() != model.getEpAxes())
       return fail("dispatches outside the model's expert-parallel group");
     if (!dispatch.getResult().hasOneUse())
       return fail("its tokens feed more than the experts");
     auto expert = dyn_cast<ExpertOp>(*dispatch.getResult().getUsers().begin());
-    if (!expert || expert.getRows() || !expert.getResult().hasOneUse())
+    if (!expert || expert.getRows() != dispatch.getRows() ||
+        !expert.getResult().hasOneUse())
       return fail("needs dispatch -> moe.expert -> moe.combine");
     auto combine = dyn_cast<CombineOp>(*expert.getResult().getUsers().begin());
-    if (!combine || combine.getPlacement() || combine.getResidual())
+    if (!combine || combine.getPlacement() || combine.getResidual() ||
+        combine.getRows() != dispatch.getRows())
       return fail("needs dispatch -> moe.expert -> moe.combine");
+    if (dispatch.isVariable())
+      return shardVariableLayer(func, dispatch, expert, combine, s, model);
 
     // Slots per rank of the plain layout: G·C for G expert-parallel ranks.
     auto plain = cast<RankedTensorType>(dispatch.getResult().getType());
@@ -153,8 +173,58 @@ struct ExpertShardingPass
         shard::ReductionKindAttr::get(ctx, shard::ReductionKind::Sum),
         slotAxis);
     combine.getInputMutable().assign(scatter.getResult());
+    return shardWeights(func, expert, s, localExperts);
+  }
 
-    // up, gate: E x M x H (shard H, dim 2); down: E x H x M (dim 1).
+  /// The variable-count layer (moe-variable-dropless): the dispatch's
+  /// rows over the nodes, all-gathered with their counts over the node
+  /// (moe.gather_rows), the experts over the node's rows, the partial sums
+  /// reduce-scattered back to each rank's run (moe.scatter_rows). Every
+  /// expert-side buffer keeps the dispatch's E_l x R x M type: the bound R
+  /// (G T by default, G the plain group) holds the node's rows too.
+  LogicalResult shardVariableLayer(FunctionOpInterface func,
+                                   DispatchOp dispatch, ExpertOp expert,
+                                   CombineOp combine, const Sharding &s,
+                                   ModelAttr model) {
+    if (dispatch.getExpertSlots())
+      return dispatch.emitOpError()
+             << "moe-expert-sharding: an expert placement (expert_slots) "
+                "is not sharded";
+    MLIRContext *ctx = func->getContext();
+    int64_t localExperts = model.getExperts() / s.nodes;
+    auto expertSide = withDim(
+        cast<RankedTensorType>(dispatch.getResult().getType()), 0,
+        localExperts);
+    auto rowsType = cast<RankedTensorType>(dispatch.getRows().getType());
+    auto nodeRows = RankedTensorType::get({localExperts, s.nodes},
+                                          rowsType.getElementType());
+    auto gatheredRows = withDim(nodeRows, 1, s.shards * s.nodes);
+    auto inter = DenseI16ArrayAttr::get(ctx, s.interAxes);
+    auto intra = DenseI16ArrayAttr::get(ctx, s.intraAxes);
+    dispatch.setAxesAttr(inter);
+    dispatch.getResult().setType(expertSide);
+    dispatch.getRows().setType(nodeRows);
+    combine.setAxesAttr(inter);
+
+    OpBuilder b(expert);
+    auto gather = GatherRowsOp::create(b, expert.getLoc(), expertSide,
+                                       gatheredRows, dispatch.getResult(),
+                                       dispatch.getRows(), s.grid, intra);
+    expert.getInputMutable().assign(gather.getResult());
+    expert.getRowsMutable().assign(gather.getGatheredRows());
+    expert.getResult().setType(expertSide);
+    b.setInsertionPointAfter(expert);
+    auto scatter = ScatterRowsOp::create(b, expert.getLoc(), expertSide,
+                                         expert.getResult(),
+                                         gather.getGatheredRows(), s.grid,
+                                         intra);
+    combine.getInputMutable().assign(scatter.getResult());
+    return shardWeights(func, expert, s, localExperts);
+  }
+
+  /// up, gate: E x M x H (shard H, dim 2); down: E x H x M (dim 1).
+  LogicalResult shardWeights(FunctionOpInterface func, ExpertOp expert,
+                             const Sharding &s, int64_t localExperts) {
     if (failed(shardWeight(func, expert, expert.getUp(), 2, s, localExperts)) ||
         failed(shardWeight(func, expert, expert.getDown(), 1, s,
                            localExperts)))
@@ -165,12 +235,34 @@ struct ExpertShardingPass
     return success();
   }
 
-  LogicalResult shardModel(FunctionOpInterface func, ModelAttr model) {
-    if (model.isDropless())
+  /// Whether this run shards `model` (option `routing`): a dropless model
+  /// once moe-variable-dropless has made it variable-count, a
+  /// capacity-routed one before.
+  FailureOr<bool> wanted(FunctionOpInterface func, ModelAttr model) {
+    if (routing != "any" && routing != "capacity" && routing != "variable")
       return mlir::emitError(func.getLoc())
-             << "moe-expert-sharding: shards capacity-routed models (the "
-                "model is dropless: bound it first with moe-bound-dropless; "
-                "the variable-count path is not sharded)";
+             << "moe-expert-sharding: routing must be any, capacity or "
+                "variable, got '"
+             << routing << "'";
+    if (!model.isDropless())
+      return routing != "variable";
+    if (routing == "capacity")
+      return false;
+    bool variable = false;
+    func->walk([&](DispatchOp d) { variable |= d.isVariable(); });
+    if (!variable)
+      return mlir::emitError(func.getLoc())
+             << "moe-expert-sharding: the model is dropless: run "
+                "moe-variable-dropless first (its variable-count layers are "
+                "sharded with moe.gather_rows / moe.scatter_rows), or bound "
+                "it with moe-bound-dropless";
+    return true;
+  }
+
+  LogicalResult shardModel(FunctionOpInterface func, ModelAttr model) {
+    FailureOr<bool> shard = wanted(func, model);
+    if (failed(shard) || !*shard)
+      return failure(failed(shard));
     FailureOr<Sharding> s = shardingOf(func, model);
     if (failed(s))
       return failure();

@@ -101,6 +101,11 @@ struct FsmoePlanPass : public moe::impl::MoeFsmoePlanBase<FsmoePlanPass> {
                  << " has a second MoE layer";
         else
           b.dispatch = d;
+      } else if (isa<GatherRowsOp, ScatterRowsOp>(forward)) {
+        return op.emitOpError()
+               << "moe-fsmoe-plan: expert sharding of a variable-count layer "
+                  "is not cut into token chunks (use another policy, or "
+                  "bound the model with moe-bound-dropless)";
       } else if (isa<ExpertOp>(forward)) {
         (vjp ? b.expertVjp : b.expert) = &op;
       } else if (isa<shard::AllGatherOp>(op) && t.getKind() != TaskKind::AT) {

@@ -160,13 +160,17 @@ void mlir::moe::registerMoePipelines() {
         if (options.netmoe)
           pm.addPass(createMoeNetMoe(
               MoeNetMoeOptions{/*identity=*/false, options.netmoePredict}));
+        // ESP: a capacity-routed model before the micro-batches, a dropless
+        // one once its dispatches are variable-count (below).
         if (options.esp)
-          pm.addPass(createMoeExpertSharding());
+          pm.addPass(createMoeExpertSharding(MoeExpertShardingOptions{"capacity"}));
         if (options.mp)
           pm.addPass(createMoeTensorParallel());
         pm.addPass(createMoeMicrobatch(MoeMicrobatchOptions{options.degree}));
         pm.addPass(createMoeVariableDropless(
             MoeVariableDroplessOptions{options.droplessBound}));
+        if (options.esp)
+          pm.addPass(createMoeExpertSharding(MoeExpertShardingOptions{"variable"}));
         pm.addPass(createMoeBuildTrainStep(options.buildOptions()));
         // FSMoE: per-layer degrees and gradient slices from the profile,
         // carried out by the token pipeline and the schedule.

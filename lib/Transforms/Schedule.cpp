@@ -118,7 +118,11 @@ bool isIntraNode(Operation *op) {
 /// construction (moe-expert-sharding): the intra-node stream under every
 /// policy, so that they never queue behind the inter-node all-to-alls.
 bool isShardingCollective(Operation *op) {
-  return isa<shard::AllGatherOp, shard::ReduceScatterOp>(op);
+  // (The variable-count forms have vjps, which run on the same stream.)
+  if (auto vjp = dyn_cast<VjpOp>(op))
+    op = vjp.getForwardOp();
+  return op && isa<shard::AllGatherOp, shard::ReduceScatterOp, GatherRowsOp,
+                   ScatterRowsOp>(op);
 }
 
 struct SchedulePass : public moe::impl::MoeScheduleBase<SchedulePass> {

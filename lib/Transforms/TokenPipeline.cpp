@@ -146,6 +146,12 @@ FailureOr<MoeLayer> findLayer(DispatchOp d, int64_t maxDegree) {
   if (layer.gather && d.isVariable())
     return fail(d, "expert sharding of a variable-count layer is not "
                    "chunked (its all-gather would need variable counts)");
+  if (llvm::any_of(d.getResult().getUsers(),
+                   [](Operation *u) { return isa<GatherRowsOp>(u); }))
+    return fail(d, "expert sharding of a variable-count layer "
+                   "(moe.gather_rows) is not cut into token chunks; run it "
+                   "without token-degree / policy=fsmoe, or bound the model "
+                   "(moe-bound-dropless) for the padded ESP chunks");
   Value expertIn =
       layer.gather ? layer.gather->getResult(0) : Value(d.getResult());
   layer.expert = forwardUserOf<ExpertOp>(expertIn);

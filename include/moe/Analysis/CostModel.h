@@ -70,6 +70,9 @@ private:
   FailureOr<std::pair<int64_t, int64_t>>
   groupShape(Operation *op, FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
 
+  /// moe.gather_rows / moe.scatter_rows and their vjps: the node's routed
+  /// rows, expected or traced (ShardRowsCosts.cpp).
+  FailureOr<TaskCost> shardRowsCost(Operation *op, Operation *forward);
   /// The trace-driven costs (TracedCosts.cpp).
   FailureOr<TaskCost> tracedExchange(Operation *op, Operation *forward,
                                      int64_t size, int64_t perNode);

@@ -905,6 +905,40 @@ template <> struct RuntimeCall<shard::ReduceScatterOp> {
   }
 };
 
+/// Their variable-count forms (moe-expert-sharding on a dropless layer):
+/// an all-gather-v and a reduce-scatter-v of each local expert's filled
+/// rows, each the other's vjp.
+template <> struct RuntimeCall<GatherRowsOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(GatherRowsOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_gather_rows), v.stream(), v.comm(op),
+                  v.i64(blockIndexOf(op)), v.in(op.getInput()),
+                  v.in(op.getRows()), v.out(op.getResult()),
+                  v.out(op.getGatheredRows()));
+  }
+  template <class V> static LogicalResult backward(GatherRowsOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_gather_rows_grad), v.stream(), v.comm(op),
+                  v.i64(blockIndexOf(op)), v.in(op.getRows()),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()));
+  }
+};
+
+template <> struct RuntimeCall<ScatterRowsOp> {
+  static constexpr bool exists = true;
+  static constexpr StreamClass stream = StreamClass::comm;
+  template <class V> static LogicalResult forward(ScatterRowsOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_scatter_rows), v.stream(), v.comm(op),
+                  v.i64(blockIndexOf(op)), v.in(op.getRows()),
+                  v.in(op.getInput()), v.out(op.getResult()));
+  }
+  template <class V> static LogicalResult backward(ScatterRowsOp op, V &v) {
+    return v.call(MOE_RT_FN(moe_rt_scatter_rows_grad), v.stream(), v.comm(op),
+                  v.i64(blockIndexOf(op)), v.in(op.getRows()),
+                  v.cotangent(op.getResult()), v.grad(op.getInput()));
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Looking an op up
 //===----------------------------------------------------------------------===//

@@ -133,7 +133,21 @@ def MoeExpertSharding : Pass<"moe-expert-sharding", "::mlir::ModuleOp"> {
     each collective into the other. Capacity-routed token choice or expert
     choice layers `dispatch -> expert -> combine` only; a layer it cannot
     shard is named.
+
+    A dropless model is sharded on its variable-count path, after
+    `moe-variable-dropless` (the pipeline runs this pass a second time
+    there, `routing=variable`): `moe.gather_rows` (an all-gather-v of each
+    local expert's filled rows, counts exchanged first) before the
+    experts and `moe.scatter_rows` (the reduce-scatter-v back) after them
+    take the shard collectives' places.
   }];
+  let options = [
+    Option<"routing", "routing", "std::string", "\"any\"",
+           "Which models to shard: `any` (a capacity-routed model, or a "
+           "dropless one already made variable-count), `capacity` (leave "
+           "dropless models for a later run) or `variable` (leave "
+           "capacity-routed models)">
+  ];
 }
 
 def MoeTensorParallel : Pass<"moe-tensor-parallel", "::mlir::ModuleOp"> {

@@ -530,6 +530,40 @@ moe_rt_status moe_rt_reduce_scatter_axis(moe_rt_stream s, moe_rt_comm comm,
                                          int64_t axis, const moe_rt_tensor *in,
                                          moe_rt_tensor *out);
 
+/* moe.gather_rows / moe.scatter_rows (expert sharding on the variable-count
+ * path; docs/passes/moe-expert-sharding.md) over the group `comm` (a node's
+ * S ranks, this one s). Expert sides are E_l x R x M, local expert l's rows
+ * packed from row 0, then zeros. gather_rows: exchanges every rank's rows
+ * (I64, E_l x G), then all-gathers each expert's filled rows
+ * (MPI_Iallgatherv): out holds rank 0's run, then rank 1's, ...;
+ * gathered_rows (E_l x S G) the ranks' rows side by side. When a local
+ * expert's node total is over R every rank moves nothing and fails with the
+ * same message naming the call, `block` (-1 if unknown) and the load.
+ * gather_rows_grad (its vjp): the reduce-scatter-v of dout (gathered
+ * layout; counts exchanged again) into dx (this rank's run).
+ * scatter_rows: the reduce-scatter-v (MPI_Ireduce_scatter with per-rank
+ * counts) of `in` (gathered layout) by gathered_rows; scatter_rows_grad:
+ * the all-gather-v of dout. Both exchange the ranks' own block of
+ * gathered_rows and fail (naming the entry) when the operand disagrees
+ * with the group's. CPU streams only. */
+moe_rt_status moe_rt_gather_rows(moe_rt_stream s, moe_rt_comm comm,
+                                 int64_t block, const moe_rt_tensor *in,
+                                 const moe_rt_tensor *rows, moe_rt_tensor *out,
+                                 moe_rt_tensor *gathered_rows);
+moe_rt_status moe_rt_gather_rows_grad(moe_rt_stream s, moe_rt_comm comm,
+                                      int64_t block, const moe_rt_tensor *rows,
+                                      const moe_rt_tensor *dout,
+                                      moe_rt_tensor *dx);
+moe_rt_status moe_rt_scatter_rows(moe_rt_stream s, moe_rt_comm comm,
+                                  int64_t block,
+                                  const moe_rt_tensor *gathered_rows,
+                                  const moe_rt_tensor *in, moe_rt_tensor *out);
+moe_rt_status moe_rt_scatter_rows_grad(moe_rt_stream s, moe_rt_comm comm,
+                                       int64_t block,
+                                       const moe_rt_tensor *gathered_rows,
+                                       const moe_rt_tensor *dout,
+                                       moe_rt_tensor *dx);
+
 /* Optimizers (docs/optimizers.md). lr: an F32 scalar tensor (the step's
  * "lr" input), step: an I64 scalar (the 1-based update count), scale: the
  * F32 scalar clip coefficient of moe_rt_clip_coef, or NULL for none; all

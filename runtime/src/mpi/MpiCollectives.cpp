@@ -130,4 +130,54 @@ moe_rt_status allToAllPlanned(moe_rt_stream stream, moe_rt_comm comm,
       [=] { copySelf(*plan, in, out); });
 }
 
+namespace {
+/// A VPlan's counts as MPI ints, or false when one does not fit.
+bool toInts(const VPlan &plan, std::vector<int> &count,
+            std::vector<int> &offset) {
+  for (const std::vector<int64_t> *v : {&plan.count, &plan.offset})
+    for (int64_t x : *v)
+      if (x < 0 || x > std::numeric_limits<int>::max())
+        return false;
+  count.assign(plan.count.begin(), plan.count.end());
+  offset.assign(plan.offset.begin(), plan.offset.end());
+  return true;
+}
+} // namespace
+
+moe_rt_status allGatherVPlanned(moe_rt_stream stream, moe_rt_comm comm,
+                                std::shared_ptr<const VPlan> plan,
+                                const float *in, float *out) {
+  // The int arrays live as long as the post closure (a non-blocking MPI
+  // collective may read them until it completes); sizes differ by rank.
+  auto ints = std::make_shared<std::pair<std::vector<int>, std::vector<int>>>();
+  return enqueueCollective(
+      stream, comm, comm->a2a, AllGather, -1, false,
+      [=](MPI_Request *r) {
+        if (!toInts(*plan, ints->first, ints->second))
+          return int(MPI_ERR_COUNT);
+        int me = comm->rank;
+        return MPI_Iallgatherv(in, ints->first[me], MPI_FLOAT, out,
+                               ints->first.data(), ints->second.data(),
+                               MPI_FLOAT, comm->a2a, r);
+      },
+      [=] { copyToSelf(in, out + plan->offset[0], plan->count[0]); });
+}
+
+moe_rt_status reduceScatterVPlanned(moe_rt_stream stream, moe_rt_comm comm,
+                                    std::shared_ptr<const VPlan> plan,
+                                    const float *in, float *out) {
+  auto ints = std::make_shared<std::pair<std::vector<int>, std::vector<int>>>();
+  return enqueueCollective(
+      stream, comm, comm->a2a, ReduceScatter, -1, false,
+      [=](MPI_Request *r) {
+        if (!toInts(*plan, ints->first, ints->second))
+          return int(MPI_ERR_COUNT);
+        // Rank g's part starts at offset[g]: the offsets are the prefix sums
+        // of the counts, as MPI_Reduce_scatter's layout is.
+        return MPI_Ireduce_scatter(in, out, ints->first.data(), MPI_FLOAT,
+                                   MPI_SUM, comm->a2a, r);
+      },
+      [=] { copyToSelf(in + plan->offset[0], out, plan->count[0]); });
+}
+
 } // namespace moe_rt::mpi

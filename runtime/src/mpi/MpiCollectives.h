@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace moe_rt::mpi {
 
@@ -46,6 +47,24 @@ moe_rt_status allGatherCounts(moe_rt_stream stream, moe_rt_comm comm,
 moe_rt_status allToAllPlanned(moe_rt_stream stream, moe_rt_comm comm,
                               std::shared_ptr<const coll::PeerPlan> plan,
                               const float *in, float *out);
+
+/// Per-rank float counts and offsets of an all-gather-v / reduce-scatter-v
+/// (expert sharding's variable-count collectives, src/cpu/CpuShardRowsOps.cpp),
+/// filled by an earlier task on the stream.
+struct VPlan {
+  std::vector<int64_t> count, offset;
+};
+/// MPI_Iallgatherv: this rank's plan.count[rank] floats at `in`, every
+/// rank's at out + plan.offset[g].
+moe_rt_status allGatherVPlanned(moe_rt_stream stream, moe_rt_comm comm,
+                                std::shared_ptr<const VPlan> plan,
+                                const float *in, float *out);
+/// MPI_Ireduce_scatter: `in` holds rank g's part at plan.offset[g]
+/// (plan.count[g] floats); `out` gets this rank's part summed over the
+/// group.
+moe_rt_status reduceScatterVPlanned(moe_rt_stream stream, moe_rt_comm comm,
+                                    std::shared_ptr<const VPlan> plan,
+                                    const float *in, float *out);
 
 } // namespace moe_rt::mpi
 

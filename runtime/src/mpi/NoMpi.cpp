@@ -84,4 +84,14 @@ moe_rt_status allToAllPlanned(moe_rt_stream, moe_rt_comm,
                               const float *, float *) {
   return unavailable("dropless dispatch's all-to-all-v");
 }
+moe_rt_status allGatherVPlanned(moe_rt_stream, moe_rt_comm,
+                                std::shared_ptr<const VPlan>, const float *,
+                                float *) {
+  return unavailable("expert sharding's all-gather-v");
+}
+moe_rt_status reduceScatterVPlanned(moe_rt_stream, moe_rt_comm,
+                                    std::shared_ptr<const VPlan>,
+                                    const float *, float *) {
+  return unavailable("expert sharding's reduce-scatter-v");
+}
 } // namespace moe_rt::mpi

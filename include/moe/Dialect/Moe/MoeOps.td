@@ -742,6 +742,75 @@ def Moe_MoveSamplesOp : Moe_CollectiveOp<"move_samples"> {
   let hasVerifier = 1;
 }
 
+// Expert sharding on the variable-count path (moe-expert-sharding on a
+// moe-variable-dropless layer): the all-gather-v / reduce-scatter-v pair that
+// upstream shard.all_gather / shard.reduce_scatter cannot express (static,
+// equal parts). Verifiers in lib/Dialect/Moe/ShardRowsOps.cpp.
+def Moe_GatherRowsOp : Moe_CollectiveOp<"gather_rows"> {
+  let summary = "all-gather-v of variable-count expert rows over a node";
+  let description = [{
+    FSMoE's expert-sharding all-gather (seeds/001 Fig. 2) for a
+    variable-count dispatch: `input` is the rank's `E_l x R x M` expert
+    side (local expert l's rows packed from row 0, then zeros) and `rows`
+    its `E_l x G` counts (`moe.dispatch`'s second result). The S ranks of
+    the group (`axes` of `grid`) exchange their counts, then each expert's
+    filled rows: `result` holds, for local expert l, rank 0's rows, then
+    rank 1's, ... packed from row 0 (then zeros), and `gathered_rows`
+    (`E_l x S·G`) the ranks' `rows` side by side, so the expert after it
+    computes over the node's Σ rows. R bounds the node's rows per expert
+    too: a load over it fails on every rank, naming the op and the block.
+    Its vjp is the reduce-scatter-v of `moe.scatter_rows` (counts exchanged
+    again: a vjp's primals are its operands).
+
+    An own op rather than upstream `shard.all_gather`, which concatenates
+    equal slices along one axis and has no operand for run-time counts;
+    here each expert's rows are runs of run-time length from each rank
+    (docs/passes/moe-expert-sharding.md, "Why own ops").
+
+    ```mlir
+    %g:2 = moe.gather_rows %d#0, %d#1 on @cluster axes = [1]
+             : (tensor<2x64x16xf32>, tensor<2x2xi64>)
+             -> (tensor<2x64x16xf32>, tensor<2x4xi64>)
+    ```
+  }];
+  let arguments = !con((ins Moe_FloatTensor:$input, Moe_IndexTensor:$rows),
+                       groupArgs);
+  let results = (outs Moe_FloatTensor:$result,
+                      Moe_IndexTensor:$gathered_rows);
+  let assemblyFormat = [{
+    $input `,` $rows `on` $grid `axes` `=` $axes
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def Moe_ScatterRowsOp : Moe_CollectiveOp<"scatter_rows"> {
+  let summary = "reduce-scatter-v of variable-count expert rows over a node";
+  let description = [{
+    The adjoint of `moe.gather_rows`: `input` is laid out as a gather's
+    result (`E_l x R x M`, local expert l's rows from rank 0, 1, ... of the
+    group) and `rows` are its `gathered_rows` (`E_l x S·G`). The rows are
+    summed over the S ranks and each rank receives its own run of every
+    expert, packed from row 0 (then zeros): with H sharded over the node,
+    the sum of the ranks' partial expert outputs. No counts exchange: the
+    gathered counts say every rank's run. Its vjp is the gather's
+    all-gather-v with those counts.
+
+    ```mlir
+    %s = moe.scatter_rows %y, %g#1 on @cluster axes = [1]
+           : (tensor<2x64x16xf32>, tensor<2x4xi64>) -> tensor<2x64x16xf32>
+    ```
+  }];
+  let arguments = !con((ins Moe_FloatTensor:$input, Moe_IndexTensor:$rows),
+                       groupArgs);
+  let results = (outs Moe_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $rows `on` $grid `axes` `=` $axes
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 def Moe_AllReduceOp : Moe_CollectiveOp<"all_reduce",
     [DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
   let summary = "sum-all-reduce of gradients, or of a byte range (chunk) of one";
