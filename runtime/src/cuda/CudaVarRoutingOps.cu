@@ -12,6 +12,7 @@
 
 #include "CudaVarRoutingOps.h"
 
+#include "../device/TokenChunkOps.h"
 #include "../device/VarRoutingOps.h"
 #include "CudaExecutor.h"
 
@@ -57,6 +58,18 @@ moe_rt_status readToHost(moe_rt_stream s, cudaStream_t stream,
   return MOE_RT_OK;
 }
 
+/// Host -> device on the stream; the pageable source is staged when the
+/// call returns, so the caller may free it.
+moe_rt_status writeToDevice(cudaStream_t stream, void *dst, const void *src,
+                            size_t bytes, const char *what) {
+  if (cudaError_t err =
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess)
+    return fail(MOE_RT_BACKEND_ERROR,
+                std::string(what) + ": " + cudaGetErrorString(err));
+  return MOE_RT_OK;
+}
+
 /// The link of VarRoutingOps.h's routed ops: the group's NCCL
 /// communicators, on the executor's stream.
 class NcclLink {
@@ -76,14 +89,7 @@ public:
   }
 
   moe_rt_status toDevice(void *dst, const void *src, size_t bytes) {
-    // Pageable source: the call returns once it is staged, so the caller
-    // may free it.
-    if (cudaError_t err =
-            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
-        err != cudaSuccess)
-      return fail(MOE_RT_BACKEND_ERROR, std::string("writing routing rows: ") +
-                                            cudaGetErrorString(err));
-    return MOE_RT_OK;
+    return writeToDevice(stream, dst, src, bytes, "writing routing rows");
   }
 
   moe_rt_status allToAllV(const float *send, int64_t sendCapacity,
@@ -103,19 +109,25 @@ private:
   cudaStream_t stream;
 };
 
-/// The link of an expert op: only the host read of `rows`. No group here,
-/// so no timeout of its own; the wait still polls the communicators of the
-/// dispatch that made `rows` (a peer's failure ends it).
+/// The link of an op with no group (the experts, the rows_* calls): host
+/// reads of its tables and writes of what it plans from them. No timeout
+/// of its own; the wait still polls the communicators of the dispatch that
+/// made the tables (a peer's failure ends it).
 class StreamLink {
 public:
-  StreamLink(moe_rt_stream s, cudaStream_t stream) : s(s), stream(stream) {}
+  StreamLink(moe_rt_stream s, cudaStream_t stream, const char *what)
+      : s(s), stream(stream), what(what) {}
   moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
-    return readToHost(s, stream, 0, dst, src, bytes, "reading expert rows");
+    return readToHost(s, stream, 0, dst, src, bytes, what);
+  }
+  moe_rt_status toDevice(void *dst, const void *src, size_t bytes) {
+    return writeToDevice(stream, dst, src, bytes, what);
   }
 
 private:
   moe_rt_stream s;
   cudaStream_t stream;
+  const char *what;
 };
 
 } // namespace
@@ -171,7 +183,7 @@ moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
   CudaExecutor ex(s);
   if (ex.status())
     return ex.status();
-  StreamLink link(s, ex.stream());
+  StreamLink link(s, ex.stream(), "reading expert rows");
   return device::expertV(ex, link, act, f, ranks, rows, x, up, gate, down, out);
 }
 
@@ -184,9 +196,35 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
   CudaExecutor ex(s);
   if (ex.status())
     return ex.status();
-  StreamLink link(s, ex.stream());
+  StreamLink link(s, ex.stream(), "reading expert rows");
   return device::expertVGrad(ex, link, act, f, ranks, rows, x, up, gate, down,
                              dout, dx, dup, dgate, ddown);
+}
+
+moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const int64_t *rows,
+                      int64_t *total, bool accumulate) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  return device::rowsSum(ex, n, rows, total, accumulate);
+}
+
+moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
+                         const int64_t *total, const int64_t *chunkRows,
+                         const float *chunk, float *out) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  StreamLink link(s, ex.stream(), "reading token-chunk rows");
+  return device::rowsWindow(ex, link, w, total, chunkRows, chunk, out);
+}
+
+moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
+                       int64_t *rows) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  return device::rowsPart(ex, n, part, parts, rows);
 }
 
 } // namespace moe_rt::cuda
