@@ -14,6 +14,7 @@
 #include "CheckedExecutor.h"
 #include "TestTensor.h"
 
+#include "../src/device/PlacementOps.h"
 #include "../src/device/TokenChunkOps.h"
 #include "../src/device/VarRoutingOps.h"
 #include "../src/kernels/VarRouting.h"
@@ -25,6 +26,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -89,6 +91,27 @@ public:
     g.barrier();
     for (int64_t p = 0; p < g.G; ++p)
       std::memcpy(all + p * n, g.posted[p], sizeof(int64_t) * n);
+    g.barrier();
+    return MOE_RT_OK;
+  }
+  moe_rt_status allGatherF32(const float *mine, float *all, int64_t n) {
+    g.posted[rank] = mine;
+    g.barrier();
+    for (int64_t p = 0; p < g.G; ++p)
+      std::memcpy(all + p * n, g.posted[p], sizeof(float) * n);
+    g.barrier();
+    return MOE_RT_OK;
+  }
+  /// mine[i] = sum over ranks p, in rank order, of p's all[rank n + i].
+  moe_rt_status reduceScatterF32(const float *all, float *mine, int64_t n) {
+    g.posted[rank] = all;
+    g.barrier();
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = 0;
+      for (int64_t p = 0; p < g.G; ++p)
+        sum += static_cast<const float *>(g.posted[p])[rank * n + i];
+      mine[i] = sum;
+    }
     g.barrier();
     return MOE_RT_OK;
   }
@@ -863,6 +886,197 @@ TEST(DeviceTokenChunks, AWrongChunkTableFailsByTheCpuOpsWords) {
                     "buffer)");
 }
 
+//===--- NetMoE: the placing combine and the sample moves -----------------===//
+
+/// A sample placement of G B samples, B per rank: a shuffle by `seed`
+/// (seed 0: the identity).
+std::vector<int64_t> placementOf(int64_t G, int64_t B, unsigned seed) {
+  std::vector<int64_t> order(G * B);
+  for (int64_t i = 0; i < G * B; ++i)
+    order[i] = i;
+  if (seed)
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  std::vector<int64_t> place(G * B);
+  for (int64_t i = 0; i < G * B; ++i)
+    place[order[i]] = i / B;
+  return place;
+}
+
+/// Where sample s sits after the placement: (rank, local index).
+std::pair<int64_t, int64_t> newHome(const std::vector<int64_t> &place,
+                                    int64_t s) {
+  int64_t n = 0;
+  for (int64_t q = 0; q < s; ++q)
+    n += place[q] == place[s];
+  return {place[s], n};
+}
+
+/// The placing combine and its vjp for every rank of `c` (B samples of N
+/// tokens per rank) against the definition (docs/netmoe-in-the-step.md):
+/// sample s's combined rows (+ the residual's row for a first choice)
+/// land on rank place[s] at its new local index.
+void checkPlaced(const Case &c, int64_t B, const std::vector<int64_t> &place,
+                 bool withResidual) {
+  const VarRouteShape &r = c.r;
+  const int64_t M = r.M, N = r.T / B;
+  std::vector<std::vector<float>> eo(r.G), h(r.G), w(r.G), dy(r.G), out(r.G),
+      deo(r.G), dh(r.G), dw(r.G);
+  for (int64_t g = 0; g < r.G; ++g) {
+    eo[g] = randomVec(c.expertSide(), 70 + unsigned(g));
+    h[g] = randomVec(c.expertSide(), 75 + unsigned(g));
+    w[g] = randomVec(r.T * r.k, 80 + unsigned(g));
+    dy[g] = randomVec(r.T * M, 90 + unsigned(g));
+    out[g].assign(r.T * M, 7.0f);
+    deo[g].assign(c.expertSide(), 7.0f);
+    dh[g].assign(c.expertSide(), 7.0f);
+    dw[g].assign(r.T * r.k, 7.0f);
+  }
+  SimGroup group(r.G);
+  runRanks(r.G, [&](int64_t g) {
+    CheckedExecutor ex;
+    SimLink link(group, g);
+    EXPECT_EQ(dev::combineVPlaced(ex, link, c.on(g), B, eo[g].data(),
+                                  c.idx[g].data(), w[g].data(),
+                                  withResidual ? h[g].data() : nullptr,
+                                  place.data(), out[g].data()),
+              MOE_RT_OK)
+        << moe_rt_last_error();
+    CheckedExecutor bx;
+    EXPECT_EQ(dev::combineVPlacedGrad(
+                  bx, link, c.on(g), B, eo[g].data(), c.idx[g].data(),
+                  w[g].data(), place.data(), dy[g].data(), deo[g].data(),
+                  dw[g].data(), withResidual ? dh[g].data() : nullptr),
+              MOE_RT_OK)
+        << moe_rt_last_error();
+  });
+  EXPECT_EQ(group.exchanges, 2);
+  std::vector<std::vector<float>> want(r.G, std::vector<float>(r.T * M, 0)),
+      wantDeo(r.G, std::vector<float>(c.expertSide(), 0)),
+      wantDh(r.G, std::vector<float>(c.expertSide(), 0)),
+      wantDw(r.G, std::vector<float>(r.T * r.k, 0));
+  for (int64_t g = 0; g < r.G; ++g)
+    for (int64_t t = 0; t < r.T; ++t) {
+      auto [dest, local] = newHome(place, g * B + t / N);
+      int64_t to = local * N + t % N;
+      for (int64_t j = 0; j < r.k; ++j) {
+        Slot s = c.slot[g][t * r.k + j];
+        int64_t at = (s.l * r.R + s.row) * M;
+        float wt = w[g][t * r.k + j];
+        double d = 0;
+        for (int64_t a = 0; a < M; ++a) {
+          float v = wt * eo[s.to][at + a];
+          if (withResidual && j == 0)
+            v += h[s.to][at + a];
+          want[dest][to * M + a] += v;
+          float dd = dy[dest][to * M + a];
+          wantDeo[s.to][at + a] = wt * dd;
+          if (withResidual && j == 0)
+            wantDh[s.to][at + a] = dd;
+          float prod = dd * eo[s.to][at + a];
+          d += prod;
+        }
+        wantDw[g][t * r.k + j] = float(d);
+      }
+    }
+  for (int64_t g = 0; g < r.G; ++g) {
+    std::string rank = " of rank " + std::to_string(g);
+    expectSame(out[g], want[g], "placed out" + rank);
+    expectSame(deo[g], wantDeo[g], "placed dexpert_out" + rank);
+    expectSame(dw[g], wantDw[g], "placed dweights" + rank);
+    if (withResidual)
+      expectSame(dh[g], wantDh[g], "placed dresidual" + rank);
+  }
+}
+
+TEST(DevicePlacement, ThePlacingCombineSendsEachSampleToItsNewRank) {
+  // T = B N tokens: B samples per rank.
+  for (Shape sh : {Shape{2, 2, 6, 2}, Shape{4, 1, 8, 2}, Shape{4, 2, 4, 3},
+                   Shape{1, 3, 4, 2}})
+    for (unsigned seed : {0u, 5u, 9u})
+      for (bool residual : {false, true})
+        for (bool table : {false, true}) {
+          SCOPED_TRACE(name(sh) + " placement seed " + std::to_string(seed) +
+                       (residual ? " residual" : "") +
+                       (table ? " expert placement" : ""));
+          const int64_t B = 2;
+          Case whole(sh.G, sh.El, sh.T, sh.k, 3, unsigned(sh.G + 7 * seed));
+          std::vector<int64_t> slots = scrambled(whole.r.E);
+          Case c = table ? whole.placed(slots) : whole;
+          if (table)
+            c.r.slots = slots.data();
+          checkPlaced(c, B, placementOf(sh.G, B, seed), residual);
+        }
+}
+
+TEST(DevicePlacement, ABadPlacementFailsEveryRankByTheCpuOpsWords) {
+  Case c(2, 2, 4, 2, 3, 31);
+  std::vector<int64_t> place = {0, 0, 0, 1}; // rank 0 would get 3 samples
+  std::vector<std::string> messages(2);
+  SimGroup group(2);
+  runRanks(2, [&](int64_t g) {
+    std::vector<float> eo(c.expertSide()), w(c.r.T * c.r.k),
+        out(c.r.T * c.r.M);
+    CheckedExecutor ex;
+    SimLink link(group, g);
+    EXPECT_EQ(dev::combineVPlaced(ex, link, c.on(g), 2, eo.data(),
+                                  c.idx[g].data(), w.data(), nullptr,
+                                  place.data(), out.data()),
+              MOE_RT_INVALID_ARGUMENT);
+    messages[g] = moe_rt_last_error();
+  });
+  EXPECT_EQ(group.exchanges, 0);
+  for (const std::string &m : messages)
+    EXPECT_EQ(m, "moe_rt_combine_v_place: rank 0 would receive 3 samples, not "
+                 "2 (a placement keeps B per rank)");
+}
+
+TEST(DevicePlacement, MoveSamplesPicksEachRanksNewSamplesInOrder) {
+  for (int64_t G : {1, 2, 4})
+    for (unsigned seed : {0u, 3u, 8u}) {
+      const int64_t B = 3, row = 5;
+      SCOPED_TRACE("G=" + std::to_string(G) + " seed " + std::to_string(seed));
+      std::vector<int64_t> place = placementOf(G, B, seed);
+      std::vector<std::vector<int64_t>> x(G), out(G);
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t i = 0; i < B * row; ++i)
+          x[g].push_back(g * 1000 + i);
+        out[g].assign(B * row, -1);
+      }
+      SimGroup group(G);
+      runRanks(G, [&](int64_t g) {
+        CheckedExecutor ex;
+        SimLink link(group, g);
+        EXPECT_EQ(dev::moveSamples(ex, link, G, g, B, row, place.data(),
+                                   x[g].data(), out[g].data()),
+                  MOE_RT_OK)
+            << moe_rt_last_error();
+      });
+      for (int64_t s = 0; s < G * B; ++s) {
+        auto [dest, local] = newHome(place, s);
+        for (int64_t i = 0; i < row; ++i)
+          EXPECT_EQ(out[dest][local * row + i], x[s / B][(s % B) * row + i])
+              << "sample " << s;
+      }
+    }
+  // A placement that does not keep B per rank: the CPU op's words.
+  std::vector<int64_t> bad = {0, 0, 0, 1}, picks;
+  EXPECT_EQ(moe_rt::kernels::samplePicks(2, 2, 1, bad.data(), picks),
+            "the placement gives rank 1 1 samples, not its 2");
+  std::vector<std::string> messages(2);
+  SimGroup group(2);
+  runRanks(2, [&](int64_t g) {
+    std::vector<int64_t> x(4), out(4);
+    CheckedExecutor ex;
+    SimLink link(group, g);
+    EXPECT_EQ(dev::moveSamples(ex, link, 2, g, 2, 2, bad.data(), x.data(),
+                               out.data()),
+              MOE_RT_INVALID_ARGUMENT);
+    messages[g] = moe_rt_last_error();
+  });
+  EXPECT_EQ(messages[1], "moe_rt_move_samples: the placement gives rank 1 1 "
+                         "samples, not its 2");
+}
+
 //===--- experts over their filled rows -----------------------------------===//
 
 /// rows-only link: the expert ops read `rows` and nothing else.
@@ -1000,7 +1214,12 @@ TEST(DeviceVarRoutingCuda, EntryPointsRefuseACpuStream) {
       {"rowsSum", cu::rowsSum(s, 4, ids, ids, false)},
       {"rowsWindow", cu::rowsWindow(s, moe_rt::RowsWindowShape{}, ids, ids, f,
                                     f)},
-      {"rowsPart", cu::rowsPart(s, 4, 0, 2, ids)}};
+      {"rowsPart", cu::rowsPart(s, 4, 0, 2, ids)},
+      {"combineVPlaced",
+       cu::combineVPlaced(s, nullptr, r, 2, f, ids, f, nullptr, ids, f)},
+      {"combineVPlacedGrad", cu::combineVPlacedGrad(s, nullptr, r, 2, f, ids,
+                                                    f, ids, f, f, f, nullptr)},
+      {"moveSamples", cu::moveSamples(s, nullptr, 2, 0, 2, 1, ids, ids, ids)}};
   for (auto &[what, st] : calls) {
     EXPECT_EQ(st, MOE_RT_INVALID_ARGUMENT) << what;
   }

@@ -2,22 +2,28 @@
 //
 // moe_rt_plan_placement / moe_rt_move_samples (ops.h): each checks its
 // arguments and hands the op to the CPU backend
-// (src/cpu/CpuPlacementOps.cpp). The CUDA backend has neither yet: on a
-// CUDA stream they fail with a message. The placing combine's entry points
-// sit with the other variable-count routing calls (VarRoutingOps.cpp).
+// (src/cpu/CpuPlacementOps.cpp) or, move_samples on a CUDA stream, the
+// CUDA one (src/cuda/CudaVarRoutingOps.h). The planner has no CUDA body:
+// on a CUDA stream it fails with a message. The placing combine's entry
+// points sit with the other variable-count routing calls
+// (VarRoutingOps.cpp).
 //
 //===----------------------------------------------------------------------===//
 
 #include "OpChecks.h"
 
 #include "../cpu/CpuOps.h"
+#if MOE_RT_HAVE_CUDA
+#include "../cuda/CudaVarRoutingOps.h"
+#endif
 
 using namespace moe_rt;
 
 namespace {
 Check onCpuOnly(Check c) {
   return c.that(c.backend != MOE_RT_CUDA,
-                "NetMoE's placement is not implemented on CUDA streams yet");
+                "NetMoE's planner is not implemented on CUDA streams yet (a "
+                "host planner: run it on a CPU stream)");
 }
 } // namespace
 
@@ -68,13 +74,16 @@ moe_rt_status moe_rt_move_samples(moe_rt_stream s, moe_rt_comm comm,
       .tensor(x, "x", MOE_RT_I64, 1)
       .tensor(out, "out", MOE_RT_I64, 1)
       .sizeOf(out, "out", x);
-  c = onCpuOnly(c);
   if (c.status)
     return c.status;
   c.that(dim(x, 0) > 0, "x needs a batch dimension")
       .size(place, "place", moe_rt_comm_size(comm) * dim(x, 0));
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::moveSamples(s, comm, moe_rt_comm_size(comm),
+                                      moe_rt_comm_rank(comm), dim(x, 0),
+                                      moe_rt_tensor_numel(x) / dim(x, 0),
+                                      i64(place), i64(x), i64(out)));
   return cpu::moveSamples(s, comm, place, x, out);
 }
 

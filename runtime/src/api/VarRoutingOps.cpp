@@ -316,11 +316,7 @@ Check placedChecks(Check c, const VarRouteShape &r,
                    const moe_rt_tensor *indices, const moe_rt_tensor *place,
                    const moe_rt_tensor *residual,
                    const moe_rt_tensor *expertSide, int64_t &B) {
-  // NetMoE on CUDA (this combine, moe_rt_plan_placement, moe_rt_move_samples)
-  // is not written yet: refused here rather than run by the CPU body.
-  c.that(c.backend != MOE_RT_CUDA,
-         "NetMoE's placing combine is not implemented on CUDA streams yet")
-      .tensor(place, "place", MOE_RT_I64, 1)
+  c.tensor(place, "place", MOE_RT_I64, 1)
       .tensor(residual, "residual", MOE_RT_F32, 3, /*optional=*/true)
       .sizeOf(residual, "residual", expertSide);
   if (c.status)
@@ -348,6 +344,10 @@ moe_rt_status moe_rt_combine_v_place(
   c = placedChecks(c, r, indices, place, residual, expert_out, B);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineVPlaced(s, comm, r, B, f32(expert_out),
+                                         i64(indices), f32(weights),
+                                         residual ? f32(residual) : nullptr,
+                                         i64(place), f32(out)));
   return cpu::combineVPlaced(s, comm, r, B, expert_out, indices, weights,
                              residual, place, out);
 }
@@ -375,6 +375,10 @@ moe_rt_status moe_rt_combine_v_place_grad(
   c = placedChecks(c, r, indices, place, residual, expert_out, B);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineVPlacedGrad(
+                        s, comm, r, B, f32(expert_out), i64(indices),
+                        f32(weights), i64(place), f32(dout), f32(dexpert_out),
+                        f32(dweights), residual ? f32(dresidual) : nullptr));
   return cpu::combineVPlacedGrad(s, comm, r, B, expert_out, indices, weights,
                                  place, dout, dexpert_out, dweights,
                                  residual ? dresidual : nullptr);

@@ -12,6 +12,7 @@
 
 #include "CudaVarRoutingOps.h"
 
+#include "../device/PlacementOps.h"
 #include "../device/TokenChunkOps.h"
 #include "../device/VarRoutingOps.h"
 #include "CudaExecutor.h"
@@ -81,6 +82,16 @@ public:
   moe_rt_status allGather(const int64_t *mine, int64_t *all, int64_t n) {
     moe_rt_tensor send = view(mine, n, 2), recv = view(all, n * ranks, 2);
     return moe_rt_all_gather(s, comm, &send, &recv);
+  }
+
+  moe_rt_status allGatherF32(const float *mine, float *all, int64_t n) {
+    moe_rt_tensor send = view(mine, n, 1), recv = view(all, n * ranks, 1);
+    return moe_rt_all_gather(s, comm, &send, &recv);
+  }
+
+  moe_rt_status reduceScatterF32(const float *all, float *mine, int64_t n) {
+    moe_rt_tensor send = view(all, n * ranks, 1), recv = view(mine, n, 1);
+    return moe_rt_reduce_scatter(s, comm, &send, &recv);
   }
 
   moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
@@ -225,6 +236,46 @@ moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
   if (ex.status())
     return ex.status();
   return device::rowsPart(ex, n, part, parts, rows);
+}
+
+moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
+                             const VarRouteShape &r, int64_t B,
+                             const float *expertOut, const int64_t *indices,
+                             const float *weights, const float *residual,
+                             const int64_t *place, float *out) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  NcclLink link(s, comm, r.G, ex.stream());
+  return device::combineVPlaced(ex, link, r, B, expertOut, indices, weights,
+                                residual, place, out);
+}
+
+moe_rt_status combineVPlacedGrad(moe_rt_stream s, moe_rt_comm comm,
+                                 const VarRouteShape &r, int64_t B,
+                                 const float *expertOut,
+                                 const int64_t *indices, const float *weights,
+                                 const int64_t *place, const float *dout,
+                                 float *dexpertOut, float *dweights,
+                                 float *dresidual) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  NcclLink link(s, comm, r.G, ex.stream());
+  return device::combineVPlacedGrad(ex, link, r, B, expertOut, indices,
+                                    weights, place, dout, dexpertOut, dweights,
+                                    dresidual);
+}
+
+moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm, int64_t G,
+                          int64_t rank, int64_t B, int64_t row,
+                          const int64_t *place, const int64_t *x,
+                          int64_t *out) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  NcclLink link(s, comm, G, ex.stream());
+  return device::moveSamples(ex, link, G, rank, B, row, place, x, out);
 }
 
 } // namespace moe_rt::cuda

@@ -69,6 +69,29 @@ moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
 moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
                        int64_t *rows);
 
+/// NetMoE (src/device/PlacementOps.h): moe_rt_combine_v_place, B samples
+/// per rank, residual may be null; out overwritten.
+moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
+                             const VarRouteShape &r, int64_t B,
+                             const float *expertOut, const int64_t *indices,
+                             const float *weights, const float *residual,
+                             const int64_t *place, float *out);
+/// moe_rt_combine_v_place_grad: dexpertOut, dweights and dresidual (null
+/// without a residual) overwritten.
+moe_rt_status combineVPlacedGrad(moe_rt_stream s, moe_rt_comm comm,
+                                 const VarRouteShape &r, int64_t B,
+                                 const float *expertOut,
+                                 const int64_t *indices, const float *weights,
+                                 const int64_t *place, const float *dout,
+                                 float *dexpertOut, float *dweights,
+                                 float *dresidual);
+/// moe_rt_move_samples: x and out B x row int64s; G and rank: the group's
+/// (the module does not call back for them).
+moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm, int64_t G,
+                          int64_t rank, int64_t B, int64_t row,
+                          const int64_t *place, const int64_t *x,
+                          int64_t *out);
+
 } // namespace moe_rt::cuda
 
 #endif // MOE_RT_SRC_CUDA_CUDAVARROUTINGOPS_H
