@@ -3,10 +3,10 @@
 // moe_rt_plan_placement / moe_rt_move_samples (ops.h): each checks its
 // arguments and hands the op to the CPU backend
 // (src/cpu/CpuPlacementOps.cpp) or, move_samples on a CUDA stream, the
-// CUDA one (src/cuda/CudaVarRoutingOps.h). The planner has no CUDA body:
-// on a CUDA stream it fails with a message. The placing combine's entry
-// points sit with the other variable-count routing calls
-// (VarRoutingOps.cpp).
+// CUDA one (src/cuda/CudaVarRoutingOps.h). The planner is host code on
+// either: on a CUDA stream it runs staged through host copies
+// (planStaged). The placing combine's entry points sit with the other
+// variable-count routing calls (VarRoutingOps.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,11 +20,51 @@
 using namespace moe_rt;
 
 namespace {
-Check onCpuOnly(Check c) {
-  return c.that(c.backend != MOE_RT_CUDA,
-                "NetMoE's planner is not implemented on CUDA streams yet (a "
-                "host planner: run it on a CPU stream)");
+
+/// A host tensor of `like`'s dtype and shape (zero-filled), destroyed with
+/// the holder.
+struct HostCopy {
+  moe_rt_tensor t{};
+  moe_rt_status create(const moe_rt_tensor *like) {
+    return moe_rt_tensor_create(MOE_RT_CPU, like->dtype, like->rank,
+                                like->shape, &t);
+  }
+  ~HostCopy() {
+    if (t.data)
+      moe_rt_tensor_destroy(&t);
+  }
+};
+
+/// The planner on a CUDA stream: NetMoE's solve is host code, so it runs
+/// staged — the stream's work so far waited for (the counts), the counts
+/// copied to the host, the CPU planner run on a CPU stream of its own to
+/// completion (the same solve and predictor state as on a CPU step), the
+/// placement copied back before the call returns, so what the CUDA stream
+/// queues next reads it. It blocks the calling thread for the solve (no
+/// overlap with the stream, unlike a CPU step's host stream).
+moe_rt_status planStaged(moe_rt_stream s, const cpu::PlacementShape &p,
+                         const moe_rt_tensor *counts, moe_rt_tensor *place) {
+  HostCopy hostCounts, hostPlace;
+  if (moe_rt_status st = moe_rt_stream_synchronize(s, 0))
+    return st;
+  if (moe_rt_status st = hostCounts.create(counts))
+    return st;
+  if (moe_rt_status st = hostPlace.create(place))
+    return st;
+  if (moe_rt_status st = moe_rt_tensor_copy(&hostCounts.t, counts))
+    return st;
+  moe_rt_stream host = nullptr;
+  if (moe_rt_status st = moe_rt_stream_create(MOE_RT_CPU, &host))
+    return st;
+  moe_rt_status st = cpu::planPlacement(host, p, &hostCounts.t, &hostPlace.t);
+  if (!st)
+    st = moe_rt_stream_synchronize(host, 0);
+  moe_rt_stream_destroy(host);
+  if (st)
+    return st;
+  return moe_rt_tensor_copy(place, &hostPlace.t);
 }
+
 } // namespace
 
 extern "C" {
@@ -38,7 +78,6 @@ moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
   c.that(s != nullptr, "NULL stream")
       .tensor(counts, "counts", MOE_RT_I64, 2)
       .tensor(place, "place", MOE_RT_I64, 1);
-  c = onCpuOnly(c);
   if (c.status)
     return c.status;
   cpu::PlacementShape p;
@@ -62,6 +101,8 @@ moe_rt_status moe_rt_plan_placement(moe_rt_stream s, int64_t experts,
       .size(place, "place", p.samples);
   if (c.status)
     return c.status;
+  if (backendOf(s) == MOE_RT_CUDA)
+    return planStaged(s, p, counts, place);
   return cpu::planPlacement(s, p, counts, place);
 }
 

@@ -3,7 +3,8 @@
 // moe.routing_counts on a CPU pool stream: a task counts this rank's
 // token-choice indices per (sample, expert), the group's all-gather brings
 // every rank's rows to every rank, and a last task writes them to the I64
-// result and hands them to the routing log (RoutingLog.h).
+// result and hands them to the routing log (RoutingLog.h). On a CUDA
+// stream the same CPU call runs staged through host copies (countStaged).
 //
 // The gather moves the counts as F32: every count is at most N tokens, and
 // N <= 2^24 (the trace format's bound, checked here), so each is exact in
@@ -71,6 +72,49 @@ moe_rt_status checkCall(moe_rt_stream s, moe_rt_comm comm,
   return MOE_RT_OK;
 }
 
+/// On a CUDA stream the statistics are host work (the routing log, the
+/// host planners that read them), so the call runs staged: the stream's
+/// work so far waited for (the indices), the indices copied to the host,
+/// the CPU call run on a CPU stream of its own to completion (its
+/// all-gather over the group's MPI side), the result copied back before
+/// returning. It blocks the calling thread; every rank does the same, so
+/// a bad index still fails every rank after the all-gather.
+moe_rt_status countStaged(moe_rt_stream s, moe_rt_comm comm,
+                          moe_rt_routing_log *log,
+                          const moe_rt_routing_site *site,
+                          const moe_rt_tensor *indices, moe_rt_tensor *out) {
+  if (indices->backend != MOE_RT_CUDA || out->backend != MOE_RT_CUDA)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_routing_counts: on a CUDA stream the tensors must be "
+                "in CUDA memory");
+  moe_rt_tensor hostIdx{}, hostOut{};
+  moe_rt_stream host = nullptr;
+  moe_rt_status st = moe_rt_stream_synchronize(s, 0);
+  if (!st)
+    st = moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, indices->rank,
+                              indices->shape, &hostIdx);
+  if (!st)
+    st = moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, out->rank, out->shape,
+                              &hostOut);
+  if (!st)
+    st = moe_rt_tensor_copy(&hostIdx, indices);
+  if (!st)
+    st = moe_rt_stream_create(MOE_RT_CPU, &host);
+  if (!st)
+    st = moe_rt_routing_counts(host, comm, log, site, &hostIdx, &hostOut);
+  if (!st)
+    st = moe_rt_stream_synchronize(host, 0);
+  if (!st)
+    st = moe_rt_tensor_copy(out, &hostOut);
+  std::string message = st ? moe_rt_last_error() : "";
+  if (host)
+    moe_rt_stream_destroy(host);
+  for (moe_rt_tensor *t : {&hostIdx, &hostOut})
+    if (t->data)
+      moe_rt_tensor_destroy(t);
+  return st ? fail(st, message) : MOE_RT_OK;
+}
+
 } // namespace
 
 extern "C" moe_rt_status
@@ -81,9 +125,7 @@ moe_rt_routing_counts(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = checkCall(s, comm, site, indices, out))
     return st;
   if (backendOf(s) == MOE_RT_CUDA)
-    return fail(MOE_RT_UNAVAILABLE,
-                "moe_rt_routing_counts: routing statistics run on CPU "
-                "streams only (no CUDA kernel yet)");
+    return countStaged(s, comm, log, site, indices, out);
   if (indices->backend != MOE_RT_CPU || out->backend != MOE_RT_CPU)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_routing_counts: tensors must be in CPU memory");
