@@ -87,20 +87,10 @@ public:
   SimLink(SimGroup &g, int64_t rank) : g(g), rank(rank) {}
 
   moe_rt_status allGather(const int64_t *mine, int64_t *all, int64_t n) {
-    g.posted[rank] = mine;
-    g.barrier();
-    for (int64_t p = 0; p < g.G; ++p)
-      std::memcpy(all + p * n, g.posted[p], sizeof(int64_t) * n);
-    g.barrier();
-    return MOE_RT_OK;
+    return gather(mine, all, n);
   }
   moe_rt_status allGatherF32(const float *mine, float *all, int64_t n) {
-    g.posted[rank] = mine;
-    g.barrier();
-    for (int64_t p = 0; p < g.G; ++p)
-      std::memcpy(all + p * n, g.posted[p], sizeof(float) * n);
-    g.barrier();
-    return MOE_RT_OK;
+    return gather(mine, all, n);
   }
   /// mine[i] = sum over ranks p, in rank order, of p's all[rank n + i].
   moe_rt_status reduceScatterF32(const float *all, float *mine, int64_t n) {
@@ -157,6 +147,16 @@ public:
   }
 
 private:
+  /// Every rank's n values, in rank order.
+  template <class T> moe_rt_status gather(const T *mine, T *all, int64_t n) {
+    g.posted[rank] = mine;
+    g.barrier();
+    for (int64_t p = 0; p < g.G; ++p)
+      std::memcpy(all + p * n, g.posted[p], sizeof(T) * n);
+    g.barrier();
+    return MOE_RT_OK;
+  }
+
   SimGroup &g;
   int64_t rank;
 };
