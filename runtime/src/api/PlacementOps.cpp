@@ -12,6 +12,7 @@
 
 #include "OpChecks.h"
 
+#include "../StagedOnHost.h"
 #include "../cpu/CpuOps.h"
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaVarRoutingOps.h"
@@ -21,48 +22,17 @@ using namespace moe_rt;
 
 namespace {
 
-/// A host tensor of `like`'s dtype and shape (zero-filled), destroyed with
-/// the holder.
-struct HostCopy {
-  moe_rt_tensor t{};
-  moe_rt_status create(const moe_rt_tensor *like) {
-    return moe_rt_tensor_create(MOE_RT_CPU, like->dtype, like->rank,
-                                like->shape, &t);
-  }
-  ~HostCopy() {
-    if (t.data)
-      moe_rt_tensor_destroy(&t);
-  }
-};
-
 /// The planner on a CUDA stream: NetMoE's solve is host code, so it runs
-/// staged — the stream's work so far waited for (the counts), the counts
-/// copied to the host, the CPU planner run on a CPU stream of its own to
-/// completion (the same solve and predictor state as on a CPU step), the
-/// placement copied back before the call returns, so what the CUDA stream
-/// queues next reads it. It blocks the calling thread for the solve (no
-/// overlap with the stream, unlike a CPU step's host stream).
+/// staged (StagedOnHost.h): the counts copied to the host, the CPU planner
+/// (the same solve and predictor state as on a CPU step), the placement
+/// copied back.
 moe_rt_status planStaged(moe_rt_stream s, const cpu::PlacementShape &p,
                          const moe_rt_tensor *counts, moe_rt_tensor *place) {
-  HostCopy hostCounts, hostPlace;
-  if (moe_rt_status st = moe_rt_stream_synchronize(s, 0))
-    return st;
-  if (moe_rt_status st = hostCounts.create(counts))
-    return st;
-  if (moe_rt_status st = hostPlace.create(place))
-    return st;
-  if (moe_rt_status st = moe_rt_tensor_copy(&hostCounts.t, counts))
-    return st;
-  moe_rt_stream host = nullptr;
-  if (moe_rt_status st = moe_rt_stream_create(MOE_RT_CPU, &host))
-    return st;
-  moe_rt_status st = cpu::planPlacement(host, p, &hostCounts.t, &hostPlace.t);
-  if (!st)
-    st = moe_rt_stream_synchronize(host, 0);
-  moe_rt_stream_destroy(host);
-  if (st)
-    return st;
-  return moe_rt_tensor_copy(place, &hostPlace.t);
+  return stagedOnHost(s, {counts}, {place},
+                      [&](moe_rt_stream host, moe_rt_tensor *in,
+                          moe_rt_tensor *out) {
+                        return cpu::planPlacement(host, p, in, out);
+                      });
 }
 
 } // namespace

@@ -15,6 +15,7 @@
 #include "moe_rt/routing_stats.h"
 
 #include "../Error.h"
+#include "../StagedOnHost.h"
 #include "../TensorAccess.h"
 #include "../api/OnCuda.h"
 #include "../cpu/CpuTasks.h"
@@ -73,12 +74,11 @@ moe_rt_status checkCall(moe_rt_stream s, moe_rt_comm comm,
 }
 
 /// On a CUDA stream the statistics are host work (the routing log, the
-/// host planners that read them), so the call runs staged: the stream's
-/// work so far waited for (the indices), the indices copied to the host,
-/// the CPU call run on a CPU stream of its own to completion (its
-/// all-gather over the group's MPI side), the result copied back before
-/// returning. It blocks the calling thread; every rank does the same, so
-/// a bad index still fails every rank after the all-gather.
+/// host planners that read them), so the call runs staged
+/// (StagedOnHost.h): the indices copied to the host, the CPU call (its
+/// all-gather over the group's MPI side), the matrix copied back. Every
+/// rank does the same, so a bad index still fails every rank after the
+/// all-gather.
 moe_rt_status countStaged(moe_rt_stream s, moe_rt_comm comm,
                           moe_rt_routing_log *log,
                           const moe_rt_routing_site *site,
@@ -87,32 +87,12 @@ moe_rt_status countStaged(moe_rt_stream s, moe_rt_comm comm,
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_routing_counts: on a CUDA stream the tensors must be "
                 "in CUDA memory");
-  moe_rt_tensor hostIdx{}, hostOut{};
-  moe_rt_stream host = nullptr;
-  moe_rt_status st = moe_rt_stream_synchronize(s, 0);
-  if (!st)
-    st = moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, indices->rank,
-                              indices->shape, &hostIdx);
-  if (!st)
-    st = moe_rt_tensor_create(MOE_RT_CPU, MOE_RT_I64, out->rank, out->shape,
-                              &hostOut);
-  if (!st)
-    st = moe_rt_tensor_copy(&hostIdx, indices);
-  if (!st)
-    st = moe_rt_stream_create(MOE_RT_CPU, &host);
-  if (!st)
-    st = moe_rt_routing_counts(host, comm, log, site, &hostIdx, &hostOut);
-  if (!st)
-    st = moe_rt_stream_synchronize(host, 0);
-  if (!st)
-    st = moe_rt_tensor_copy(out, &hostOut);
-  std::string message = st ? moe_rt_last_error() : "";
-  if (host)
-    moe_rt_stream_destroy(host);
-  for (moe_rt_tensor *t : {&hostIdx, &hostOut})
-    if (t->data)
-      moe_rt_tensor_destroy(t);
-  return st ? fail(st, message) : MOE_RT_OK;
+  return stagedOnHost(s, {indices}, {out},
+                      [&](moe_rt_stream host, moe_rt_tensor *in,
+                          moe_rt_tensor *result) {
+                        return moe_rt_routing_counts(host, comm, log, site, in,
+                                                     result);
+                      });
 }
 
 } // namespace
