@@ -466,12 +466,18 @@ TEST(DeviceVarRouting, CombineAndItsGradMatchTheRoutingsDefinition) {
 std::vector<int64_t> partsToTry() { return {2, 3, 5}; }
 
 TEST(DeviceVarRouting, TokenChunksMoveTheirRunOfEveryExpertsRows) {
-  for (Shape sh : shapes())
+  // The shapes above and one with more experts than choices (experts that
+  // nobody picks, chunks of a count of 1 left empty).
+  std::vector<Shape> all = shapes();
+  all.push_back({2, 4, 2, 1});
+  int64_t withEmptyExpert = 0;
+  for (Shape sh : all)
     for (int64_t parts : partsToTry()) {
       Case whole(sh.G, sh.El, sh.T, sh.k, 3, unsigned(sh.G * 13 + sh.T + parts));
       bool emptyExpert = false;
       for (int64_t n : whole.load)
         emptyExpert |= n == 0;
+      withEmptyExpert += emptyExpert;
       for (int64_t part = 0; part < parts; ++part) {
         SCOPED_TRACE(name(sh) + " chunk " + std::to_string(part) + " of " +
                      std::to_string(parts) +
@@ -481,6 +487,7 @@ TEST(DeviceVarRouting, TokenChunksMoveTheirRunOfEveryExpertsRows) {
         checkCombine(c, false);
       }
     }
+  EXPECT_GT(withEmptyExpert, 0) << "no case had an expert nobody picks";
 }
 
 TEST(DeviceVarRouting, TheChunksOfAPartitionMoveEveryRowOnce) {
