@@ -68,8 +68,17 @@ struct VarRouteShape {
   const int64_t *allCounts = nullptr;
 };
 
+/// moe_rt_rows_window: E_l x G row tables, the forward chunk's buffer
+/// (E_l x chunkRows x M) and the backward chunk's (E_l x outRows x M);
+/// forward chunk fromPart of fromParts re-cut into chunk part of parts.
+struct RowsWindowShape {
+  int64_t El = 0, G = 0, chunkRows = 0, outRows = 0, M = 0;
+  int64_t fromPart = 0, fromParts = 1, part = 0, parts = 1;
+};
+
 namespace device {
 using moe_rt::ExpertShape;
+using moe_rt::RowsWindowShape;
 using moe_rt::GateShape;
 using moe_rt::RouteShape;
 using moe_rt::VarRouteShape;

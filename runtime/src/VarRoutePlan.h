@@ -22,6 +22,7 @@
 #include "CollectivePlan.h"
 #include "OpShapes.h"
 #include "kernels/VarRouting.h"
+#include "kernels/TokenChunks.h"
 
 #include "moe_rt/expert_placement.h"
 
@@ -111,7 +112,7 @@ inline std::string toPhysical(const VarRouteShape &r, const int64_t *idx,
     return why;
   out.resize(n);
   for (int64_t i = 0; i < n; ++i)
-    out[i] = idx[i] >= 0 && idx[i] < r.E ? phys[idx[i]] : idx[i];
+    out[i] = kernels::physicalExpert(idx[i], r.E, phys.data());
   return "";
 }
 
@@ -232,6 +233,26 @@ inline std::string countsFromExchange(const VarRouteShape &r,
     }
   }
   return "";
+}
+
+/// moe_rt_rows_window's blocks of local expert l (kernels/TokenChunks.h),
+/// `total` and `chunkRows` its G entries: the first source rank at fault,
+/// or -1.
+inline int64_t windowBlocks(const RowsWindowShape &w, const int64_t *total,
+                            const int64_t *chunkRows,
+                            kernels::WindowBlock *blocks) {
+  return kernels::windowBlocks(w.G, total, chunkRows, w.chunkRows, w.outRows,
+                               w.fromPart, w.fromParts, w.part, w.parts,
+                               blocks);
+}
+
+/// Why block (l, g) of windowBlocks is at fault (both backends' words).
+inline std::string windowFault(const RowsWindowShape &w, int64_t l, int64_t g,
+                               const int64_t *total, const int64_t *chunkRows) {
+  return "rows[" + std::to_string(l) + "][" + std::to_string(g) +
+         "] = " + std::to_string(chunkRows[g]) + " of forward chunk " +
+         std::to_string(w.fromPart) + " is not that chunk of the total " +
+         std::to_string(total[g]) + " (or does not fit its buffer)";
 }
 
 } // namespace moe_rt::varplan

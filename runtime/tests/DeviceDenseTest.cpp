@@ -23,6 +23,8 @@
 #include "../src/cuda/CudaDenseOps.h"
 #endif
 
+#include "moe_rt/ops.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -330,6 +332,52 @@ TEST(DeviceDense, EmbeddingBadIdFailsWithMessage) {
     EXPECT_EQ(exGrad.message(),
               "moe_rt_embedding_grad: a token id is outside the table");
   }
+}
+
+//===--- moe.bias_add ------------------------------------------------------===//
+
+TEST(DeviceDense, BiasAddIsThePositionBodiesWithOneRow) {
+  // On a CUDA stream moe_rt_bias_add(_grad) runs the position-embedding
+  // bodies with batch = rows, seq = 1 and the bias as the one-row table
+  // (src/api/DenseOps.cpp): those calls on the host executor against the
+  // public CPU op, rows x m with a row count that is no multiple of
+  // anything (the tensor-parallel attention output, the MoE layer's out).
+  std::mt19937 rng(41);
+  const int64_t rows = 7, m = 6, n = rows * m;
+  Vec x = randomVec(n, rng), bias = randomVec(m, rng), dy = randomVec(n, rng);
+  moe_rt_stream s = nullptr;
+  ASSERT_EQ(moe_rt_stream_create(MOE_RT_CPU, &s), MOE_RT_OK);
+  auto view = [](Vec &v, std::vector<int64_t> shape) {
+    moe_rt_tensor t{};
+    t.data = v.data();
+    t.rank = int32_t(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i)
+      t.shape[i] = shape[i];
+    t.dtype = MOE_RT_F32;
+    t.backend = MOE_RT_CPU;
+    return t;
+  };
+  Vec want(n), wantDx(n), wantDb(m);
+  moe_rt_tensor tx = view(x, {rows, m}), tb = view(bias, {m}),
+                ty = view(want, {rows, m}), tdy = view(dy, {rows, m}),
+                tdx = view(wantDx, {rows, m}), tdb = view(wantDb, {m});
+  ASSERT_EQ(moe_rt_bias_add(s, &tx, &tb, &ty), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_bias_add_grad(s, &tdy, &tdx, &tdb), MOE_RT_OK);
+  ASSERT_EQ(moe_rt_stream_synchronize(s, 10.0), MOE_RT_OK);
+  moe_rt_stream_destroy(s);
+  EXPECT_EQ(want[3 * m + 2], x[3 * m + 2] + bias[2]);
+
+  CheckedExecutor ex;
+  Vec got = garbage(n), gotDx = garbage(n), gotDb = garbage(m);
+  ASSERT_EQ(dev::positionEmbeddingForward(ex, rows, 1, m, x.data(),
+                                          bias.data(), got.data()),
+            MOE_RT_OK);
+  ASSERT_EQ(dev::positionEmbeddingBackward(ex, rows, 1, 1, m, dy.data(),
+                                           gotDx.data(), gotDb.data()),
+            MOE_RT_OK);
+  expectClose(got, want, "bias_add out", 0);
+  expectClose(gotDx, wantDx, "bias_add dx", 0);
+  expectClose(gotDb, wantDb, "bias_add dbias");
 }
 
 //===--- learned absolute positions ---------------------------------------===//

@@ -341,7 +341,7 @@ moe_rt_status moe_rt_combine_slots_grad(
  * `expert_slots` (I64, G x E_l, or NULL) is the expert placement: slot s of
  * rank g holds logical expert expert_slots[g][s] (NULL: experts g E_l ...
  * in order). It must be a permutation of the experts; the op fails,
- * naming the block and the entry, when it is not. CPU streams only. */
+ * naming the block and the entry, when it is not. CPU and CUDA streams. */
 moe_rt_status moe_rt_dispatch_v(moe_rt_stream s, moe_rt_comm comm,
                                 int64_t experts, int64_t block,
                                 const moe_rt_tensor *x,
@@ -373,8 +373,8 @@ moe_rt_status moe_rt_combine_v_grad(
  * order), chunk part is the run [floor(part c / parts), floor((part + 1) c /
  * parts)); every rank cuts every expert's rows so, and `rows` is the
  * chunk's (dispatch_v_part's result). The chunks of a partition move each
- * routed row once, and their combines sum to the whole combine. CPU
- * streams only; 0 <= part < parts. */
+ * routed row once, and their combines sum to the whole combine. CPU and
+ * CUDA streams; 0 <= part < parts (given all_counts: CPU streams only). */
 /* One counts exchange per layer (moe.exchange_counts): every rank's
  * per-expert counts of its routing `indices` (logical experts, whole rows),
  * all-gathered over the group into `out` (G x E, row g = rank g's). CPU
@@ -412,7 +412,8 @@ moe_rt_status moe_rt_combine_v_part_grad(
     moe_rt_tensor *dexpert_out, moe_rt_tensor *dweights);
 /* Re-cutting variable-count token chunks (moe.rows_window: the backward's
  * chunk `part` of `parts` from the forward's `from_parts` chunks), three
- * local steps on a CPU stream. rows_sum: total (E_l x G) = rows, or += rows
+ * local steps on a CPU or CUDA stream (on CUDA rows_window reads its
+ * two tables to the host). rows_sum: total (E_l x G) = rows, or += rows
  * when `accumulate` (summing the forward chunks' rows gives every (local
  * expert, source rank)'s whole count). rows_window: copies from forward
  * chunk `from_part` (its E_l x R x M buffer `chunk` and its rows

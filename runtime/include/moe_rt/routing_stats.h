@@ -42,8 +42,9 @@ typedef struct moe_rt_routing_log moe_rt_routing_log;
  * task, then the group's all-gather. With a non-NULL `log`, the gathered
  * matrix is added to the log's running step once it has arrived. An index
  * outside [0, E) fails the stream after the all-gather (no peer is left
- * waiting). CPU streams only for now: a CUDA stream gets
- * MOE_RT_UNAVAILABLE. */
+ * waiting). On a CUDA stream (CUDA tensors) it runs staged: it waits for
+ * the stream, counts on the host (the same CPU call, on a CPU stream of
+ * its own) and copies the result back before returning. */
 moe_rt_status moe_rt_routing_counts(moe_rt_stream s, moe_rt_comm comm,
                                     moe_rt_routing_log *log,
                                     const moe_rt_routing_site *site,

@@ -60,23 +60,19 @@ Check varChecks(const char *call, moe_rt_stream s, moe_rt_comm comm,
       .that(!rows || (dim(rows, 0) == r.El && dim(rows, 1) == r.G),
             "rows must be E_l x G")
       .that(!slots || (dim(slots, 0) == r.G && dim(slots, 1) == r.El),
-            "expert_slots must be G x E_l (one slot per expert)")
-      .that(!slots || backendOf(s) != MOE_RT_CUDA,
-            "an expert placement (expert_slots) runs on CPU streams only");
+            "expert_slots must be G x E_l (one slot per expert)");
   if (slots)
     r.slots = i64(slots);
   return c;
 }
 
-/// A token chunk's `part` of `parts` (the *_part calls): in range, on a
-/// CPU stream; recorded in `r`.
-Check &partChecks(Check &c, moe_rt_stream s, int64_t part, int64_t parts,
+/// A token chunk's `part` of `parts` (the *_part calls): in range;
+/// recorded in `r`.
+Check &partChecks(Check &c, moe_rt_stream, int64_t part, int64_t parts,
                   VarRouteShape &r) {
   c.that(parts >= 1 && part >= 0 && part < parts,
          "part " + std::to_string(part) + " of " + std::to_string(parts) +
-             " is not a token chunk (0 <= part < parts)")
-        .that(parts == 1 || !s || backendOf(s) != MOE_RT_CUDA,
-            "token chunks of variable-count routing run on CPU streams only");
+             " is not a token chunk (0 <= part < parts)");
   r.part = part;
   r.parts = parts;
   return c;
@@ -288,13 +284,14 @@ moe_rt_status moe_rt_combine_v_part_grad(
 moe_rt_status moe_rt_rows_sum(moe_rt_stream s, const moe_rt_tensor *rows,
                               moe_rt_tensor *total, int64_t accumulate) {
   Check c{"moe_rt_rows_sum", backendOf(s)};
-  c.that(s != nullptr && backendOf(s) == MOE_RT_CPU,
-         "runs on CPU streams only")
+  c.that(s != nullptr, "NULL stream")
       .tensor(rows, "rows", MOE_RT_I64, 2)
       .tensor(total, "total", MOE_RT_I64, 2)
       .sizeOf(total, "total", rows);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::rowsSum(s, moe_rt_tensor_numel(rows), i64(rows),
+                                  i64(total), accumulate != 0));
   return cpu::rowsSum(s, moe_rt_tensor_numel(rows), rows, total,
                       accumulate != 0);
 }
@@ -306,8 +303,7 @@ moe_rt_status moe_rt_rows_window(moe_rt_stream s, int64_t from_part,
                                  const moe_rt_tensor *chunk,
                                  moe_rt_tensor *out) {
   Check c{"moe_rt_rows_window", backendOf(s)};
-  c.that(s != nullptr && backendOf(s) == MOE_RT_CPU,
-         "runs on CPU streams only")
+  c.that(s != nullptr, "NULL stream")
       .that(from_parts >= 1 && from_part >= 0 && from_part < from_parts &&
                 parts >= 1 && part >= 0 && part < parts,
             "chunks must satisfy 0 <= part < parts")
@@ -318,7 +314,7 @@ moe_rt_status moe_rt_rows_window(moe_rt_stream s, int64_t from_part,
       .tensor(out, "out", MOE_RT_F32, 3);
   if (c.status)
     return c.status;
-  cpu::RowsWindowShape w;
+  RowsWindowShape w;
   w.El = dim(total, 0);
   w.G = dim(total, 1);
   w.chunkRows = dim(chunk, 1);
@@ -332,19 +328,22 @@ moe_rt_status moe_rt_rows_window(moe_rt_stream s, int64_t from_part,
          "chunk and out must be E_l x R x M, E_l the rows' first dimension");
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::rowsWindow(s, w, i64(total), i64(chunk_rows),
+                                     f32(chunk), f32(out)));
   return cpu::rowsWindow(s, w, total, chunk_rows, chunk, out);
 }
 
 moe_rt_status moe_rt_rows_part(moe_rt_stream s, int64_t part, int64_t parts,
                                moe_rt_tensor *rows) {
   Check c{"moe_rt_rows_part", backendOf(s)};
-  c.that(s != nullptr && backendOf(s) == MOE_RT_CPU,
-         "runs on CPU streams only")
+  c.that(s != nullptr, "NULL stream")
       .that(parts >= 1 && part >= 0 && part < parts,
             "chunks must satisfy 0 <= part < parts")
       .tensor(rows, "rows", MOE_RT_I64, 2);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::rowsPart(s, moe_rt_tensor_numel(rows), part, parts,
+                                   i64(rows)));
   return cpu::rowsPart(s, moe_rt_tensor_numel(rows), part, parts, rows);
 }
 
@@ -385,6 +384,10 @@ moe_rt_status moe_rt_combine_v_place(
   c = placedChecks(c, r, indices, place, residual, expert_out, B);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineVPlaced(s, comm, r, B, f32(expert_out),
+                                         i64(indices), f32(weights),
+                                         residual ? f32(residual) : nullptr,
+                                         i64(place), f32(out)));
   return cpu::combineVPlaced(s, comm, r, B, expert_out, indices, weights,
                              residual, place, out);
 }
@@ -412,6 +415,10 @@ moe_rt_status moe_rt_combine_v_place_grad(
   c = placedChecks(c, r, indices, place, residual, expert_out, B);
   if (c.status)
     return c.status;
+  MOE_RT_ON_CUDA(s, cuda::combineVPlacedGrad(
+                        s, comm, r, B, f32(expert_out), i64(indices),
+                        f32(weights), i64(place), f32(dout), f32(dexpert_out),
+                        f32(dweights), residual ? f32(dresidual) : nullptr));
   return cpu::combineVPlacedGrad(s, comm, r, B, expert_out, indices, weights,
                                  place, dout, dexpert_out, dweights,
                                  residual ? dresidual : nullptr);

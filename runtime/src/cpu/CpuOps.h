@@ -181,10 +181,7 @@ moe_rt_status exchangeCounts(moe_rt_stream s, moe_rt_comm comm,
 /// moe_rt_rows_window's sizes: E_l local experts, G source ranks, rows
 /// per expert of the forward chunk's buffer and of out, M per row; forward
 /// chunk fromPart of fromParts into chunk part of parts.
-struct RowsWindowShape {
-  int64_t El = 0, G = 0, chunkRows = 0, outRows = 0, M = 0;
-  int64_t fromPart = 0, fromParts = 1, part = 0, parts = 1;
-};
+using moe_rt::RowsWindowShape; // OpShapes.h
 moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const moe_rt_tensor *rows,
                       moe_rt_tensor *total, bool accumulate);
 moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,

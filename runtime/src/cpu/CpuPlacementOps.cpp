@@ -244,16 +244,14 @@ moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status e = mpi::allGatherCounts(s, comm, px, all->data(), B * row))
     return e;
   return enqueue(s, [=](std::string &message) {
-    int64_t n = 0;
-    for (int64_t i = 0; i < G * B; ++i)
-      if (place[i] == rank && n++ < B)
-        std::copy(all->data() + i * row, all->data() + (i + 1) * row,
-                  py + (n - 1) * row);
-    if (n == B)
+    std::vector<int64_t> picks;
+    std::string why = k::samplePicks(G, B, rank, place, picks);
+    for (int64_t n = 0; n < int64_t(picks.size()) && n < B; ++n)
+      std::copy(all->data() + picks[n] * row,
+                all->data() + (picks[n] + 1) * row, py + n * row);
+    if (why.empty())
       return MOE_RT_OK;
-    message = "moe_rt_move_samples: the placement gives rank " +
-              std::to_string(rank) + " " + std::to_string(n) +
-              " samples, not its " + std::to_string(B);
+    message = "moe_rt_move_samples: " + why;
     return MOE_RT_INVALID_ARGUMENT;
   });
 }

@@ -362,30 +362,21 @@ moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
   const float *px = f32(chunk);
   float *py = f32(out);
   return enqueue(s, [=](std::string &message) {
+    std::vector<k::WindowBlock> blocks(w.G);
     for (int64_t l = 0; l < w.El; ++l) {
-      int64_t from = 0, to = 0; // rows into the chunk's / out's expert l
-      for (int64_t g = 0; g < w.G; ++g) {
-        int64_t c = pt[l * w.G + g], n = pc[l * w.G + g];
-        k::PartRange have = k::partRange(c, w.fromPart, w.fromParts),
-                     want = k::partRange(c, w.part, w.parts);
-        if (n != have.end - have.first || from + n > w.chunkRows ||
-            to + want.end - want.first > w.outRows) {
-          message = "moe_rt_rows_window: rows[" + std::to_string(l) + "][" +
-                    std::to_string(g) + "] = " + std::to_string(n) +
-                    " of forward chunk " + std::to_string(w.fromPart) +
-                    " is not that chunk of the total " + std::to_string(c) +
-                    " (or does not fit its buffer)";
-          return MOE_RT_INVALID_ARGUMENT;
-        }
-        int64_t lo = std::max(have.first, want.first),
-                hi = std::min(have.end, want.end);
-        if (lo < hi)
-          std::copy(px + (l * w.chunkRows + from + lo - have.first) * w.M,
-                    px + (l * w.chunkRows + from + hi - have.first) * w.M,
-                    py + (l * w.outRows + to + lo - want.first) * w.M);
-        from += n;
-        to += want.end - want.first;
+      const int64_t *total = pt + l * w.G, *have = pc + l * w.G;
+      if (int64_t g = varplan::windowBlocks(w, total, have, blocks.data());
+          g >= 0) {
+        message = "moe_rt_rows_window: " + varplan::windowFault(w, l, g, total,
+                                                                 have);
+        return MOE_RT_INVALID_ARGUMENT;
       }
+      for (const k::WindowBlock &b : blocks)
+        for (int64_t q = 0; q < b.want.size(); ++q)
+          if (int64_t src = k::windowSource(b, q); src >= 0)
+            std::copy(px + (l * w.chunkRows + src) * w.M,
+                      px + (l * w.chunkRows + src + 1) * w.M,
+                      py + (l * w.outRows + b.to + q) * w.M);
     }
     return MOE_RT_OK;
   });

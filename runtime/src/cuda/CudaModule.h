@@ -38,7 +38,7 @@ namespace moe_rt::cuda {
 
 /// Bumped whenever either table changes, so that a stale module from an
 /// older build is refused by name rather than called with the wrong layout.
-constexpr int kModuleAbiVersion = 3;
+constexpr int kModuleAbiVersion = 4;
 
 struct CudaModuleTable {
   int abiVersion;

@@ -12,6 +12,8 @@
 
 #include "CudaVarRoutingOps.h"
 
+#include "../device/PlacementOps.h"
+#include "../device/TokenChunkOps.h"
 #include "../device/VarRoutingOps.h"
 #include "CudaExecutor.h"
 
@@ -57,6 +59,18 @@ moe_rt_status readToHost(moe_rt_stream s, cudaStream_t stream,
   return MOE_RT_OK;
 }
 
+/// Host -> device on the stream; the pageable source is staged when the
+/// call returns, so the caller may free it.
+moe_rt_status writeToDevice(cudaStream_t stream, void *dst, const void *src,
+                            size_t bytes, const char *what) {
+  if (cudaError_t err =
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+      err != cudaSuccess)
+    return fail(MOE_RT_BACKEND_ERROR,
+                std::string(what) + ": " + cudaGetErrorString(err));
+  return MOE_RT_OK;
+}
+
 /// The link of VarRoutingOps.h's routed ops: the group's NCCL
 /// communicators, on the executor's stream.
 class NcclLink {
@@ -70,20 +84,23 @@ public:
     return moe_rt_all_gather(s, comm, &send, &recv);
   }
 
+  moe_rt_status allGatherF32(const float *mine, float *all, int64_t n) {
+    moe_rt_tensor send = view(mine, n, 1), recv = view(all, n * ranks, 1);
+    return moe_rt_all_gather(s, comm, &send, &recv);
+  }
+
+  moe_rt_status reduceScatterF32(const float *all, float *mine, int64_t n) {
+    moe_rt_tensor send = view(all, n * ranks, 1), recv = view(mine, n, 1);
+    return moe_rt_reduce_scatter(s, comm, &send, &recv);
+  }
+
   moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
     return readToHost(s, stream, moe_rt_comm_timeout(comm), dst, src, bytes,
                       "reading routing counts");
   }
 
   moe_rt_status toDevice(void *dst, const void *src, size_t bytes) {
-    // Pageable source: the call returns once it is staged, so the caller
-    // may free it.
-    if (cudaError_t err =
-            cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream);
-        err != cudaSuccess)
-      return fail(MOE_RT_BACKEND_ERROR, std::string("writing routing rows: ") +
-                                            cudaGetErrorString(err));
-    return MOE_RT_OK;
+    return writeToDevice(stream, dst, src, bytes, "writing routing rows");
   }
 
   moe_rt_status allToAllV(const float *send, int64_t sendCapacity,
@@ -103,19 +120,25 @@ private:
   cudaStream_t stream;
 };
 
-/// The link of an expert op: only the host read of `rows`. No group here,
-/// so no timeout of its own; the wait still polls the communicators of the
-/// dispatch that made `rows` (a peer's failure ends it).
+/// The link of an op with no group (the experts, the rows_* calls): host
+/// reads of its tables and writes of what it plans from them. No timeout
+/// of its own; the wait still polls the communicators of the dispatch that
+/// made the tables (a peer's failure ends it).
 class StreamLink {
 public:
-  StreamLink(moe_rt_stream s, cudaStream_t stream) : s(s), stream(stream) {}
+  StreamLink(moe_rt_stream s, cudaStream_t stream, const char *what)
+      : s(s), stream(stream), what(what) {}
   moe_rt_status toHost(void *dst, const void *src, size_t bytes) {
-    return readToHost(s, stream, 0, dst, src, bytes, "reading expert rows");
+    return readToHost(s, stream, 0, dst, src, bytes, what);
+  }
+  moe_rt_status toDevice(void *dst, const void *src, size_t bytes) {
+    return writeToDevice(stream, dst, src, bytes, what);
   }
 
 private:
   moe_rt_stream s;
   cudaStream_t stream;
+  const char *what;
 };
 
 } // namespace
@@ -171,7 +194,7 @@ moe_rt_status expertV(moe_rt_stream s, moe_rt_activation act,
   CudaExecutor ex(s);
   if (ex.status())
     return ex.status();
-  StreamLink link(s, ex.stream());
+  StreamLink link(s, ex.stream(), "reading expert rows");
   return device::expertV(ex, link, act, f, ranks, rows, x, up, gate, down, out);
 }
 
@@ -184,9 +207,75 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
   CudaExecutor ex(s);
   if (ex.status())
     return ex.status();
-  StreamLink link(s, ex.stream());
+  StreamLink link(s, ex.stream(), "reading expert rows");
   return device::expertVGrad(ex, link, act, f, ranks, rows, x, up, gate, down,
                              dout, dx, dup, dgate, ddown);
+}
+
+moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const int64_t *rows,
+                      int64_t *total, bool accumulate) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  return device::rowsSum(ex, n, rows, total, accumulate);
+}
+
+moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
+                         const int64_t *total, const int64_t *chunkRows,
+                         const float *chunk, float *out) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  StreamLink link(s, ex.stream(), "reading token-chunk rows");
+  return device::rowsWindow(ex, link, w, total, chunkRows, chunk, out);
+}
+
+moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
+                       int64_t *rows) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  return device::rowsPart(ex, n, part, parts, rows);
+}
+
+moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
+                             const VarRouteShape &r, int64_t B,
+                             const float *expertOut, const int64_t *indices,
+                             const float *weights, const float *residual,
+                             const int64_t *place, float *out) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  NcclLink link(s, comm, r.G, ex.stream());
+  return device::combineVPlaced(ex, link, r, B, expertOut, indices, weights,
+                                residual, place, out);
+}
+
+moe_rt_status combineVPlacedGrad(moe_rt_stream s, moe_rt_comm comm,
+                                 const VarRouteShape &r, int64_t B,
+                                 const float *expertOut,
+                                 const int64_t *indices, const float *weights,
+                                 const int64_t *place, const float *dout,
+                                 float *dexpertOut, float *dweights,
+                                 float *dresidual) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  NcclLink link(s, comm, r.G, ex.stream());
+  return device::combineVPlacedGrad(ex, link, r, B, expertOut, indices,
+                                    weights, place, dout, dexpertOut, dweights,
+                                    dresidual);
+}
+
+moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm, int64_t G,
+                          int64_t rank, int64_t B, int64_t row,
+                          const int64_t *place, const int64_t *x,
+                          int64_t *out) {
+  CudaExecutor ex(s);
+  if (ex.status())
+    return ex.status();
+  NcclLink link(s, comm, G, ex.stream());
+  return device::moveSamples(ex, link, G, rank, B, row, place, x, out);
 }
 
 } // namespace moe_rt::cuda

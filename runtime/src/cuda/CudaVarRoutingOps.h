@@ -2,7 +2,8 @@
 //-*-===//
 //
 // What src/api/VarRoutingOps.cpp and DenseOps.cpp call for moe_rt_dispatch_v,
-// moe_rt_combine_v, moe_rt_expert_v and their vjps when the stream is a CUDA
+// moe_rt_combine_v (token chunks and expert placements included),
+// moe_rt_expert_v, their vjps and the rows_* calls when the stream is a CUDA
 // one, after their own checks (pointers: device memory of the stream's
 // device). The ops are src/device/VarRoutingOps.h's templates on a
 // CudaExecutor and an NCCL link (CudaVarRoutingOps.cu); each waits for its
@@ -54,6 +55,42 @@ moe_rt_status expertVGrad(moe_rt_stream s, moe_rt_activation act,
                           const float *gate, const float *down,
                           const float *dout, float *dx, float *dup,
                           float *dgate, float *ddown);
+
+/// moe_rt_rows_sum: total (n entries) = rows, or += rows when accumulate.
+moe_rt_status rowsSum(moe_rt_stream s, int64_t n, const int64_t *rows,
+                      int64_t *total, bool accumulate);
+/// moe_rt_rows_window: out's rows shared with forward chunk w.fromPart
+/// copied from `chunk` (src/device/TokenChunkOps.h; reads the two tables
+/// to the host).
+moe_rt_status rowsWindow(moe_rt_stream s, const RowsWindowShape &w,
+                         const int64_t *total, const int64_t *chunkRows,
+                         const float *chunk, float *out);
+/// moe_rt_rows_part: rows (n entries) -> chunk part of parts, in place.
+moe_rt_status rowsPart(moe_rt_stream s, int64_t n, int64_t part, int64_t parts,
+                       int64_t *rows);
+
+/// NetMoE (src/device/PlacementOps.h): moe_rt_combine_v_place, B samples
+/// per rank, residual may be null; out overwritten.
+moe_rt_status combineVPlaced(moe_rt_stream s, moe_rt_comm comm,
+                             const VarRouteShape &r, int64_t B,
+                             const float *expertOut, const int64_t *indices,
+                             const float *weights, const float *residual,
+                             const int64_t *place, float *out);
+/// moe_rt_combine_v_place_grad: dexpertOut, dweights and dresidual (null
+/// without a residual) overwritten.
+moe_rt_status combineVPlacedGrad(moe_rt_stream s, moe_rt_comm comm,
+                                 const VarRouteShape &r, int64_t B,
+                                 const float *expertOut,
+                                 const int64_t *indices, const float *weights,
+                                 const int64_t *place, const float *dout,
+                                 float *dexpertOut, float *dweights,
+                                 float *dresidual);
+/// moe_rt_move_samples: x and out B x row int64s; G and rank: the group's
+/// (the module does not call back for them).
+moe_rt_status moveSamples(moe_rt_stream s, moe_rt_comm comm, int64_t G,
+                          int64_t rank, int64_t B, int64_t row,
+                          const int64_t *place, const int64_t *x,
+                          int64_t *out);
 
 } // namespace moe_rt::cuda
 

@@ -47,6 +47,7 @@
 #include "../Error.h"
 #include "../OpShapes.h"
 #include "../VarRoutePlan.h"
+#include "../kernels/TokenChunks.h"
 
 #include "moe_rt/moe_rt.h"
 
@@ -95,6 +96,41 @@ struct AddOffsets {
     int64_t e = indices[i];
     if (pos[i] >= 0 && e >= 0 && e < E)
       pos[i] += offsets[e];
+  }
+};
+
+/// Token chunk r.part of r.parts (kernels::chunkCut, one body: E is
+/// small): counts cut in place, the tables KeepRows reads filled.
+struct ChunkCut {
+  int64_t E, part, parts;
+  int64_t *counts, *offset, *first, *kept;
+  MOE_HD void operator()(int64_t) const {
+    kernels::chunkCut(E, part, parts, counts, offset, first, kept);
+  }
+};
+
+/// pos[i] -> its row in the chunk, or -1 (kernels::keptRow); a pair with a
+/// bad index has no row already.
+struct KeepRows {
+  int64_t E;
+  const int64_t *indices, *counts, *offset, *first, *kept;
+  int64_t *pos;
+  MOE_HD void operator()(int64_t i) const {
+    int64_t e = indices[i];
+    pos[i] = e >= 0 && e < E
+                 ? kernels::keptRow(pos[i], e, counts, offset, first, kept)
+                 : -1;
+  }
+};
+
+/// out[i] = the physical expert of routing choice indices[i] under an
+/// expert placement (kernels::physicalExpert).
+struct PhysicalIds {
+  int64_t E;
+  const int64_t *indices, *phys;
+  int64_t *out;
+  MOE_HD void operator()(int64_t i) const {
+    out[i] = kernels::physicalExpert(indices[i], E, phys);
   }
 };
 
@@ -251,7 +287,51 @@ moe_rt_status packedRows(X &ex, const VarRouteShape &r, const int64_t *indices,
     return ex.status();
   ex.forEach(r.E, varrouting::CountPerExpert{n, indices, counts});
   ex.forEach(1, varrouting::ExclusiveOffsets{r.E, counts, offsets});
-  return ex.forEach(n, varrouting::AddOffsets{r.E, indices, offsets, pos});
+  ex.forEach(n, varrouting::AddOffsets{r.E, indices, offsets, pos});
+  if (r.parts <= 1)
+    return ex.status();
+  // A token chunk: only its run of each expert's rows travels, packed
+  // expert-major again (the counts every rank gathers are the chunk's).
+  int64_t *first = ex.scratchI64(r.E), *kept = ex.scratchI64(r.E);
+  if (ex.status())
+    return ex.status();
+  ex.forEach(1, varrouting::ChunkCut{r.E, r.part, r.parts, counts, offsets,
+                                     first, kept});
+  return ex.forEach(n, varrouting::KeepRows{r.E, indices, counts, offsets,
+                                            first, kept, pos});
+}
+
+/// Under an expert placement (r.slots, device, G x E_l), `indices` becomes
+/// the routing choices as physical experts (g E_l + s; device scratch), so
+/// that the layouts need not know the map, as the CPU op does. The table is
+/// read to the host (a stream wait) and checked there with the CPU op's
+/// words; it is the same step input on every rank, so a bad one fails
+/// every rank alike, before any exchange.
+template <class X, class L>
+moe_rt_status physicalIndices(X &ex, L &link, const char *call,
+                              const VarRouteShape &r,
+                              const int64_t *&indices) {
+  if (!r.slots)
+    return MOE_RT_OK;
+  std::vector<int64_t> table(r.G * r.El), phys;
+  if (moe_rt_status st = link.toHost(table.data(), r.slots,
+                                     sizeof(int64_t) * table.size()))
+    return st;
+  VarRouteShape onHost = r;
+  onHost.slots = table.data();
+  if (std::string why = varplan::physicalExperts(onHost, phys); !why.empty())
+    return fail(MOE_RT_INVALID_ARGUMENT, std::string(call) + ": " + why);
+  int64_t *physDevice = ex.scratchI64(r.E),
+          *mapped = ex.scratchI64(r.T * r.k);
+  if (ex.status())
+    return ex.status();
+  if (moe_rt_status st =
+          link.toDevice(physDevice, phys.data(), sizeof(int64_t) * r.E))
+    return st;
+  ex.forEach(r.T * r.k,
+             varrouting::PhysicalIds{r.E, indices, physDevice, mapped});
+  indices = mapped;
+  return ex.status();
 }
 
 /// The expert side (E_l x R x M) `to` from the received rows `from`, or,
@@ -371,6 +451,9 @@ moe_rt_status dispatchV(X &ex, L &link, const VarRouteShape &r, const float *x,
         *recv = ex.scratchF32(r.El * r.R * r.M);
   if (ex.status())
     return ex.status();
+  if (moe_rt_status st =
+          physicalIndices(ex, link, "moe_rt_dispatch_v", r, indices))
+    return st;
   varrouting::Deferred later;
   varplan::RankRows n;
   if (moe_rt_status st = varrouting::routeAndPlan(
@@ -395,6 +478,9 @@ moe_rt_status dispatchVGrad(X &ex, L &link, const VarRouteShape &r,
         *recv = ex.scratchF32(r.T * r.k * r.M);
   if (ex.status())
     return ex.status();
+  if (moe_rt_status st =
+          physicalIndices(ex, link, "moe_rt_dispatch_v_grad", r, indices))
+    return st;
   varrouting::Deferred later;
   varplan::RankRows n;
   if (moe_rt_status st =
@@ -446,6 +532,9 @@ moe_rt_status combineV(X &ex, L &link, const VarRouteShape &r,
   float *tokens = ex.scratchF32(r.T * r.k * r.M);
   if (ex.status())
     return ex.status();
+  if (moe_rt_status st =
+          physicalIndices(ex, link, "moe_rt_combine_v", r, indices))
+    return st;
   varrouting::Deferred later;
   varplan::RankRows n;
   if (moe_rt_status st =
@@ -472,6 +561,9 @@ moe_rt_status combineVGrad(X &ex, L &link, const VarRouteShape &r,
   float *send = ex.scratchF32(both * r.M), *recv = ex.scratchF32(both * r.M);
   if (ex.status())
     return ex.status();
+  if (moe_rt_status st =
+          physicalIndices(ex, link, "moe_rt_combine_v_grad", r, indices))
+    return st;
   varrouting::Deferred later;
   varplan::RankRows n;
   std::vector<int64_t> mine;

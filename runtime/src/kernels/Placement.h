@@ -68,6 +68,22 @@ inline std::string checkPlacement(const PlacedGroup &p) {
   return "";
 }
 
+/// moe_rt_move_samples' pick: the samples (of the group's G B, in sample
+/// order) placed on `rank`; "" or why they are not B of them.
+inline std::string samplePicks(int64_t G, int64_t B, int64_t rank,
+                               const int64_t *place,
+                               std::vector<int64_t> &picks) {
+  picks.clear();
+  for (int64_t i = 0; i < G * B; ++i)
+    if (place[i] == rank)
+      picks.push_back(i);
+  if (int64_t(picks.size()) == B)
+    return "";
+  return "the placement gives rank " + std::to_string(rank) + " " +
+         std::to_string(picks.size()) + " samples, not its " +
+         std::to_string(B);
+}
+
 /// Builds this rank's routes; "" or what is wrong (an index out of range,
 /// a row over the bound R).
 inline std::string placedRoutes(const PlacedGroup &p, PlacedRoutes &out) {

@@ -17,6 +17,7 @@
 #define MOE_RT_KERNELS_VARROUTING_H
 
 #include "Routing.h"
+#include "TokenChunks.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -40,40 +41,21 @@ inline void packedRows(int64_t tokens, int64_t experts, int64_t k,
     pos[i] += offset[indices[i]];
 }
 
-/// Token chunk `part` of `parts` of `count` rows (moe-token-pipeline on
-/// the variable-count path): the part-th of `parts` contiguous runs, sizes
-/// differing by at most one, [first, end).
-struct PartRange {
-  int64_t first, end;
-};
-inline PartRange partRange(int64_t count, int64_t part, int64_t parts) {
-  return {part * count / parts, (part + 1) * count / parts};
-}
-
 /// Keeps token chunk `part` of `parts` of packedRows' result: of expert
 /// e's counts[e] rows (GShard order), only partRange(counts[e]); the kept
 /// rows are packed expert-major again (counts cut to the run) and every
 /// other (token, choice) gets pos -1: it does not travel in this chunk.
-/// The chunks of a partition together move every row exactly once.
+/// The chunks of a partition together move every row exactly once. The
+/// rule is TokenChunks.h's (the CUDA bodies apply it too).
 inline void keepPart(int64_t pairs, int64_t experts, const int64_t *indices,
                      int64_t part, int64_t parts, int64_t *counts,
                      int64_t *pos) {
-  std::vector<int64_t> offset(experts, 0), kept(experts, 0);
-  for (int64_t e = 1; e < experts; ++e)
-    offset[e] = offset[e - 1] + counts[e - 1];
-  std::vector<PartRange> range(experts);
-  for (int64_t e = 0; e < experts; ++e) {
-    range[e] = partRange(counts[e], part, parts);
-    counts[e] = range[e].end - range[e].first;
-    if (e > 0)
-      kept[e] = kept[e - 1] + counts[e - 1];
-  }
-  for (int64_t i = 0; i < pairs; ++i) {
-    int64_t e = indices[i], slot = pos[i] - offset[e];
-    pos[i] = slot >= range[e].first && slot < range[e].end
-                 ? kept[e] + slot - range[e].first
-                 : -1;
-  }
+  std::vector<int64_t> offset(experts), first(experts), kept(experts);
+  chunkCut(experts, part, parts, counts, offset.data(), first.data(),
+           kept.data());
+  for (int64_t i = 0; i < pairs; ++i)
+    pos[i] = keptRow(pos[i], indices[i], counts, offset.data(), first.data(),
+                     kept.data());
 }
 
 /// send[pos[t, j]] = x[t] (each routed row written once; pos -1: a row

@@ -3,7 +3,8 @@
 // moe.routing_counts on a CPU pool stream: a task counts this rank's
 // token-choice indices per (sample, expert), the group's all-gather brings
 // every rank's rows to every rank, and a last task writes them to the I64
-// result and hands them to the routing log (RoutingLog.h).
+// result and hands them to the routing log (RoutingLog.h). On a CUDA
+// stream the same CPU call runs staged through host copies (countStaged).
 //
 // The gather moves the counts as F32: every count is at most N tokens, and
 // N <= 2^24 (the trace format's bound, checked here), so each is exact in
@@ -14,6 +15,7 @@
 #include "moe_rt/routing_stats.h"
 
 #include "../Error.h"
+#include "../StagedOnHost.h"
 #include "../TensorAccess.h"
 #include "../api/OnCuda.h"
 #include "../cpu/CpuTasks.h"
@@ -71,6 +73,28 @@ moe_rt_status checkCall(moe_rt_stream s, moe_rt_comm comm,
   return MOE_RT_OK;
 }
 
+/// On a CUDA stream the statistics are host work (the routing log, the
+/// host planners that read them), so the call runs staged
+/// (StagedOnHost.h): the indices copied to the host, the CPU call (its
+/// all-gather over the group's MPI side), the matrix copied back. Every
+/// rank does the same, so a bad index still fails every rank after the
+/// all-gather.
+moe_rt_status countStaged(moe_rt_stream s, moe_rt_comm comm,
+                          moe_rt_routing_log *log,
+                          const moe_rt_routing_site *site,
+                          const moe_rt_tensor *indices, moe_rt_tensor *out) {
+  if (indices->backend != MOE_RT_CUDA || out->backend != MOE_RT_CUDA)
+    return fail(MOE_RT_INVALID_ARGUMENT,
+                "moe_rt_routing_counts: on a CUDA stream the tensors must be "
+                "in CUDA memory");
+  return stagedOnHost(s, {indices}, {out},
+                      [&](moe_rt_stream host, moe_rt_tensor *in,
+                          moe_rt_tensor *result) {
+                        return moe_rt_routing_counts(host, comm, log, site, in,
+                                                     result);
+                      });
+}
+
 } // namespace
 
 extern "C" moe_rt_status
@@ -81,9 +105,7 @@ moe_rt_routing_counts(moe_rt_stream s, moe_rt_comm comm,
   if (moe_rt_status st = checkCall(s, comm, site, indices, out))
     return st;
   if (backendOf(s) == MOE_RT_CUDA)
-    return fail(MOE_RT_UNAVAILABLE,
-                "moe_rt_routing_counts: routing statistics run on CPU "
-                "streams only (no CUDA kernel yet)");
+    return countStaged(s, comm, log, site, indices, out);
   if (indices->backend != MOE_RT_CPU || out->backend != MOE_RT_CPU)
     return fail(MOE_RT_INVALID_ARGUMENT,
                 "moe_rt_routing_counts: tensors must be in CPU memory");
