@@ -39,6 +39,7 @@ is a wall-clock time on shared CPUs (docs/measured-policies.md says what
 "quiet" took on a machine with sched_autogroup).
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -458,6 +459,9 @@ def main():
                     help="also time each policy's MPI calls (a PMPI shim) "
                          "to split the measured - simulated gap")
     ap.add_argument("--markdown", help="also write the report here")
+    ap.add_argument("--keep", help="keep the run's files (profiles, scheduled "
+                    "steps, routing traces) in this directory, e.g. to "
+                    "simulate them again")
     args = ap.parse_args()
     names = args.models.split(",")
     unknown = set(names) - {m.name for m in MODELS}
@@ -481,7 +485,10 @@ def main():
     try:
         if EXPERTS % cluster.ranks:
             sys.exit(f"error: {EXPERTS} experts do not split over {cluster.ranks} ranks")
-        with tempfile.TemporaryDirectory() as tmp:
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+        with (contextlib.nullcontext(args.keep) if args.keep
+              else tempfile.TemporaryDirectory()) as tmp:
             bench = Bench(args, cluster, tmp)
             prof, report = bench.profile()
             log(f"# Measured policies on the emulated cluster: {cluster.describe()}\n")
