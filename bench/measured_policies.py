@@ -497,11 +497,12 @@ def main():
                 "dropped). SIMULATED: moe-opt --moe-simulate on the profile below "
                 "(moe-profile on this cluster, at the start of this run) with "
                 "its comm_cpu_share (what a running collective takes from "
-                "compute) and comm_stretch (how much longer a collective takes "
-                "beside compute) and each model's op_scale (the runtime's kernels "
+                "compute), comm_stretch and comm_stretch_partial (how much "
+                "longer a collective takes while all / some of its ranks "
+                "compute) and each model's op_scale (the runtime's kernels "
                 "measured on one rank), on the routing each step really had "
                 "(a routing trace of the policy's run; the median over the "
-                "timed steps); 'uniform routing': the same without the trace; "
+                "timed steps; both ranks simulated jointly); 'uniform routing': the same without the trace; "
                 "'alpha-beta only': also without comm_cpu_share, comm_stretch and op_scale. "
                 f"Dropless models: {args.dropless} exchanges.\n")
             log("```")
