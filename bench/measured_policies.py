@@ -39,6 +39,7 @@ is a wall-clock time on shared CPUs (docs/measured-policies.md says what
 "quiet" took on a machine with sched_autogroup).
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -473,6 +474,9 @@ def main():
                     help="also time each policy's MPI calls (a PMPI shim) "
                          "to split the measured - simulated gap")
     ap.add_argument("--markdown", help="also write the report here")
+    ap.add_argument("--keep", help="keep the run's files (profiles, scheduled "
+                    "steps, routing traces) in this directory, e.g. to "
+                    "simulate them again")
     args = ap.parse_args()
     names = args.models.split(",")
     unknown = set(names) - {m.name for m in MODELS}
@@ -503,7 +507,10 @@ def main():
     try:
         if EXPERTS % cluster.ranks:
             sys.exit(f"error: {EXPERTS} experts do not split over {cluster.ranks} ranks")
-        with tempfile.TemporaryDirectory() as tmp:
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+        with (contextlib.nullcontext(args.keep) if args.keep
+              else tempfile.TemporaryDirectory()) as tmp:
             bench = Bench(args, cluster, tmp)
             prof, report = bench.profile()
             log(f"# Measured policies on the emulated cluster: {cluster.describe()}\n")
@@ -512,11 +519,12 @@ def main():
                 "dropped). SIMULATED: moe-opt --moe-simulate on the profile below "
                 "(moe-profile on this cluster, at the start of this run) with "
                 "its comm_cpu_share (what a running collective takes from "
-                "compute) and comm_stretch (how much longer a collective takes "
-                "beside compute) and each model's op_scale (the runtime's kernels "
+                "compute), comm_stretch and comm_stretch_partial (how much "
+                "longer a collective takes while all / some of its ranks "
+                "compute) and each model's op_scale (the runtime's kernels "
                 "measured on one rank), on the routing each step really had "
                 "(a routing trace of the policy's run; the median over the "
-                "timed steps); 'uniform routing': the same without the trace; "
+                "timed steps; both ranks simulated jointly); 'uniform routing': the same without the trace; "
                 "'alpha-beta only': also without comm_cpu_share, comm_stretch and op_scale. "
                 f"Dropless models: {args.dropless} exchanges.\n")
             log("```")

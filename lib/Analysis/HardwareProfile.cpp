@@ -191,6 +191,7 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
                       {"name", "description", "mesh", "launch_us",
                        "backward_factor", "compute", "collectives",
                        "op_scale", "comm_cpu_share", "comm_stretch",
+                       "comm_stretch_partial",
                        "collective_latency_us", "runtime_collective_scale",
                        "host_planners"}))
     return std::move(e);
@@ -245,6 +246,14 @@ llvm::Expected<HardwareProfile> HardwareProfile::parse(llvm::StringRef text,
     if (*stretch < 1 || *stretch > 100)
       return r.error("comm_stretch", "must be between 1 and 100");
     p.commStretch = *stretch;
+  }
+  if (root->get("comm_stretch_partial")) {
+    auto stretch = r.number(*root, "comm_stretch_partial", "(profile)", true);
+    if (!stretch)
+      return stretch.takeError();
+    if (*stretch < 1 || *stretch > 100)
+      return r.error("comm_stretch_partial", "must be between 1 and 100");
+    p.commStretchPartial = *stretch;
   }
   if (root->get("collective_latency_us")) {
     auto latency =
@@ -465,6 +474,8 @@ std::string HardwareProfile::toJson() const {
     root["comm_cpu_share"] = commCpuShare;
   if (commStretch > 1)
     root["comm_stretch"] = commStretch;
+  if (commStretchPartial)
+    root["comm_stretch_partial"] = *commStretchPartial;
   if (collectiveLatencyUs > 0)
     root["collective_latency_us"] = collectiveLatencyUs;
   llvm::json::Object runtimeScales;

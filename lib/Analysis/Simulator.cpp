@@ -46,6 +46,95 @@ double intersectionLength(std::vector<std::pair<double, double>> a,
   return ua + ub - unionLength(a);
 }
 
+/// The grid and axes of a communication task's collective (of its forward
+/// op for a vjp).
+std::optional<std::pair<FlatSymbolRefAttr, ArrayRef<int16_t>>>
+collectiveGroup(Operation *op) {
+  if (auto vjp = dyn_cast<VjpOp>(op))
+    op = vjp.getForwardOp();
+  if (isa<shard::AllGatherOp, shard::ReduceScatterOp>(op))
+    return std::make_pair(
+        op->getAttrOfType<FlatSymbolRefAttr>("grid"),
+        op->getAttrOfType<DenseI16ArrayAttr>("grid_axes").asArrayRef());
+  if (auto c = dyn_cast<CollectiveOpInterface>(op))
+    return std::make_pair(c.getGridAttr(), c.getAxes());
+  return std::nullopt;
+}
+
+/// The joint simulation of every rank (ListScheduler.h, coupledSchedule):
+/// each task costed on each rank (CostModel::setRank), each collective's
+/// group from its grid and axes. Fills `queued`'s times and `tasks`' costs
+/// with those of the rank that finishes last, which the result then
+/// reports. False when the step's collectives do not share one grid of at
+/// least two ranks (the per-rank simulation is used then).
+FailureOr<bool> simulateRanksJointly(std::vector<SimulatedTask> &tasks,
+                                     std::vector<QueuedTask> &queued,
+                                     CostModel &model,
+                                     const std::vector<bool> &isComm,
+                                     const std::vector<bool> &isHost) {
+  SymbolTableCollection symbols;
+  int64_t ranks = 0;
+  CoupledRanks coupled;
+  coupled.groupKey.resize(tasks.size());
+  std::vector<SmallVector<int64_t>> shapes(tasks.size());
+  for (auto [t, task] : llvm::enumerate(tasks)) {
+    if (!task.communication)
+      continue;
+    auto group = collectiveGroup(task.op);
+    if (!group)
+      return false;
+    FailureOr<shard::GridOp> grid = lookupGrid(task.op, group->first, symbols);
+    if (failed(grid))
+      return failure();
+    int64_t size = 1;
+    for (int64_t extent : grid->getShape())
+      size *= extent;
+    if (ranks && size != ranks)
+      return false;
+    ranks = size;
+    for (int64_t r = 0; r < size; ++r)
+      coupled.groupKey[t].push_back(
+          groupPosition(grid->getShape(), group->second, r).second);
+  }
+  if (ranks < 2)
+    return false;
+  std::vector<std::vector<TaskCost>> costs(ranks);
+  coupled.durationUs.resize(ranks);
+  for (int64_t r = 0; r < ranks; ++r) {
+    model.setRank(r);
+    for (const SimulatedTask &task : tasks) {
+      FailureOr<TaskCost> c = model.cost(task.op);
+      if (failed(c)) {
+        model.setRank(std::nullopt);
+        return failure();
+      }
+      costs[r].push_back(*c);
+      coupled.durationUs[r].push_back(c->us);
+    }
+  }
+  model.setRank(std::nullopt);
+  const HardwareProfile &hw = model.getProfile();
+  if (!coupledSchedule(queued, coupled, isComm, hw.commCpuShare,
+                       hw.commStretch, hw.partialStretch(), isHost))
+    return tasks.front().op->getParentOp()->emitError()
+           << "simulation of every rank cannot progress: every stream of "
+              "every rank waits for a task that cannot start";
+  int64_t last = 0;
+  double lastEnd = 0;
+  for (int64_t r = 0; r < ranks; ++r)
+    for (double end : coupled.endUs[r])
+      if (end > lastEnd) {
+        lastEnd = end;
+        last = r;
+      }
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    tasks[t].cost = costs[last][t];
+    queued[t].startUs = coupled.startUs[last][t];
+    queued[t].endUs = coupled.endUs[last][t];
+  }
+  return true;
+}
+
 } // namespace
 
 void mlir::moe::summarizeTimeline(SimulationResult &result,
@@ -193,11 +282,21 @@ FailureOr<SimulationResult> mlir::moe::simulate(FunctionOpInterface func,
   // other runs.
   double share = model.getProfile().commCpuShare,
          stretch = model.getProfile().commStretch;
-  bool contended = share > 0 || stretch > 1;
-  bool scheduled = contended
-                       ? contendedSchedule(queued, isComm, share, stretch,
-                                           isHost)
-                       : listSchedule(queued);
+  bool contended =
+      share > 0 || stretch > 1 || model.getProfile().partialStretch() > 1;
+  // Recorded routing gives the ranks different work; on a CPU cluster their
+  // collectives then couple them (a collective waits for every rank's post
+  // and is slowed by any rank's compute): simulate every rank.
+  FailureOr<bool> joint = contended && model.hasRoutingLoads()
+                              ? simulateRanksJointly(result.tasks, queued,
+                                                     model, isComm, isHost)
+                              : FailureOr<bool>(false);
+  if (failed(joint))
+    return failure();
+  bool scheduled = *joint || (contended ? contendedSchedule(queued, isComm,
+                                                            share, stretch,
+                                                            isHost)
+                                        : listSchedule(queued));
   if (!scheduled)
     return mlir::emitError(func.getLoc())
            << "simulation cannot progress: every stream "

@@ -74,6 +74,23 @@ FailureOr<DispatchShape> shapeOf(Operation *op, DispatchOp d, int64_t size,
 
 } // namespace
 
+std::pair<int64_t, int64_t> mlir::moe::groupPosition(ArrayRef<int64_t> shape,
+                                                    ArrayRef<int16_t> axes,
+                                                    int64_t rank) {
+  SmallVector<int64_t> coord(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    coord[i] = rank % shape[i];
+    rank /= shape[i];
+  }
+  int64_t index = 0, key = 0;
+  for (int16_t a : axes)
+    index = index * shape[a] + coord[a];
+  for (auto [i, extent] : llvm::enumerate(shape))
+    if (!llvm::is_contained(axes, static_cast<int16_t>(i)))
+      key = key * extent + coord[i];
+  return {index, key};
+}
+
 FailureOr<TaskCost> CostModel::tracedExchange(Operation *op,
                                               Operation *forward,
                                               int64_t size, int64_t perNode) {
@@ -131,9 +148,18 @@ FailureOr<TaskCost> CostModel::tracedExperts(Operation *op, ExpertOp expert) {
   llvm::Expected<DispatchLoad> load = routing->loadOf(*shape);
   if (!load)
     return op->emitOpError() << llvm::toString(load.takeError());
-  double rows = double(*std::max_element(load->expertRows.begin(),
-                                         load->expertRows.end())) /
-                tokenParts(op);
+  int64_t busiest = *std::max_element(load->expertRows.begin(),
+                                      load->expertRows.end());
+  int64_t mine = busiest;
+  if (rank) {
+    FailureOr<shard::GridOp> grid =
+        lookupGrid(op, d->getGridAttr(), symbols);
+    if (failed(grid))
+      return failure();
+    int64_t index = groupPosition(grid->getShape(), d->getAxes(), *rank).first;
+    mine = load->expertRows[index];
+  }
+  double rows = double(mine) / tokenParts(op);
   TaskCost c;
   c.flops = expertFlops(1, rows, dimOf(expert.getInput(), 2),
                         expert.getHiddenSize(), expert.isGated() ? 3 : 2);

@@ -54,4 +54,23 @@ TEST(HardwareProfile, RuntimeScaleRoundTrips) {
                        p->runtimeScaleOf(kind, bytes));
 }
 
+// comm_stretch_partial: absent, the partial stretch is comm_stretch; given,
+// itself; toJson writes it only when given, and parse reads it back.
+TEST(HardwareProfile, PartialStretchDefaultsToTheStretchAndRoundTrips) {
+  std::string text = kProfile;
+  text.insert(text.find("\"launch_us\""), "\"comm_stretch\": 1.5, ");
+  auto p = HardwareProfile::parse(text, "test");
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  EXPECT_DOUBLE_EQ(p->partialStretch(), 1.5);
+  EXPECT_EQ(p->toJson().find("comm_stretch_partial"), std::string::npos);
+  text.insert(text.find("\"launch_us\""), "\"comm_stretch_partial\": 1.25, ");
+  auto q = HardwareProfile::parse(text, "test");
+  ASSERT_TRUE(static_cast<bool>(q)) << llvm::toString(q.takeError());
+  EXPECT_DOUBLE_EQ(q->partialStretch(), 1.25);
+  auto r = HardwareProfile::parse(q->toJson(), "round trip");
+  ASSERT_TRUE(static_cast<bool>(r)) << llvm::toString(r.takeError());
+  EXPECT_DOUBLE_EQ(r->partialStretch(), 1.25);
+  EXPECT_DOUBLE_EQ(r->commStretch, 1.5);
+}
+
 } // namespace

@@ -177,7 +177,10 @@ std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
                           std::max(one, 1e-6)));
   MPI_Bcast(&perPhase, 1, MPI_INT, 0, MPI_COMM_WORLD);
 
-  std::vector<double> shares, alone, beside, stretches, commAlone, commBeside;
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<double> shares, alone, beside, stretches, commAlone, commBeside,
+      partial, commPartial;
   {
     GemmLoop gemms;
     for (int r = 0; r < rounds; ++r) {
@@ -200,9 +203,19 @@ std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
       ran = a2a.run(perPhase);
       double commIdle =
           std::chrono::duration<double>(Clock::now() - c0).count();
+      // Only the odd ranks compute: each collective has ranks computing
+      // and ranks idle (every rank waits for the others' pool threads).
+      gemms.pause(rank % 2 == 0);
+      MPI_Barrier(MPI_COMM_WORLD);
+      c0 = Clock::now();
+      ran = ran && a2a.run(perPhase);
+      double commSome =
+          std::chrono::duration<double>(Clock::now() - c0).count();
       gemms.pause(false);
       if (!ran)
         return moe_rt_last_error();
+      partial.push_back(commIdle > 0 ? commSome / commIdle : 1);
+      commPartial.push_back(commSome);
       alone.push_back(idle);
       beside.push_back(busy);
       shares.push_back(idle > 0 ? 1 - busy / idle : 0);
@@ -211,17 +224,22 @@ std::string measureCommCpuShare(long bytes, int rounds, CommCpuShare &out) {
       stretches.push_back(commIdle > 0 ? commBusy / commIdle : 1);
     }
   }
-  double mine[6] = {median(shares),     median(alone),
+  double mine[8] = {median(shares),     median(alone),
                     median(beside),     median(stretches),
-                    median(commAlone),  median(commBeside)},
-         sum[6];
-  MPI_Allreduce(mine, sum, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                    median(commAlone),  median(commBeside),
+                    median(partial),    median(commPartial)},
+         sum[8];
+  MPI_Allreduce(mine, sum, 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   out.share = std::clamp(sum[0] / size, 0.0, 0.9);
   out.gemmsPerSecondAlone = sum[1] / size;
   out.gemmsPerSecondBesideComm = sum[2] / size;
   out.stretch = std::clamp(sum[3] / size, 1.0, 100.0);
   out.commSecondsAlone = sum[4] / size / perPhase;
   out.commSecondsBesideCompute = sum[5] / size / perPhase;
+  // One rank has no peer: nothing partial to measure.
+  out.stretchPartial =
+      size > 1 ? std::clamp(sum[6] / size, 1.0, 100.0) : out.stretch;
+  out.commSecondsBesidePartial = sum[7] / size / perPhase;
   return "";
 }
 

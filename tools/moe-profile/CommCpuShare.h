@@ -9,8 +9,9 @@
 // ranks) run -- against the same compute thread beside an idle pool,
 // interleaved. The converse too: the pool thread that progresses MPI shares
 // the core with the GEMMs, so the same all-to-alls take longer beside them
-// than with the compute thread asleep.
-// The profile's `comm_cpu_share` and `comm_stretch`
+// than with the compute thread asleep, and longer still or not when only
+// some ranks compute (the odd ones).
+// The profile's `comm_cpu_share`, `comm_stretch` and `comm_stretch_partial`
 // (docs/profile-format.md).
 //
 //===----------------------------------------------------------------------===//
@@ -33,8 +34,16 @@ struct CommCpuShare {
   /// the compute thread asleep), the median over rounds, averaged over
   /// ranks; clamped to [1, 100]. The profile's `comm_stretch`.
   double stretch = 1;
-  /// One all-to-all's seconds, alone and beside the GEMMs (medians).
-  double commSecondsAlone = 0, commSecondsBesideCompute = 0;
+  /// The same with the GEMMs running on the odd ranks only: how much
+  /// longer a collective takes when some ranks of its group compute and
+  /// the others do not (each rank's part waits for the computing ranks'
+  /// pool threads). The profile's `comm_stretch_partial`; `stretch` with
+  /// one rank.
+  double stretchPartial = 1;
+  /// One all-to-all's seconds, alone, beside the GEMMs on every rank and
+  /// on the odd ranks only (medians).
+  double commSecondsAlone = 0, commSecondsBesideCompute = 0,
+         commSecondsBesidePartial = 0;
 };
 
 /// All ranks call it together (MPI initialized with moe_rt_mpi_init);

@@ -20,6 +20,14 @@ namespace mlir::moe {
 
 class RoutingLoads;
 
+/// Rank `rank` of a grid of `shape` (row-major coordinates) in the group
+/// spanned by `axes`: its index within the group (row-major over the
+/// coordinates of `axes`, in their order) and the key the group's ranks
+/// share (row-major over the other axes' coordinates).
+std::pair<int64_t, int64_t> groupPosition(ArrayRef<int64_t> shape,
+                                          ArrayRef<int16_t> axes,
+                                          int64_t rank);
+
 /// The variable-count token chunks `op` belongs to (moe-token-pipeline on a
 /// dropless layer): r of a dispatch's / combine's (or its vjp's) `part [j,
 /// r]`, of the dispatch or moe.rows_window giving an expert its rows; 1
@@ -56,6 +64,14 @@ public:
   /// Prices dispatch, combine and expert tasks from recorded routing
   /// (RoutingLoads.h; null: uniform routing). Not owned.
   void setRoutingLoads(const RoutingLoads *loads) { routing = loads; }
+  bool hasRoutingLoads() const { return routing != nullptr; }
+
+  /// Whose experts a traced expert task computes: nullopt (the default),
+  /// the rank whose experts receive the most rows, which stands for every
+  /// rank; a rank of the grid, that rank's own (the joint simulation of
+  /// every rank, Simulator.cpp). Collectives end with their slowest rank
+  /// either way.
+  void setRank(std::optional<int64_t> r) { rank = r; }
 
 private:
   FailureOr<TaskCost> forwardCost(Operation *op);
@@ -81,6 +97,7 @@ private:
   const HardwareProfile &profile;
   SymbolTableCollection symbols;
   const RoutingLoads *routing = nullptr;
+  std::optional<int64_t> rank;
   /// The share of an op's work (bytes, flops) that is timed: 0 gives
   /// chunkedCost's start-up time.
   double workScale = 1.0;

@@ -62,6 +62,15 @@ struct HardwareProfile {
   /// stream runs a task (the pool thread that progresses MPI shares the
   /// core with the GEMMs; moe-profile measures it). 1 on GPUs.
   double commStretch = 1.0;
+  /// The stretch of a collective while some ranks of its group compute and
+  /// the others do not (each rank's part waits for the computing ranks'
+  /// pool threads; moe-profile measures it with GEMMs on the odd ranks
+  /// only). Only the joint simulation of every rank tells the cases apart
+  /// (ListScheduler.h, coupledSchedule); absent: commStretch.
+  std::optional<double> commStretchPartial;
+  double partialStretch() const {
+    return commStretchPartial.value_or(commStretch);
+  }
   /// What every collective of the runtime takes beyond its α–β time: the
   /// pool's issue and polling, MPI's protocol round trips on the links
   /// (moe-profile measures a 4-byte collective through the runtime). The

@@ -18,6 +18,7 @@
 #ifndef MOE_ANALYSIS_LISTSCHEDULER_H
 #define MOE_ANALYSIS_LISTSCHEDULER_H
 
+#include <cstdint>
 #include <vector>
 
 namespace mlir::moe {
@@ -54,6 +55,42 @@ bool contendedSchedule(std::vector<QueuedTask> &tasks,
                        const std::vector<bool> &commStream,
                        double commCpuShare, double commStretch = 1.0,
                        const std::vector<bool> &hostStream = {});
+
+/// Every rank of a CPU cluster at once (docs/passes/moe-simulate.md, "Ranks
+/// simulated jointly"): the same tasks on each rank, whose durations differ
+/// only where routing gives the ranks different work. On top of
+/// contendedSchedule's rules:
+/// - a collective is posted on a rank when its stream starts it and runs
+///   only once every rank of its group has posted it (the runtime's
+///   non-blocking MPI: no rank finishes before the last one joins); it ends
+///   on all of them at once;
+/// - it progresses at 1 / commStretch while a compute task runs on every
+///   rank of its group, at 1 / commStretchPartial while one runs on some of
+///   them (each rank's pool thread, which progresses it, shares a core
+///   with that rank's GEMMs, and every rank waits for the others' parts),
+///   else at 1; two collectives running on one communication stream share
+///   its link;
+/// - a communication stream is the runtime's pool (CpuPoolStream.cpp): one
+///   slot for its high-priority queue and one for the low one; a
+///   low-priority task starts only when no high-priority task runs or can
+///   start, but a high-priority task starts while a low one runs.
+struct CoupledRanks {
+  /// durationUs[r][t]: the work of task t on rank r at full rate.
+  std::vector<std::vector<double>> durationUs;
+  /// Per task: for a collective, each rank's group key (ranks with equal
+  /// keys run it together); empty for any other task.
+  std::vector<std::vector<int64_t>> groupKey;
+  /// Filled in: per rank, each task's start (a collective's post) and end.
+  std::vector<std::vector<double>> startUs, endUs;
+};
+
+/// Schedules `tasks` (issue order, streams, deps and priorities; their
+/// durationUs is ignored) on every rank of `ranks` jointly. Returns false
+/// when no task can progress.
+bool coupledSchedule(const std::vector<QueuedTask> &tasks, CoupledRanks &ranks,
+                     const std::vector<bool> &commStream, double commCpuShare,
+                     double commStretch, double commStretchPartial,
+                     const std::vector<bool> &hostStream);
 
 } // namespace mlir::moe
 
