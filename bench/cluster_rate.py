@@ -22,13 +22,13 @@ ratio on this machine equals that of FlowMoE's Cluster 1.
    python3 bench/cluster_rate.py --build build [--probe-rate 800mbit]
 """
 import argparse
-import json
 import math
 import os
 import sys
 import tempfile
 
 import cluster_lib as cl
+import profiles
 
 sys.path.insert(0, cl.HERE)
 import flowmoe_tables  # noqa: E402
@@ -45,16 +45,13 @@ def cluster1_ratio(moe_opt, tmp):
 
 
 def scaled_profile(profile, factor, path, keep_alpha):
-    p = json.loads(json.dumps(profile))
-    for links in p["collectives"].values():
-        if "inter" in links:
-            links["inter"]["beta_us_per_byte"] *= factor
+    p = profiles.copy_of(profile)
+    for kind, links in p["collectives"].items():
+        profiles.scale_links(p, kind, factor, ("inter",))
         if not keep_alpha:
             for link in links.values():
                 link["alpha_us"] = 0.0
-    with open(path, "w") as f:
-        json.dump(p, f)
-    return path
+    return profiles.write(p, path)
 
 
 def trainer_model(moe_opt, grid, tmp):

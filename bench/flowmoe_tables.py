@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+import profiles
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 GEN = os.path.join(ROOT, "python", "gen_model_mlir.py")
@@ -70,8 +72,7 @@ class Bench:
     def __init__(self, moe_opt, tmp):
         self.moe_opt, self.tmp = moe_opt, tmp
         self.models = {}
-        with open(os.path.join(ROOT, "profiles", "flowmoe-cluster1.json")) as f:
-            self.base = json.load(f)
+        self.base = profiles.load("flowmoe-cluster1")
         self.scale = {"gemm": 1.0, "ar": 1.0, "a2a": 1.0}
 
     def model(self, name, gpus, extra=()):
@@ -82,17 +83,13 @@ class Bench:
         return self.models[key]
 
     def profile(self, nodes):
-        p = json.loads(json.dumps(self.base))
+        p = profiles.copy_of(self.base)
         p["name"] = "flowmoe-cluster1-calibrated"
         p["mesh"]["nodes"] = nodes
-        p["compute"]["gemm"]["beta_us_per_flop"] *= self.scale["gemm"]
+        profiles.scale_gemm(p, self.scale["gemm"])
         for kind, s in (("all_reduce", "ar"), ("all_to_all", "a2a")):
-            for link in p["collectives"][kind].values():
-                link["beta_us_per_byte"] *= self.scale[s]
-        path = os.path.join(self.tmp, f"profile-{nodes}.json")
-        with open(path, "w") as f:
-            json.dump(p, f)
-        return path
+            profiles.scale_links(p, kind, self.scale[s])
+        return profiles.write(p, os.path.join(self.tmp, f"profile-{nodes}.json"))
 
     def simulate(self, name, gpus, policy, degree, chunk="2MiB", extra=(),
                  token_degree=1):

@@ -50,6 +50,8 @@ import subprocess
 import sys
 import tempfile
 
+import profiles
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -389,21 +391,13 @@ def main():
             f"{degrees_differ(rows['B'])} |")
         with tempfile.TemporaryDirectory() as tmp:
             def variant_profile(tb, name, edit):
-                with open(os.path.join(ROOT, "profiles",
-                                       TESTBEDS[tb][0] + ".json")) as f:
-                    p = json.load(f)
+                p = profiles.load(TESTBEDS[tb][0])
                 edit(p)
                 p["name"] = name
-                path = os.path.join(tmp, name + ".json")
-                with open(path, "w") as f:
-                    json.dump(p, f)
-                return path
+                return profiles.write(p, os.path.join(tmp, name + ".json"))
 
             def scale(kind, factor):
-                def edit(p):
-                    for link in p["collectives"][kind].values():
-                        link["beta_us_per_byte"] *= factor
-                return edit
+                return lambda p: profiles.scale_links(p, kind, factor)
             printed = variant_profile("A", "a-printed-ag",
                                       scale("all_gather", 10))
             # A rank's all-to-all carrying k f B L M (not / N_ESP) is the
@@ -414,7 +408,7 @@ def main():
                 factor = geomean(r["expert"] for r in ratios[tb].values())
 
                 def edit(p):
-                    p["compute"]["gemm"]["beta_us_per_flop"] *= factor
+                    profiles.scale_gemm(p, factor)
                 return variant_profile(tb, tb + "-table2-gemm", edit), factor
             slow = {tb: gemm_from_table2(tb) for tb in "AB"}
 
@@ -429,9 +423,8 @@ def main():
                                      ("all_gather", "ag"),
                                      ("reduce_scatter", "rs"),
                                      ("all_reduce", "ar")):
-                        for link in p["collectives"][kind].values():
-                            link["beta_us_per_byte"] *= f[op]
-                    p["compute"]["gemm"]["beta_us_per_flop"] *= f["expert"]
+                        profiles.scale_links(p, kind, f[op])
+                    profiles.scale_gemm(p, f["expert"])
                 return variant_profile(tb, tb + "-table2-all", edit)
             table2_all = {tb: in_step(tb) for tb in "AB"}
             # Testbed A's beta_ar read one decade lower, like its beta_ag:
@@ -462,8 +455,7 @@ def main():
                     for kind, rate in rates.items():
                         factors[kind] = max(1.0,
                                             g * rate / NIC_BYTES_PER_US[tb])
-                        for link in c[kind].values():
-                            link["beta_us_per_byte"] *= factors[kind]
+                        profiles.scale_links(p, kind, factors[kind])
                 return variant_profile(tb, tb + "-nic-line-rate",
                                        edit), factors
             nic = {tb: nic_line_rate(tb) for tb in "AB"}

@@ -45,6 +45,7 @@ import sys
 import tempfile
 
 import netmoe_measured
+import profiles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -257,15 +258,12 @@ class Bench:
         return path
 
     def simulate(self, model, nodes, policy, degree, intra=1.0, inter=1.0):
-        with open(PROFILE) as f:
-            prof = json.load(f)
+        prof = profiles.load(PROFILE)
         prof["mesh"]["nodes"] = nodes
-        a2a = prof["collectives"]["all_to_all"]
-        a2a["intra"]["beta_us_per_byte"] *= intra
-        a2a["inter"]["beta_us_per_byte"] *= inter
-        path = os.path.join(self.tmp, f"profile-{nodes}-{intra}-{inter}.json")
-        with open(path, "w") as f:
-            json.dump(prof, f)
+        profiles.scale_links(prof, "all_to_all", intra, ("intra",))
+        profiles.scale_links(prof, "all_to_all", inter, ("inter",))
+        path = profiles.write(prof, os.path.join(
+            self.tmp, f"profile-{nodes}-{intra}-{inter}.json"))
         out = run([self.a.moe_opt, model, "--moe-flowmoe-pipeline=" +
                    f"degree={degree} policy={policy}",
                    f"--moe-simulate=profile={path} json=true", "-o", os.devnull])

@@ -33,6 +33,7 @@ import subprocess
 import sys
 
 import cluster_lib as cl
+import profiles
 
 PIPELINE = ("degree=2 policy=flowmoe chunk-bytes=64KiB optimizer=adamw "
             "lr=0.02 weight-decay=0.01 clip-norm=1.0")
@@ -244,13 +245,8 @@ def run(m, log):
 
 
 def simulate_scaled(m, step, intra, inter):
-    with open(m.path("profile.json")) as f:
-        prof = json.load(f)
-    a2a = prof["collectives"]["all_to_all"]
-    for key, scale in (("intra", intra), ("inter", inter)):
-        if key in a2a:
-            a2a[key]["beta_us_per_byte"] *= scale
-    path = m.path(f"profile-{intra:.4f}-{inter:.4f}.json")
-    with open(path, "w") as f:
-        json.dump(prof, f)
+    prof = profiles.load(m.path("profile.json"))
+    profiles.scale_links(prof, "all_to_all", intra, ("intra",))
+    profiles.scale_links(prof, "all_to_all", inter, ("inter",))
+    path = profiles.write(prof, m.path(f"profile-{intra:.4f}-{inter:.4f}.json"))
     return cl.simulate(m.a.moe_opt, step, path)["iteration_us"] / 1e3

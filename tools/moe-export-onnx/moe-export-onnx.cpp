@@ -165,11 +165,8 @@ int main(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
 
   MLIRContext context;
-  llvm::Expected<run::LoadedStep> loaded =
-      run::loadScheduledStep(o.step, context);
-  if (!loaded)
-    die(llvm::toString(loaded.takeError()));
-  FunctionOpInterface step = loaded->func;
+  run::LoadedStep loaded = run::loadScheduledStepOrDie(o.step, context, die);
+  FunctionOpInterface step = loaded.func;
 
   // Every parameter needs a source; then the whole model (every expert)
   // from every rank's file, checked against the step's layout, before

@@ -147,11 +147,8 @@ int main(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
 
   MLIRContext context;
-  llvm::Expected<run::LoadedStep> loaded =
-      run::loadScheduledStep(o.input, context);
-  if (!loaded)
-    die(llvm::toString(loaded.takeError()));
-  FunctionOpInterface step = loaded->func;
+  run::LoadedStep loaded = run::loadScheduledStepOrDie(o.input, context, die);
+  FunctionOpInterface step = loaded.func;
   int64_t world = worldOf(step, o.worldSize);
   moe_rt::expert_placement::Placement slots = slotsOf(step, o.placement);
   int parameters = 0;

@@ -515,25 +515,22 @@ int main(int argc, char **argv) {
   Options o = parseOptions(argc, argv);
 
   MLIRContext context;
-  llvm::Expected<run::LoadedStep> loaded =
-      run::loadScheduledStep(o.input, context);
-  if (!loaded)
-    die(llvm::toString(loaded.takeError()));
+  run::LoadedStep loaded = run::loadScheduledStepOrDie(o.input, context, die);
 
   auto [rank, world] = rankAndWorld(o.timeout);
   // A resumed run continues the checkpoint's counters: its update count,
   // data position and noise seed.
   Placements placed;
-  placed.slots = placementOrDie(loaded->func, o.expertPlacement, {},
+  placed.slots = placementOrDie(loaded.func, o.expertPlacement, {},
                                 "--expert-placement");
   std::optional<moe_rt::checkpoint::RankState> resumed =
-      resumedState(loaded->func, o, rank, world, placed.slots);
+      resumedState(loaded.func, o, rank, world, placed.slots);
   moe_rt::checkpoint::Counters start =
       resumed ? resumed->counters : moe_rt::checkpoint::Counters{0, 0, o.seed};
-  moe_rt_routing_log *log = routingLog(loaded->func, o, rank);
-  placed.later = laterPlacements(loaded->func, o, placed.slots);
-  setLogPlacement(log, loaded->func, placed.slots);
-  Interpreter run(loaded->func, {rank, world, start.seed, o.timeout, log,
+  moe_rt_routing_log *log = routingLog(loaded.func, o, rank);
+  placed.later = laterPlacements(loaded.func, o, placed.slots);
+  setLogPlacement(log, loaded.func, placed.slots);
+  Interpreter run(loaded.func, {rank, world, start.seed, o.timeout, log,
                                  o.checkEveryStep, placed.slots});
   check(run.prepare());
   startArguments(run, o, resumed);
@@ -566,7 +563,7 @@ int main(int argc, char **argv) {
                                     sums.stream, sums.all));
           placed.slots = placed.later[k];
           run.setExpertSlots(placed.slots);
-          setLogPlacement(log, loaded->func, placed.slots);
+          setLogPlacement(log, loaded.func, placed.slots);
         }
       moe_rt_profile_step_begin();
       check(run.run(s));

@@ -22,6 +22,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -88,6 +89,16 @@ llvm::Expected<LoadedStep> loadScheduledStep(llvm::StringRef path,
         "'" + path.str() +
         "' has no scheduled step (run moe-opt --moe-flowmoe-pipeline)");
   return step;
+}
+
+LoadedStep loadScheduledStepOrDie(llvm::StringRef path, MLIRContext &context,
+                                  void (*die)(const std::string &)) {
+  llvm::Expected<LoadedStep> loaded = loadScheduledStep(path, context);
+  if (!loaded) {
+    die(llvm::toString(loaded.takeError()));
+    std::abort(); // `die` exits; a `die` that returned would be a bug
+  }
+  return std::move(*loaded);
 }
 
 int64_t gridSize(FunctionOpInterface func) {

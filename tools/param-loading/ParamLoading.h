@@ -52,6 +52,11 @@ struct LoadedStep {
 llvm::Expected<LoadedStep> loadScheduledStep(llvm::StringRef path,
                                              MLIRContext &context);
 
+/// loadScheduledStep for a tool's main: an error goes to `die`, the tool's
+/// own "TOOL: error: MESSAGE" printer, which does not return.
+LoadedStep loadScheduledStepOrDie(llvm::StringRef path, MLIRContext &context,
+                                  void (*die)(const std::string &));
+
 /// This rank's index in its expert-parallel group (the model's ep_axes of
 /// its grid, row-major), which decides the experts it holds. 0 without a
 /// model attribute or grid.

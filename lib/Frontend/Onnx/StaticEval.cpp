@@ -225,6 +225,22 @@ std::optional<T> reshape(const T &a, const std::vector<int64_t> &target,
   return out;
 }
 
+/// A row-major shape seen around dimension `axis`: `outer` blocks of
+/// `size` slices of `inner` elements.
+struct AroundAxis {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+AroundAxis aroundAxis(const std::vector<int64_t> &shape, int64_t axis) {
+  AroundAxis s;
+  s.size = shape[axis];
+  for (int64_t k = 0; k < axis; ++k)
+    s.outer *= shape[k];
+  for (int64_t k = axis + 1; k < int64_t(shape.size()); ++k)
+    s.inner *= shape[k];
+  return s;
+}
+
 std::optional<T> concat(const std::vector<const T *> &ins, int64_t axis) {
   if (ins.empty())
     return std::nullopt;
@@ -246,14 +262,10 @@ std::optional<T> concat(const std::vector<const T *> &ins, int64_t axis) {
   }
   if (!sizeOk(out.shape))
     return std::nullopt;
-  int64_t outer = 1, inner = 1;
-  for (int64_t k = 0; k < axis; ++k)
-    outer *= out.shape[k];
-  for (int64_t k = axis + 1; k < r; ++k)
-    inner *= out.shape[k];
-  for (int64_t o = 0; o < outer; ++o)
+  AroundAxis s = aroundAxis(out.shape, axis);
+  for (int64_t o = 0; o < s.outer; ++o)
     for (const T *t : ins) {
-      int64_t chunk = t->shape[axis] * inner;
+      int64_t chunk = t->shape[axis] * s.inner;
       out.data.insert(out.data.end(), t->data.begin() + o * chunk,
                       t->data.begin() + (o + 1) * chunk);
     }
@@ -327,11 +339,7 @@ std::optional<T> gather(const T &data, const T &idx, int64_t axis) {
     out.shape.push_back(data.shape[k]);
   if (!sizeOk(out.shape))
     return std::nullopt;
-  int64_t outer = 1, inner = 1, d = data.shape[axis];
-  for (int64_t k = 0; k < axis; ++k)
-    outer *= data.shape[k];
-  for (int64_t k = axis + 1; k < r; ++k)
-    inner *= data.shape[k];
+  auto [outer, d, inner] = aroundAxis(data.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (double fi : idx.data) {
       int64_t i = static_cast<int64_t>(fi);
@@ -529,11 +537,7 @@ std::optional<T> softmax(const T &a, int64_t axis, bool log) {
   if (axis < 0 || axis >= r)
     return std::nullopt;
   T out = a;
-  int64_t d = a.shape[axis], inner = 1, outer = 1;
-  for (int64_t k = axis + 1; k < r; ++k)
-    inner *= a.shape[k];
-  for (int64_t k = 0; k < axis; ++k)
-    outer *= a.shape[k];
+  auto [outer, d, inner] = aroundAxis(a.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       double mx = -INFINITY, sum = 0;
@@ -773,6 +777,507 @@ Out shapeOnlyNode(const NodeProto &n, const std::vector<const T *> &ins,
   return none;
 }
 
+/// `n`'s outputs with the first one `t` (unknown when nullopt), the others
+/// unknown.
+Out firstOutput(const NodeProto &n, std::optional<T> t) {
+  Out o(std::max(n.output_size(), 1));
+  o[0] = std::move(t);
+  return o;
+}
+
+using V = const std::vector<double> &;
+
+/// One-operand elementwise ops, casts and clamps: true when `n` is one of
+/// them with its operand known, its value (nullopt: unknown) in `out`.
+bool unaryElementwise(const NodeProto &n, const std::vector<const T *> &ins,
+                 int64_t opset, std::optional<T> &out) {
+  llvm::StringRef op = n.op_type();
+  const T *a = in(ins, 0), *b = in(ins, 1);
+  static const std::map<std::string, std::function<double(double)>> unaries = {
+      {"Neg", [](double x) { return -x; }},
+      {"Abs", [](double x) { return std::fabs(x); }},
+      {"Sqrt", [](double x) { return std::sqrt(x); }},
+      {"Reciprocal", [](double x) { return 1.0 / x; }},
+      {"Exp", [](double x) { return std::exp(x); }},
+      {"Log", [](double x) { return std::log(x); }},
+      {"Sin", [](double x) { return std::sin(x); }},
+      {"Cos", [](double x) { return std::cos(x); }},
+      {"Tanh", [](double x) { return std::tanh(x); }},
+      {"Erf", [](double x) { return std::erf(x); }},
+      {"Sigmoid", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }},
+      {"Relu", [](double x) { return x > 0 ? x : 0.0; }},
+      {"Floor", [](double x) { return std::floor(x); }},
+      {"Ceil", [](double x) { return std::ceil(x); }},
+      {"Softplus", [](double x) { return std::log1p(std::exp(x)); }},
+      {"Sign", [](double x) { return double((x > 0) - (x < 0)); }},
+  };
+  if (auto it = unaries.find(op.str()); it != unaries.end() && a) {
+    out = unary(*a, it->second, a->isFloat);
+    return true;
+  }
+  if (op == "Not" && a) {
+    out = unary(*a, [](double x) { return x == 0 ? 1.0 : 0.0; }, false);
+    return true;
+  }
+  if (op == "IsInf" && a) {
+    out = unary(*a, [](double x) { return std::isinf(x) ? 1.0 : 0.0; }, false);
+    return true;
+  }
+  if (op == "IsNaN" && a) {
+    out = unary(*a, [](double x) { return std::isnan(x) ? 1.0 : 0.0; }, false);
+    return true;
+  }
+  if (op == "Clip" && a) {
+    double lo = -INFINITY, hi = INFINITY;
+    if (opset < 11) {
+      lo = attrFloat(n, "min", -INFINITY);
+      hi = attrFloat(n, "max", INFINITY);
+    } else {
+      if (const T *m = in(ins, 1); m && m->data.size() == 1)
+        lo = m->data[0];
+      if (const T *m = in(ins, 2); m && m->data.size() == 1)
+        hi = m->data[0];
+    }
+    out = unary(*a, [&](double x) { return std::min(std::max(x, lo), hi); },
+                a->isFloat);
+    return true;
+  }
+  if ((op == "Identity" || op == "Dropout") && a) {
+    out = *a;
+    return true;
+  }
+  if (op == "Cast" && a) {
+    int64_t to = attrInt(n, "to", onnx::TensorProto::FLOAT);
+    out = unary(*a, [&](double x) { return castTo(x, to); }, floatType(to));
+    return true;
+  }
+  if (op == "CastLike" && a && b) {
+    out = unary(
+        *a, [&](double x) { return b->isFloat ? x : castTo(x, onnx::TensorProto::INT64); },
+        b->isFloat);
+    return true;
+  }
+  return false;
+}
+
+/// Elementwise ops of two or more operands (arithmetic, comparisons,
+/// Max / Min / Sum / Mean, Where): true when `n` is one of them with its
+/// operands known, its value (nullopt: unknown) in `out`.
+bool naryElementwise(const NodeProto &n, const std::vector<const T *> &ins,
+                     std::optional<T> &out) {
+  llvm::StringRef op = n.op_type();
+  const T *a = in(ins, 0), *b = in(ins, 1);
+  bool anyFloat = llvm::any_of(ins, [](const T *t) { return t && t->isFloat; });
+  static const std::map<std::string, std::function<double(double, double)>>
+      binaries = {{"Add", [](double x, double y) { return x + y; }},
+                  {"Sub", [](double x, double y) { return x - y; }},
+                  {"Mul", [](double x, double y) { return x * y; }},
+                  {"Pow", [](double x, double y) { return std::pow(x, y); }}};
+  static const std::map<std::string, std::function<double(double, double)>>
+      compares = {{"Equal", [](double x, double y) { return double(x == y); }},
+                  {"Less", [](double x, double y) { return double(x < y); }},
+                  {"LessOrEqual",
+                   [](double x, double y) { return double(x <= y); }},
+                  {"Greater", [](double x, double y) { return double(x > y); }},
+                  {"GreaterOrEqual",
+                   [](double x, double y) { return double(x >= y); }},
+                  {"And",
+                   [](double x, double y) { return double(x != 0 && y != 0); }},
+                  {"Or",
+                   [](double x, double y) { return double(x != 0 || y != 0); }},
+                  {"Xor", [](double x, double y) {
+                     return double((x != 0) != (y != 0));
+                   }}};
+  if (a && b && n.input_size() == 2) {
+    if (auto it = binaries.find(op.str()); it != binaries.end()) {
+      auto f = it->second;
+      out = nary({a, b}, [&](V v) { return f(v[0], v[1]); },
+                 op == "Pow" ? a->isFloat : anyFloat);
+      return true;
+    }
+    if (auto it = compares.find(op.str()); it != compares.end()) {
+      auto f = it->second;
+      out = nary({a, b}, [&](V v) { return f(v[0], v[1]); }, false);
+      return true;
+    }
+    if (op == "Div") {
+      bool intDiv = isIntDiv(ins);
+      out = nary(
+          {a, b},
+          [&](V v) {
+            if (!intDiv)
+              return v[0] / v[1];
+            return v[1] == 0 ? NAN : std::trunc(v[0] / v[1]);
+          },
+          !intDiv);
+      return true;
+    }
+    if (op == "Mod") {
+      bool fm = attrInt(n, "fmod", 0) != 0;
+      out = nary(
+          {a, b},
+          [&](V v) {
+            if (v[1] == 0)
+              return double(NAN);
+            double r = std::fmod(v[0], v[1]);
+            if (!fm && r != 0 && ((r < 0) != (v[1] < 0)))
+              r += v[1];
+            return r;
+          },
+          anyFloat);
+      return true;
+    }
+  }
+  if ((op == "Max" || op == "Min" || op == "Sum" || op == "Mean") &&
+      !ins.empty()) {
+    out = nary(
+        ins,
+        [&](V v) {
+          double r = v[0];
+          for (size_t i = 1; i < v.size(); ++i)
+            r = op == "Max"   ? std::max(r, v[i])
+                : op == "Min" ? std::min(r, v[i])
+                              : r + v[i];
+          return op == "Mean" ? r / v.size() : r;
+        },
+        anyFloat);
+    return true;
+  }
+  if (op == "Where" && ins.size() == 3) {
+    out = nary({a, b, ins[2]}, [](V v) { return v[0] != 0 ? v[1] : v[2]; },
+               b->isFloat || ins[2]->isFloat);
+    return true;
+  }
+  return false;
+}
+
+/// Elementwise ops: true when `n` is one with its operands known, its value
+/// (nullopt: unknown) in `out`.
+bool elementwise(const NodeProto &n, const std::vector<const T *> &ins,
+                 int64_t opset, std::optional<T> &out) {
+  return unaryElementwise(n, ins, opset, out) || naryElementwise(n, ins, out);
+}
+
+std::optional<T> squeezeOrUnsqueeze(const NodeProto &n,
+                                    const std::vector<const T *> &ins,
+                                    const T &a) {
+  auto axes = axesOf(n, ins, 1);
+  if (!axes)
+    return std::nullopt;
+  T out = a;
+  if (n.op_type() == "Squeeze") {
+    std::vector<int64_t> s;
+    int64_t r = a.shape.size();
+    std::vector<bool> drop(r, false);
+    for (int64_t x : *axes)
+      if (int64_t k = normAxis(x, r); k >= 0 && k < r)
+        drop[k] = true;
+    for (int64_t k = 0; k < r; ++k)
+      if (!(axes->empty() ? a.shape[k] == 1 : bool(drop[k])))
+        s.push_back(a.shape[k]);
+    out.shape = s;
+  } else {
+    int64_t r = a.shape.size() + axes->size();
+    std::vector<bool> add(r, false);
+    for (int64_t x : *axes) {
+      int64_t k = normAxis(x, r);
+      if (k < 0 || k >= r)
+        return std::nullopt;
+      add[k] = true;
+    }
+    std::vector<int64_t> s;
+    size_t src = 0;
+    for (int64_t k = 0; k < r; ++k)
+      s.push_back(add[k] ? 1 : (src < a.shape.size() ? a.shape[src++] : 1));
+    out.shape = s;
+  }
+  return out;
+}
+
+/// Shape: dimensions [start, end) of `a`'s shape, as I64 values.
+T shapeOf(const NodeProto &n, const T &a) {
+  int64_t r = a.shape.size();
+  auto clampR = [&](int64_t i) {
+    return std::clamp<int64_t>(normAxis(i, r), 0, r);
+  };
+  int64_t s = clampR(attrInt(n, "start", 0)), e = clampR(attrInt(n, "end", r));
+  T out;
+  out.isFloat = false;
+  out.shape = {std::max<int64_t>(0, e - s)};
+  for (int64_t k = s; k < e; ++k)
+    out.data.push_back(a.shape[k]);
+  return out;
+}
+
+/// Slice, its bounds from attributes (opset < 10) or known inputs.
+std::optional<T> sliceNode(const NodeProto &n,
+                           const std::vector<const T *> &ins, int64_t opset,
+                           const T &a) {
+  std::vector<int64_t> st, en, ax, sp;
+  if (opset < 10) {
+    st = attrInts(n, "starts");
+    en = attrInts(n, "ends");
+    ax = attrInts(n, "axes");
+  } else {
+    auto s1 = ints(in(ins, 1)), e1 = ints(in(ins, 2));
+    if (!s1 || !e1)
+      return std::nullopt;
+    st = *s1;
+    en = *e1;
+    if (n.input_size() > 3 && !n.input(3).empty()) {
+      auto v = ints(in(ins, 3));
+      if (!v)
+        return std::nullopt;
+      ax = *v;
+    }
+    if (n.input_size() > 4 && !n.input(4).empty()) {
+      auto v = ints(in(ins, 4));
+      if (!v)
+        return std::nullopt;
+      sp = *v;
+    }
+  }
+  return slice(a, st, en, ax, sp);
+}
+
+std::optional<T> expand(const T &a, const T &b) {
+  auto target = ints(&b);
+  if (!target)
+    return std::nullopt;
+  auto s = broadcastShape(a.shape, *target);
+  if (!s || !sizeOk(*s))
+    return std::nullopt;
+  // Expand broadcasts both ways: to the broadcast of the two shapes.
+  T zeros{*s, std::vector<double>(), a.isFloat};
+  zeros.data.assign(zeros.numel(), 0.0);
+  return nary({&a, &zeros}, [](V v) { return v[0]; }, a.isFloat);
+}
+
+std::optional<T> tile(const T &a, const T &b) {
+  auto reps = ints(&b);
+  if (!reps || reps->size() != a.shape.size())
+    return std::nullopt;
+  T out = a;
+  for (size_t k = 0; k < reps->size(); ++k) {
+    if ((*reps)[k] < 1)
+      return std::nullopt;
+    T tmp = out;
+    std::vector<const T *> cs((*reps)[k], &tmp);
+    auto c = concat(cs, k);
+    if (!c)
+      return std::nullopt;
+    out = *c;
+  }
+  return out;
+}
+
+std::optional<T> range(const T &start, const T &limit, const T &delta) {
+  double s = start.data.at(0), lim = limit.data.at(0), d = delta.data.at(0);
+  if (d == 0)
+    return std::nullopt;
+  int64_t cnt = std::max<int64_t>(0, int64_t(std::ceil((lim - s) / d)));
+  if (cnt > StaticEval::kMaxElements)
+    return std::nullopt;
+  T out;
+  out.isFloat = start.isFloat;
+  out.shape = {cnt};
+  for (int64_t i = 0; i < cnt; ++i)
+    out.data.push_back(s + i * d);
+  return out;
+}
+
+/// The first element of a ConstantOfShape's `value` tensor; `otherwise`
+/// when it holds none.
+double firstElement(const onnx::TensorProto &t, double otherwise) {
+  if (t.float_data_size())
+    return t.float_data(0);
+  if (t.int64_data_size())
+    return t.int64_data(0);
+  if (t.int32_data_size())
+    return t.int32_data(0);
+  if (t.double_data_size())
+    return t.double_data(0);
+  double v = otherwise;
+  if (t.has_raw_data() && !t.raw_data().empty()) {
+    const std::string &r = t.raw_data();
+    switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      if (r.size() >= 4) { float f; std::memcpy(&f, r.data(), 4); v = f; }
+      break;
+    case onnx::TensorProto::DOUBLE:
+      if (r.size() >= 8) std::memcpy(&v, r.data(), 8);
+      break;
+    case onnx::TensorProto::INT64:
+      if (r.size() >= 8) { int64_t x; std::memcpy(&x, r.data(), 8); v = double(x); }
+      break;
+    case onnx::TensorProto::INT32:
+      if (r.size() >= 4) { int32_t x; std::memcpy(&x, r.data(), 4); v = x; }
+      break;
+    default:
+      v = static_cast<unsigned char>(r[0]);
+    }
+  }
+  return v;
+}
+
+std::optional<T> constantOfShape(const NodeProto &n, const T &shapeIn) {
+  auto shape = ints(&shapeIn);
+  if (!shape || !sizeOk(*shape))
+    return std::nullopt;
+  T out;
+  out.shape = *shape;
+  double v = 0;
+  out.isFloat = true;
+  for (const auto &at : n.attribute())
+    if (at.name() == "value" && at.has_t()) {
+      out.isFloat = floatType(at.t().data_type());
+      v = firstElement(at.t(), v);
+    }
+  out.data.assign(out.numel(), v);
+  return out;
+}
+
+std::optional<T> trilu(const NodeProto &n, const std::vector<const T *> &ins,
+                       const T &a) {
+  int64_t k = 0;
+  if (const T *kt = in(ins, 1); kt && !kt->data.empty())
+    k = int64_t(kt->data[0]);
+  bool upper = attrInt(n, "upper", 1) != 0;
+  if (a.shape.size() < 2)
+    return std::nullopt;
+  T out = a;
+  int64_t rows = a.shape[a.shape.size() - 2], cols = a.shape.back();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    int64_t c = i % cols, r = (i / cols) % rows;
+    bool keep = upper ? c - r >= k : c - r <= k;
+    if (!keep)
+      out.data[i] = 0;
+  }
+  return out;
+}
+
+std::optional<T> cumSum(const NodeProto &n, const T &a, const T &b) {
+  int64_t r = a.shape.size();
+  int64_t axis = normAxis(int64_t(b.data.at(0)), r);
+  if (axis < 0 || axis >= r)
+    return std::nullopt;
+  bool excl = attrInt(n, "exclusive", 0), rev = attrInt(n, "reverse", 0);
+  T out = a;
+  auto [outer, d, inner] = aroundAxis(a.shape, axis);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      double acc = 0;
+      for (int64_t jj = 0; jj < d; ++jj) {
+        int64_t j = rev ? d - 1 - jj : jj;
+        double v = a.data[(o * d + j) * inner + i];
+        if (excl) {
+          out.data[(o * d + j) * inner + i] = acc;
+          acc += v;
+        } else {
+          acc += v;
+          out.data[(o * d + j) * inner + i] = acc;
+        }
+      }
+    }
+  return out;
+}
+
+/// Split: one output per part, all unknown when the sizes are.
+Out split(const NodeProto &n, const std::vector<const T *> &ins, const T &a) {
+  Out none(std::max(n.output_size(), 1));
+  int64_t r = a.shape.size();
+  int64_t axis = normAxis(attrInt(n, "axis", 0), r);
+  if (axis < 0 || axis >= r)
+    return none;
+  std::vector<int64_t> sizes;
+  if (hasAttr(n, "split"))
+    sizes = attrInts(n, "split");
+  else if (const T *s = in(ins, 1)) {
+    auto v = ints(s);
+    if (!v)
+      return none;
+    sizes = *v;
+  } else {
+    int64_t parts = n.output_size();
+    if (parts <= 0 || a.shape[axis] % parts)
+      return none;
+    sizes.assign(parts, a.shape[axis] / parts);
+  }
+  if (int64_t(sizes.size()) != n.output_size())
+    return none;
+  Out o;
+  int64_t begin = 0;
+  for (int64_t sz : sizes) {
+    o.push_back(slice(a, {begin}, {begin + sz}, {axis}, {1}));
+    begin += sz;
+  }
+  return o;
+}
+
+/// evalNode for a node whose inputs are all known values, in the default
+/// domain.
+Out evalKnown(const NodeProto &n, const std::vector<const T *> &ins,
+              int64_t opset) {
+  llvm::StringRef op = n.op_type();
+  Out none(std::max(n.output_size(), 1));
+  auto one = [&](std::optional<T> t) { return firstOutput(n, std::move(t)); };
+  const T *a = in(ins, 0), *b = in(ins, 1);
+  if (std::optional<T> value; elementwise(n, ins, opset, value))
+    return one(std::move(value));
+  if (op == "Reshape" && a && b) {
+    auto target = ints(b);
+    if (!target)
+      return none;
+    return one(reshape(*a, *target, attrInt(n, "allowzero", 0) != 0));
+  }
+  if (op == "Flatten" && a) {
+    int64_t r = a->shape.size(), axis = normAxis(attrInt(n, "axis", 1), r);
+    int64_t outer = 1;
+    for (int64_t k = 0; k < axis; ++k)
+      outer *= a->shape[k];
+    return one(reshape(*a, {outer, -1}, false));
+  }
+  if ((op == "Squeeze" || op == "Unsqueeze") && a)
+    return one(squeezeOrUnsqueeze(n, ins, *a));
+  if (op == "Transpose" && a)
+    return one(transpose(*a, attrInts(n, "perm")));
+  if (op == "Concat")
+    return one(concat(ins, attrInt(n, "axis", 0)));
+  if (op == "Shape" && a)
+    return one(shapeOf(n, *a));
+  if (op == "Size" && a)
+    return one(T{{}, {double(a->numel())}, false});
+  if (op == "Slice" && a)
+    return one(sliceNode(n, ins, opset, *a));
+  if (op == "Gather" && a && b)
+    return one(gather(*a, *b, attrInt(n, "axis", 0)));
+  if (op == "Expand" && a && b)
+    return one(expand(*a, *b));
+  if (op == "Tile" && a && b)
+    return one(tile(*a, *b));
+  if (op == "Range" && ins.size() == 3)
+    return one(range(*a, *b, *ins[2]));
+  if (op == "ConstantOfShape" && a)
+    return one(constantOfShape(n, *a));
+  if (op == "Trilu" && a)
+    return one(trilu(n, ins, *a));
+  if (op == "Einsum")
+    return one(einsum(attrString(n, "equation"), ins));
+  if (op == "MatMul" && a && b)
+    return one(matmul(*a, *b));
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ||
+      op == "ReduceMin" || op == "ReduceProd")
+    return one(reduce(n, ins, op));
+  if ((op == "Softmax" || op == "LogSoftmax") && a)
+    return one(softmax(*a, attrInt(n, "axis", opset >= 13 ? -1 : 1),
+                       op == "LogSoftmax"));
+  if (op == "CumSum" && a && b)
+    return one(cumSum(n, *a, *b));
+  if (op == "Split" && a)
+    return split(n, ins, *a);
+  return none;
+}
+
 } // namespace
 
 Out evalNode(const NodeProto &n, const std::vector<const T *> &ins,
@@ -798,408 +1303,7 @@ Out evalNode(const NodeProto &n, const std::vector<const T *> &ins,
     return shapeOnlyNode(n, ins, opset);
   if (!n.domain().empty() && n.domain() != "ai.onnx")
     return none;
-  auto one = [&](std::optional<T> t) {
-    Out o(std::max(n.output_size(), 1));
-    o[0] = std::move(t);
-    return o;
-  };
-  const T *a = in(ins, 0), *b = in(ins, 1);
-  bool anyFloat = llvm::any_of(ins, [](const T *t) { return t && t->isFloat; });
-  using V = const std::vector<double> &;
-  static const std::map<std::string, std::function<double(double)>> unaries = {
-      {"Neg", [](double x) { return -x; }},
-      {"Abs", [](double x) { return std::fabs(x); }},
-      {"Sqrt", [](double x) { return std::sqrt(x); }},
-      {"Reciprocal", [](double x) { return 1.0 / x; }},
-      {"Exp", [](double x) { return std::exp(x); }},
-      {"Log", [](double x) { return std::log(x); }},
-      {"Sin", [](double x) { return std::sin(x); }},
-      {"Cos", [](double x) { return std::cos(x); }},
-      {"Tanh", [](double x) { return std::tanh(x); }},
-      {"Erf", [](double x) { return std::erf(x); }},
-      {"Sigmoid", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }},
-      {"Relu", [](double x) { return x > 0 ? x : 0.0; }},
-      {"Floor", [](double x) { return std::floor(x); }},
-      {"Ceil", [](double x) { return std::ceil(x); }},
-      {"Softplus", [](double x) { return std::log1p(std::exp(x)); }},
-      {"Sign", [](double x) { return double((x > 0) - (x < 0)); }},
-  };
-  if (auto it = unaries.find(op.str()); it != unaries.end() && a)
-    return one(unary(*a, it->second, a->isFloat));
-  if (op == "Not" && a)
-    return one(unary(*a, [](double x) { return x == 0 ? 1.0 : 0.0; }, false));
-  if (op == "IsInf" && a)
-    return one(unary(*a, [](double x) { return std::isinf(x) ? 1.0 : 0.0; }, false));
-  if (op == "IsNaN" && a)
-    return one(unary(*a, [](double x) { return std::isnan(x) ? 1.0 : 0.0; }, false));
-
-  static const std::map<std::string, std::function<double(double, double)>>
-      binaries = {{"Add", [](double x, double y) { return x + y; }},
-                  {"Sub", [](double x, double y) { return x - y; }},
-                  {"Mul", [](double x, double y) { return x * y; }},
-                  {"Pow", [](double x, double y) { return std::pow(x, y); }}};
-  static const std::map<std::string, std::function<double(double, double)>>
-      compares = {{"Equal", [](double x, double y) { return double(x == y); }},
-                  {"Less", [](double x, double y) { return double(x < y); }},
-                  {"LessOrEqual",
-                   [](double x, double y) { return double(x <= y); }},
-                  {"Greater", [](double x, double y) { return double(x > y); }},
-                  {"GreaterOrEqual",
-                   [](double x, double y) { return double(x >= y); }},
-                  {"And",
-                   [](double x, double y) { return double(x != 0 && y != 0); }},
-                  {"Or",
-                   [](double x, double y) { return double(x != 0 || y != 0); }},
-                  {"Xor", [](double x, double y) {
-                     return double((x != 0) != (y != 0));
-                   }}};
-  if (a && b && n.input_size() == 2) {
-    if (auto it = binaries.find(op.str()); it != binaries.end()) {
-      auto f = it->second;
-      return one(nary({a, b}, [&](V v) { return f(v[0], v[1]); },
-                      op == "Pow" ? a->isFloat : anyFloat));
-    }
-    if (auto it = compares.find(op.str()); it != compares.end()) {
-      auto f = it->second;
-      return one(nary({a, b}, [&](V v) { return f(v[0], v[1]); }, false));
-    }
-    if (op == "Div") {
-      bool intDiv = isIntDiv(ins);
-      return one(nary(
-          {a, b},
-          [&](V v) {
-            if (!intDiv)
-              return v[0] / v[1];
-            return v[1] == 0 ? NAN : std::trunc(v[0] / v[1]);
-          },
-          !intDiv));
-    }
-    if (op == "Mod") {
-      bool fm = attrInt(n, "fmod", 0) != 0;
-      return one(nary(
-          {a, b},
-          [&](V v) {
-            if (v[1] == 0)
-              return double(NAN);
-            double r = std::fmod(v[0], v[1]);
-            if (!fm && r != 0 && ((r < 0) != (v[1] < 0)))
-              r += v[1];
-            return r;
-          },
-          anyFloat));
-    }
-  }
-  if ((op == "Max" || op == "Min" || op == "Sum" || op == "Mean") &&
-      !ins.empty()) {
-    return one(nary(
-        ins,
-        [&](V v) {
-          double r = v[0];
-          for (size_t i = 1; i < v.size(); ++i)
-            r = op == "Max"   ? std::max(r, v[i])
-                : op == "Min" ? std::min(r, v[i])
-                              : r + v[i];
-          return op == "Mean" ? r / v.size() : r;
-        },
-        anyFloat));
-  }
-  if (op == "Where" && ins.size() == 3)
-    return one(nary({a, b, ins[2]}, [](V v) { return v[0] != 0 ? v[1] : v[2]; },
-                    b->isFloat || ins[2]->isFloat));
-  if (op == "Clip" && a) {
-    double lo = -INFINITY, hi = INFINITY;
-    if (opset < 11) {
-      lo = attrFloat(n, "min", -INFINITY);
-      hi = attrFloat(n, "max", INFINITY);
-    } else {
-      if (const T *m = in(ins, 1); m && m->data.size() == 1)
-        lo = m->data[0];
-      if (const T *m = in(ins, 2); m && m->data.size() == 1)
-        hi = m->data[0];
-    }
-    return one(unary(*a, [&](double x) { return std::min(std::max(x, lo), hi); },
-                     a->isFloat));
-  }
-  if ((op == "Identity" || op == "Dropout") && a) {
-    Out o(std::max(n.output_size(), 1));
-    o[0] = *a;
-    return o;
-  }
-  if (op == "Cast" && a) {
-    int64_t to = attrInt(n, "to", onnx::TensorProto::FLOAT);
-    return one(unary(*a, [&](double x) { return castTo(x, to); },
-                     floatType(to)));
-  }
-  if (op == "CastLike" && a && b)
-    return one(unary(
-        *a, [&](double x) { return b->isFloat ? x : castTo(x, onnx::TensorProto::INT64); },
-        b->isFloat));
-  if (op == "Reshape" && a && b) {
-    auto target = ints(b);
-    if (!target)
-      return none;
-    return one(reshape(*a, *target, attrInt(n, "allowzero", 0) != 0));
-  }
-  if (op == "Flatten" && a) {
-    int64_t r = a->shape.size(), axis = normAxis(attrInt(n, "axis", 1), r);
-    int64_t outer = 1;
-    for (int64_t k = 0; k < axis; ++k)
-      outer *= a->shape[k];
-    return one(reshape(*a, {outer, -1}, false));
-  }
-  if ((op == "Squeeze" || op == "Unsqueeze") && a) {
-    auto axes = axesOf(n, ins, 1);
-    if (!axes)
-      return none;
-    T out = *a;
-    if (op == "Squeeze") {
-      std::vector<int64_t> s;
-      int64_t r = a->shape.size();
-      std::vector<bool> drop(r, false);
-      for (int64_t x : *axes)
-        if (int64_t k = normAxis(x, r); k >= 0 && k < r)
-          drop[k] = true;
-      for (int64_t k = 0; k < r; ++k)
-        if (!(axes->empty() ? a->shape[k] == 1 : bool(drop[k])))
-          s.push_back(a->shape[k]);
-      out.shape = s;
-    } else {
-      int64_t r = a->shape.size() + axes->size();
-      std::vector<bool> add(r, false);
-      for (int64_t x : *axes) {
-        int64_t k = normAxis(x, r);
-        if (k < 0 || k >= r)
-          return none;
-        add[k] = true;
-      }
-      std::vector<int64_t> s;
-      size_t src = 0;
-      for (int64_t k = 0; k < r; ++k)
-        s.push_back(add[k] ? 1 : (src < a->shape.size() ? a->shape[src++] : 1));
-      out.shape = s;
-    }
-    return one(out);
-  }
-  if (op == "Transpose" && a)
-    return one(transpose(*a, attrInts(n, "perm")));
-  if (op == "Concat")
-    return one(concat(ins, attrInt(n, "axis", 0)));
-  if (op == "Shape" && a) {
-    int64_t r = a->shape.size();
-    auto clampR = [&](int64_t i) {
-      return std::clamp<int64_t>(normAxis(i, r), 0, r);
-    };
-    int64_t s = clampR(attrInt(n, "start", 0)), e = clampR(attrInt(n, "end", r));
-    T out;
-    out.isFloat = false;
-    out.shape = {std::max<int64_t>(0, e - s)};
-    for (int64_t k = s; k < e; ++k)
-      out.data.push_back(a->shape[k]);
-    return one(out);
-  }
-  if (op == "Size" && a)
-    return one(T{{}, {double(a->numel())}, false});
-  if (op == "Slice" && a) {
-    std::vector<int64_t> st, en, ax, sp;
-    if (opset < 10) {
-      st = attrInts(n, "starts");
-      en = attrInts(n, "ends");
-      ax = attrInts(n, "axes");
-    } else {
-      auto s1 = ints(in(ins, 1)), e1 = ints(in(ins, 2));
-      if (!s1 || !e1)
-        return none;
-      st = *s1;
-      en = *e1;
-      if (n.input_size() > 3 && !n.input(3).empty()) {
-        auto v = ints(in(ins, 3));
-        if (!v)
-          return none;
-        ax = *v;
-      }
-      if (n.input_size() > 4 && !n.input(4).empty()) {
-        auto v = ints(in(ins, 4));
-        if (!v)
-          return none;
-        sp = *v;
-      }
-    }
-    return one(slice(*a, st, en, ax, sp));
-  }
-  if (op == "Gather" && a && b)
-    return one(gather(*a, *b, attrInt(n, "axis", 0)));
-  if (op == "Expand" && a && b) {
-    auto target = ints(b);
-    if (!target)
-      return none;
-    auto s = broadcastShape(a->shape, *target);
-    if (!s || !sizeOk(*s))
-      return none;
-    // Expand broadcasts both ways: to the broadcast of the two shapes.
-    T zeros{*s, std::vector<double>(), a->isFloat};
-    zeros.data.assign(zeros.numel(), 0.0);
-    return one(nary({a, &zeros}, [](V v) { return v[0]; }, a->isFloat));
-  }
-  if (op == "Tile" && a && b) {
-    auto reps = ints(b);
-    if (!reps || reps->size() != a->shape.size())
-      return none;
-    T out = *a;
-    for (size_t k = 0; k < reps->size(); ++k) {
-      if ((*reps)[k] < 1)
-        return none;
-      T tmp = out;
-      std::vector<const T *> cs((*reps)[k], &tmp);
-      auto c = concat(cs, k);
-      if (!c)
-        return none;
-      out = *c;
-    }
-    return one(out);
-  }
-  if (op == "Range" && ins.size() == 3) {
-    double s = a->data.at(0), lim = b->data.at(0), d = ins[2]->data.at(0);
-    if (d == 0)
-      return none;
-    int64_t cnt = std::max<int64_t>(0, int64_t(std::ceil((lim - s) / d)));
-    if (cnt > StaticEval::kMaxElements)
-      return none;
-    T out;
-    out.isFloat = a->isFloat;
-    out.shape = {cnt};
-    for (int64_t i = 0; i < cnt; ++i)
-      out.data.push_back(s + i * d);
-    return one(out);
-  }
-  if (op == "ConstantOfShape" && a) {
-    auto shape = ints(a);
-    if (!shape || !sizeOk(*shape))
-      return none;
-    T out;
-    out.shape = *shape;
-    double v = 0;
-    out.isFloat = true;
-    for (const auto &at : n.attribute())
-      if (at.name() == "value" && at.has_t()) {
-        const onnx::TensorProto &t = at.t();
-        out.isFloat = floatType(t.data_type());
-        if (t.float_data_size())
-          v = t.float_data(0);
-        else if (t.int64_data_size())
-          v = t.int64_data(0);
-        else if (t.int32_data_size())
-          v = t.int32_data(0);
-        else if (t.double_data_size())
-          v = t.double_data(0);
-        else if (t.has_raw_data() && !t.raw_data().empty()) {
-          const std::string &r = t.raw_data();
-          switch (t.data_type()) {
-          case onnx::TensorProto::FLOAT:
-            if (r.size() >= 4) { float f; std::memcpy(&f, r.data(), 4); v = f; }
-            break;
-          case onnx::TensorProto::DOUBLE:
-            if (r.size() >= 8) std::memcpy(&v, r.data(), 8);
-            break;
-          case onnx::TensorProto::INT64:
-            if (r.size() >= 8) { int64_t x; std::memcpy(&x, r.data(), 8); v = double(x); }
-            break;
-          case onnx::TensorProto::INT32:
-            if (r.size() >= 4) { int32_t x; std::memcpy(&x, r.data(), 4); v = x; }
-            break;
-          default:
-            v = static_cast<unsigned char>(r[0]);
-          }
-        }
-      }
-    out.data.assign(out.numel(), v);
-    return one(out);
-  }
-  if (op == "Trilu" && a) {
-    int64_t k = 0;
-    if (const T *kt = in(ins, 1); kt && !kt->data.empty())
-      k = int64_t(kt->data[0]);
-    bool upper = attrInt(n, "upper", 1) != 0;
-    if (a->shape.size() < 2)
-      return none;
-    T out = *a;
-    int64_t rows = a->shape[a->shape.size() - 2], cols = a->shape.back();
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      int64_t c = i % cols, r = (i / cols) % rows;
-      bool keep = upper ? c - r >= k : c - r <= k;
-      if (!keep)
-        out.data[i] = 0;
-    }
-    return one(out);
-  }
-  if (op == "Einsum")
-    return one(einsum(attrString(n, "equation"), ins));
-  if (op == "MatMul" && a && b)
-    return one(matmul(*a, *b));
-  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" ||
-      op == "ReduceMin" || op == "ReduceProd")
-    return one(reduce(n, ins, op));
-  if ((op == "Softmax" || op == "LogSoftmax") && a)
-    return one(softmax(*a, attrInt(n, "axis", opset >= 13 ? -1 : 1),
-                       op == "LogSoftmax"));
-  if (op == "CumSum" && a && b) {
-    int64_t r = a->shape.size();
-    int64_t axis = normAxis(int64_t(b->data.at(0)), r);
-    if (axis < 0 || axis >= r)
-      return none;
-    bool excl = attrInt(n, "exclusive", 0), rev = attrInt(n, "reverse", 0);
-    T out = *a;
-    int64_t d = a->shape[axis], inner = 1, outer = 1;
-    for (int64_t k2 = axis + 1; k2 < r; ++k2)
-      inner *= a->shape[k2];
-    for (int64_t k2 = 0; k2 < axis; ++k2)
-      outer *= a->shape[k2];
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        double acc = 0;
-        for (int64_t jj = 0; jj < d; ++jj) {
-          int64_t j = rev ? d - 1 - jj : jj;
-          double v = a->data[(o * d + j) * inner + i];
-          if (excl) {
-            out.data[(o * d + j) * inner + i] = acc;
-            acc += v;
-          } else {
-            acc += v;
-            out.data[(o * d + j) * inner + i] = acc;
-          }
-        }
-      }
-    return one(out);
-  }
-  if (op == "Split" && a) {
-    int64_t r = a->shape.size();
-    int64_t axis = normAxis(attrInt(n, "axis", 0), r);
-    if (axis < 0 || axis >= r)
-      return none;
-    std::vector<int64_t> sizes;
-    if (hasAttr(n, "split"))
-      sizes = attrInts(n, "split");
-    else if (const T *s = in(ins, 1)) {
-      auto v = ints(s);
-      if (!v)
-        return none;
-      sizes = *v;
-    } else {
-      int64_t parts = n.output_size();
-      if (parts <= 0 || a->shape[axis] % parts)
-        return none;
-      sizes.assign(parts, a->shape[axis] / parts);
-    }
-    if (int64_t(sizes.size()) != n.output_size())
-      return none;
-    Out o;
-    int64_t begin = 0;
-    for (int64_t sz : sizes) {
-      o.push_back(slice(*a, {begin}, {begin + sz}, {axis}, {1}));
-      begin += sz;
-    }
-    return o;
-  }
-  return none;
+  return evalKnown(n, ins, opset);
 }
 
 std::optional<StaticTensor> StaticEval::leaf(const std::string &v) const {

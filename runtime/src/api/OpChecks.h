@@ -1,7 +1,9 @@
 //===- OpChecks.h - argument checks of the op calls -------------*- C++ -*-===//
 //
-// Shared by the op entry points (DenseOps.cpp, GateOps.cpp): every call
-// checks its arguments the same way and reports the same messages.
+// Shared by the op entry points (DenseOps.cpp, GateOps.cpp, ...): every
+// call checks its arguments the same way and reports the same messages.
+// The older calls (RoutingOps.cpp, OptimizerOps.cpp) keep their one-line
+// messages and test their tensors with isOn / oneSizeF32.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOE_RT_API_OPCHECKS_H
@@ -14,10 +16,40 @@
 #include "../TensorAccess.h"
 #include "OnCuda.h"
 
+#include <initializer_list>
 #include <string>
 
 namespace moe_rt {
 namespace {
+
+/// A tensor of `dtype` with data on `backend` (the stream's) and a valid
+/// shape.
+inline bool isOn(const moe_rt_tensor *t, moe_rt_dtype dtype,
+                 moe_rt_backend backend) {
+  return t && t->data && t->backend == backend && t->dtype == dtype &&
+         moe_rt_tensor_numel(t) >= 0;
+}
+
+/// The same, holding exactly `numel` elements.
+inline bool isOn(const moe_rt_tensor *t, moe_rt_dtype dtype,
+                 moe_rt_backend backend, int64_t numel) {
+  return t && t->data && t->backend == backend && t->dtype == dtype &&
+         moe_rt_tensor_numel(t) == numel;
+}
+
+/// `s` is a stream and `ts` are F32 tensors on its backend, each with as
+/// many elements as the first (an elementwise op's operands and result).
+inline bool oneSizeF32(moe_rt_stream s,
+                       std::initializer_list<const moe_rt_tensor *> ts) {
+  if (!s)
+    return false;
+  const moe_rt_tensor *first = *ts.begin();
+  for (const moe_rt_tensor *t : ts)
+    if (!isOn(t, MOE_RT_F32, backendOf(s)) ||
+        moe_rt_tensor_numel(t) != moe_rt_tensor_numel(first))
+      return false;
+  return true;
+}
 
 /// A failed check: the status and a message naming the call and operand.
 struct Check {

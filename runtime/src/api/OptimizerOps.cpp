@@ -6,12 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/ops.h"
+#include "OpChecks.h"
 
-#include "../Error.h"
-#include "../TensorAccess.h"
 #include "../cpu/CpuOptimizerOps.h"
-#include "OnCuda.h"
 
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaOptimizerOps.h"
@@ -24,12 +21,6 @@ using device::optim::AdamWBody;
 using device::optim::SgdMomentumBody;
 
 namespace {
-
-bool isOn(const moe_rt_tensor *t, moe_rt_dtype dtype, moe_rt_backend backend,
-          int64_t numel) {
-  return t && t->data && t->backend == backend && t->dtype == dtype &&
-         moe_rt_tensor_numel(t) == numel;
-}
 
 /// The optimizer's scalar operands: lr (F32), step (I64, if wanted) and
 /// the optional clip scale (F32), one element each, on the stream's

@@ -6,14 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "moe_rt/ops.h"
+#include "OpChecks.h"
 
-#include "../Backend.h"
-#include "../Error.h"
-#include "../TensorAccess.h"
 #include "../cpu/CpuOps.h"
 #include "AllReduceGroups.h"
-#include "OnCuda.h"
 
 #if MOE_RT_HAVE_CUDA
 #include "../cuda/CudaDenseOps.h"
@@ -26,12 +22,6 @@
 using namespace moe_rt;
 
 namespace {
-
-/// A tensor of `dtype` on `backend` (the stream's: CPU or CUDA).
-bool isOn(const moe_rt_tensor *t, moe_rt_dtype dtype, moe_rt_backend backend) {
-  return t && t->data && t->backend == backend && t->dtype == dtype &&
-         moe_rt_tensor_numel(t) >= 0;
-}
 
 using Route = RouteShape;
 
@@ -215,11 +205,7 @@ moe_rt_status moe_rt_combine_slots_grad(
 
 moe_rt_status moe_rt_add(moe_rt_stream s, const moe_rt_tensor *a,
                          const moe_rt_tensor *b, moe_rt_tensor *out) {
-  if (!s || !isOn(a, MOE_RT_F32, backendOf(s)) ||
-      !isOn(b, MOE_RT_F32, backendOf(s)) ||
-      !isOn(out, MOE_RT_F32, backendOf(s)) ||
-      moe_rt_tensor_numel(a) != moe_rt_tensor_numel(b) ||
-      moe_rt_tensor_numel(a) != moe_rt_tensor_numel(out))
+  if (!oneSizeF32(s, {a, b, out}))
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_add: needs three F32 tensors "
                                          "of one size on the stream's backend");
   int64_t n = moe_rt_tensor_numel(a);
@@ -247,11 +233,7 @@ moe_rt_status moe_rt_copy(moe_rt_stream s, const moe_rt_tensor *src,
 moe_rt_status moe_rt_sgd(moe_rt_stream s, const moe_rt_tensor *param,
                          const moe_rt_tensor *grad, double lr,
                          moe_rt_tensor *out) {
-  if (!s || !isOn(param, MOE_RT_F32, backendOf(s)) ||
-      !isOn(grad, MOE_RT_F32, backendOf(s)) ||
-      !isOn(out, MOE_RT_F32, backendOf(s)) ||
-      moe_rt_tensor_numel(param) != moe_rt_tensor_numel(grad) ||
-      moe_rt_tensor_numel(param) != moe_rt_tensor_numel(out))
+  if (!oneSizeF32(s, {param, grad, out}))
     return fail(MOE_RT_INVALID_ARGUMENT, "moe_rt_sgd: needs three F32 tensors "
                                          "of one size on the stream's backend");
   int64_t n = moe_rt_tensor_numel(param);
@@ -263,9 +245,7 @@ moe_rt_status moe_rt_all_reduce_into(moe_rt_stream s, moe_rt_comm comm,
                                      const moe_rt_tensor *src,
                                      moe_rt_tensor *out, int64_t offset_bytes,
                                      int64_t size_bytes) {
-  if (!s || !comm || !isOn(src, MOE_RT_F32, backendOf(s)) ||
-      !isOn(out, MOE_RT_F32, backendOf(s)) ||
-      moe_rt_tensor_numel(src) != moe_rt_tensor_numel(out))
+  if (!comm || !oneSizeF32(s, {src, out}))
     return fail(
         MOE_RT_INVALID_ARGUMENT,
         "moe_rt_all_reduce_into: needs F32 tensors of one size on the stream's "
