@@ -16,29 +16,15 @@ using namespace mlir::moe;
 using namespace mlir::moe::detail;
 
 LogicalResult ExchangeCountsOp::verify() {
-  auto indices = cast<ShapedType>(getIndices().getType());
-  auto result = cast<ShapedType>(getResult().getType());
-  if (indices.getRank() != 3 || result.getRank() != 2)
-    return emitOpError() << "counts token-choice routing: indices B x N x k "
-                            "and a ranks x experts result, got "
-                         << formatShape(indices.getShape()) << " and "
-                         << formatShape(result.getShape());
-  return verifyDim(*this, "result", result, 1, getNumExperts(), "experts E");
+  return verifyCountsShape(*this, getIndices(), getResult(), getNumExperts(),
+                           "ranks");
 }
 
 LogicalResult
 ExchangeCountsOp::verifySymbolUses(SymbolTableCollection &table) {
-  FailureOr<shard::GridOp> grid = lookupGrid(*this, getGridAttr(), table);
-  if (failed(grid))
-    return failure();
-  if (getAxes().empty())
-    return emitOpError() << "needs at least one grid axis for its group";
-  FailureOr<int64_t> size = verifyGroupSize(*this, *grid, getAxes());
+  FailureOr<int64_t> size = verifyCountsGroup(*this, getNumExperts(), table);
   if (failed(size))
     return failure();
-  if (getNumExperts() % *size != 0)
-    return emitOpError() << getNumExperts() << " experts cannot be spread "
-                         << "evenly over a group of " << *size << " ranks";
   return verifyDim(*this, "result", cast<ShapedType>(getResult().getType()),
                    0, *size, "group size G");
 }

@@ -85,9 +85,9 @@ FailureOr<int64_t> mlir::moe::verifyGroupSize(Operation *from,
   return size;
 }
 
-/// Group size of a collective, or failure with an error already emitted.
-static FailureOr<int64_t> collectiveGroupSize(CollectiveOpInterface op,
-                                              SymbolTableCollection &table) {
+FailureOr<int64_t>
+mlir::moe::collectiveGroupSize(CollectiveOpInterface op,
+                               SymbolTableCollection &table) {
   FailureOr<shard::GridOp> grid =
       lookupGrid(op.getOperation(), op.getGridAttr(), table);
   if (failed(grid))

@@ -13,30 +13,45 @@ using namespace mlir;
 using namespace mlir::moe;
 using namespace mlir::moe::detail;
 
-LogicalResult RoutingCountsOp::verify() {
-  auto indices = cast<ShapedType>(getIndices().getType());
-  auto result = cast<ShapedType>(getResult().getType());
+LogicalResult mlir::moe::detail::verifyCountsShape(Operation *op,
+                                                   Value indicesValue,
+                                                   Value resultValue,
+                                                   int64_t experts,
+                                                   StringRef rows) {
+  auto indices = cast<ShapedType>(indicesValue.getType());
+  auto result = cast<ShapedType>(resultValue.getType());
   if (indices.getRank() != 3 || result.getRank() != 2)
-    return emitOpError() << "counts token-choice routing: indices B x N x k "
-                            "and a samples x experts result, got "
-                         << formatShape(indices.getShape()) << " and "
-                         << formatShape(result.getShape());
-  return verifyDim(*this, "result", result, 1, getNumExperts(), "experts E");
+    return op->emitOpError() << "counts token-choice routing: indices B x N x "
+                                "k and a "
+                             << rows << " x experts result, got "
+                             << formatShape(indices.getShape()) << " and "
+                             << formatShape(result.getShape());
+  return verifyDim(op, "result", result, 1, experts, "experts E");
+}
+
+FailureOr<int64_t>
+mlir::moe::detail::verifyCountsGroup(Operation *op, int64_t experts,
+                                     SymbolTableCollection &table) {
+  FailureOr<int64_t> size =
+      collectiveGroupSize(cast<CollectiveOpInterface>(op), table);
+  if (failed(size))
+    return failure();
+  if (experts % *size != 0)
+    return op->emitOpError() << experts << " experts cannot be spread "
+                             << "evenly over a group of " << *size << " ranks";
+  return size;
+}
+
+LogicalResult RoutingCountsOp::verify() {
+  return verifyCountsShape(*this, getIndices(), getResult(), getNumExperts(),
+                           "samples");
 }
 
 LogicalResult
 RoutingCountsOp::verifySymbolUses(SymbolTableCollection &table) {
-  FailureOr<shard::GridOp> grid = lookupGrid(*this, getGridAttr(), table);
-  if (failed(grid))
-    return failure();
-  if (getAxes().empty())
-    return emitOpError() << "needs at least one grid axis for its group";
-  FailureOr<int64_t> size = verifyGroupSize(*this, *grid, getAxes());
+  FailureOr<int64_t> size = verifyCountsGroup(*this, getNumExperts(), table);
   if (failed(size))
     return failure();
-  if (getNumExperts() % *size != 0)
-    return emitOpError() << getNumExperts() << " experts cannot be spread "
-                         << "evenly over a group of " << *size << " ranks";
   auto indices = cast<ShapedType>(getIndices().getType());
   int64_t samples = indices.getDimSize(0);
   return verifyDim(*this, "result", cast<ShapedType>(getResult().getType()),

@@ -9,6 +9,7 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
+#include "mlir/IR/SymbolTable.h"
 #include <string>
 
 namespace mlir::moe {
@@ -41,6 +42,16 @@ inline bool sameOrDynamic(int64_t a, int64_t b) {
 /// and, where its producer is visible, a moe.exchange_counts of the
 /// dispatch's own indices and group.
 LogicalResult verifyAllCounts(DispatchOp op, int64_t groupSize);
+
+/// moe.routing_counts and moe.exchange_counts (RoutingStatsOps.cpp): indices
+/// B x N x k and a `rows` x E result, `rows` saying what the rows are.
+LogicalResult verifyCountsShape(Operation *op, Value indices, Value result,
+                                int64_t experts, StringRef rows);
+
+/// Their group size (grid and axes), the experts spread evenly over it; or
+/// failure, reported on the op.
+FailureOr<int64_t> verifyCountsGroup(Operation *op, int64_t experts,
+                                     SymbolTableCollection &table);
 
 /// Shortest decimal form that round-trips, always with a '.' or exponent.
 std::string formatDouble(double value);

@@ -36,18 +36,6 @@ LogicalResult verifyRowsCollective(Operation *op, Value input, Value result,
                    shapeOf(input).getDimSize(0), "local experts E_l");
 }
 
-/// The group size S of a rows collective, or failure (reported).
-FailureOr<int64_t> groupOf(CollectiveOpInterface op,
-                           SymbolTableCollection &table) {
-  FailureOr<shard::GridOp> grid =
-      lookupGrid(op.getOperation(), op.getGridAttr(), table);
-  if (failed(grid))
-    return failure();
-  if (op.getAxes().empty())
-    return op->emitOpError() << "needs at least one grid axis for its group";
-  return verifyGroupSize(op.getOperation(), *grid, op.getAxes());
-}
-
 } // namespace
 
 LogicalResult GatherRowsOp::verify() {
@@ -63,7 +51,7 @@ LogicalResult GatherRowsOp::verify() {
 }
 
 LogicalResult GatherRowsOp::verifySymbolUses(SymbolTableCollection &table) {
-  FailureOr<int64_t> group = groupOf(*this, table);
+  FailureOr<int64_t> group = collectiveGroupSize(*this, table);
   if (failed(group))
     return failure();
   int64_t g = shapeOf(getRows()).getDimSize(1);
@@ -77,7 +65,7 @@ LogicalResult ScatterRowsOp::verify() {
 }
 
 LogicalResult ScatterRowsOp::verifySymbolUses(SymbolTableCollection &table) {
-  FailureOr<int64_t> group = groupOf(*this, table);
+  FailureOr<int64_t> group = collectiveGroupSize(*this, table);
   if (failed(group))
     return failure();
   int64_t g = shapeOf(getRows()).getDimSize(1);

@@ -39,6 +39,11 @@ FailureOr<shard::GridOp> lookupGrid(Operation *from, FlatSymbolRefAttr grid,
 FailureOr<int64_t> verifyGroupSize(Operation *from, shard::GridOp grid,
                                    ArrayRef<int16_t> axes);
 
+/// The group size of a collective (its grid and axes; at least one axis),
+/// or failure with the error already emitted on the op.
+FailureOr<int64_t> collectiveGroupSize(CollectiveOpInterface op,
+                                       SymbolTableCollection &table);
+
 /// The group of a collective on `grid` spanning `axes`, read as the
 /// routing trace's grid: nodes (grid axis 0, when the group spans it and
 /// the grid has more than one axis) x ranks per node (the product of its
